@@ -1,13 +1,372 @@
 //! `nvme-ddp`: an NVMe/TCP host and controller on a software NIC that models
 //! ULP DDP offload.
 
-use clap::Parser;
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use nvme_ddp::app::{DiscoverApp, HostApp, IdentifyApp, IoApp};
+use nvme_ddp::kernel_tcp::{ControllerServer, run_host};
+use nvme_ddp::report::{PhaseReport, human_bytes};
+use nvme_ddp::size::{format_size, parse_size};
+use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
+use nvme_tcp::controller::{Port, Target, TargetConfig};
+use nvme_tcp::host::{Host, HostConfig};
+use nvme_tcp::namespace::{FileNamespace, Namespace, RamNamespace};
+use nvme_tcp::nvme::DISCOVERY_NQN;
+use nvme_tcp::nvme::log::SUBTYPE_NVME;
+use nvme_tcp::wire::Digests;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// NVMe/TCP host and controller with a software model of NIC offload (ULP DDP).
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None)]
-struct Cli {}
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() {
-    let _cli = Cli::parse();
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve an NVM subsystem (and a discovery controller) until interrupted.
+    Controller(ControllerArgs),
+    /// Connect to a controller and identify, discover, or run I/O.
+    Host(HostArgs),
+}
+
+/// A namespace: `ram:SIZE` or `file:PATH` (a regular file or block device).
+#[derive(Debug, Clone)]
+enum NsSpec {
+    Ram(u64),
+    File(PathBuf),
+}
+
+fn parse_ns(s: &str) -> Result<NsSpec, String> {
+    match s.split_once(':') {
+        Some(("ram", size)) => parse_size(size).map(NsSpec::Ram),
+        Some(("file", path)) if !path.is_empty() => Ok(NsSpec::File(path.into())),
+        _ => Err(format!("{s:?}: use ram:SIZE (e.g. ram:1G) or file:PATH")),
+    }
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    parse_size(s)
+}
+
+fn parse_block_size(s: &str) -> Result<u32, String> {
+    match parse_size(s)? {
+        512 => Ok(512),
+        4096 => Ok(4096),
+        n => Err(format!("block size {n} is not supported (use 512 or 4096)")),
+    }
+}
+
+#[derive(Args, Debug)]
+struct ControllerArgs {
+    /// Address to listen on (repeatable, e.g. also :8009 for discovery).
+    #[arg(long, default_value = "0.0.0.0:4420")]
+    listen: Vec<SocketAddr>,
+    /// Namespace: ram:SIZE or file:PATH (repeatable; default ram:1G).
+    #[arg(long = "ns", value_parser = parse_ns)]
+    namespaces: Vec<NsSpec>,
+    /// Logical block size of every namespace.
+    #[arg(long, default_value = "512", value_parser = parse_block_size)]
+    block_size: u32,
+    /// NVM subsystem NQN.
+    #[arg(long, default_value = "nqn.2026-11.io.nvme-ddp:target")]
+    nqn: String,
+    /// Entries per queue (MAXCMD, CAP.MQES + 1).
+    #[arg(long, default_value_t = 128)]
+    queue_size: u16,
+    /// Most data bytes per C2HData PDU.
+    #[arg(long, default_value = "128k", value_parser = parse_bytes)]
+    c2h_pdu: u64,
+    /// Never replace the CapsuleResp of a read with the SUCCESS flag.
+    #[arg(long)]
+    no_c2h_success: bool,
+}
+
+#[derive(Args, Debug)]
+struct HostArgs {
+    /// Controller address.
+    #[arg(long)]
+    connect: SocketAddr,
+    /// Subsystem NQN; without it, the first subsystem discovery lists.
+    #[arg(long)]
+    nqn: Option<String>,
+    /// Host NQN.
+    #[arg(
+        long,
+        default_value = "nqn.2014-08.org.nvmexpress:uuid:5f0d2c44-6a1e-4c8b-9d3e-000000000000"
+    )]
+    hostnqn: String,
+    /// Ask for header digests.
+    #[arg(long)]
+    hdgst: bool,
+    /// Ask for data digests.
+    #[arg(long)]
+    ddgst: bool,
+    /// I/O queues (each its own TCP connection).
+    #[arg(long, default_value_t = 1)]
+    queues: u16,
+    /// Commands outstanding per I/O queue.
+    #[arg(long, default_value_t = 32)]
+    qd: u16,
+    /// Keep alive timeout in seconds (0 for none).
+    #[arg(long, default_value_t = 5)]
+    kato: u64,
+    /// Print a machine-readable JSON report.
+    #[arg(long)]
+    json: bool,
+    #[command(subcommand)]
+    action: HostAction,
+}
+
+#[derive(Subcommand, Debug)]
+enum HostAction {
+    /// Print the controller's identity and namespaces.
+    Identify,
+    /// Print the discovery log.
+    Discover,
+    /// Run an I/O workload and print IOPS, throughput and latency.
+    Io(IoArgs),
+}
+
+#[derive(Args, Debug)]
+struct IoArgs {
+    #[arg(long, value_enum, default_value = "read")]
+    rw: Rw,
+    /// Bytes per I/O.
+    #[arg(long, default_value = "4k", value_parser = parse_bytes)]
+    bs: u64,
+    /// Total bytes to transfer (default: the whole namespace once).
+    #[arg(long, value_parser = parse_bytes, conflicts_with = "time")]
+    size: Option<u64>,
+    /// Run for this many seconds instead.
+    #[arg(long)]
+    time: Option<f64>,
+    /// Write a pattern and check it when reading back.
+    #[arg(long)]
+    verify: bool,
+    /// Seed of the data pattern and of random offsets.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let default = match cli.command {
+        Command::Controller(_) => "info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let result = match cli.command {
+        Command::Controller(a) => controller(a),
+        Command::Host(a) => host(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc<Target>> {
+    let specs =
+        if a.namespaces.is_empty() { vec![NsSpec::Ram(1 << 30)] } else { a.namespaces.clone() };
+    let mut namespaces: Vec<Arc<dyn Namespace>> = Vec::new();
+    for spec in &specs {
+        let ns: Arc<dyn Namespace> = match spec {
+            NsSpec::Ram(size) => Arc::new(RamNamespace::new(*size, a.block_size)?),
+            NsSpec::File(path) => Arc::new(FileNamespace::open(path, a.block_size)?),
+        };
+        namespaces.push(ns);
+    }
+    let cfg = TargetConfig {
+        subnqn: a.nqn.clone(),
+        queue_size: a.queue_size,
+        c2h_data_len: u32::try_from(a.c2h_pdu).context("--c2h-pdu is too large")?,
+        c2h_success: !a.no_c2h_success,
+        port,
+        ..TargetConfig::default()
+    };
+    Ok(Target::new(cfg, namespaces)?)
+}
+
+fn controller(a: ControllerArgs) -> Result<()> {
+    let first = a.listen.first().context("no --listen address")?;
+    let port =
+        Port { traddr: first.ip().to_string(), trsvcid: first.port().to_string(), portid: 1 };
+    let target = build_target(&a, Some(port))?;
+    let server = ControllerServer::spawn(target.clone(), &a.listen)?;
+    let stop = server.stop_flag();
+    ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::Relaxed))
+        .context("cannot install the Ctrl-C handler")?;
+    for (ns, i) in target.namespaces().iter().zip(1..) {
+        tracing::info!(nsid = i, size = %format_size(ns.size()), block = ns.block_size(), "namespace");
+    }
+    for addr in server.local_addrs() {
+        tracing::info!(%addr, nqn = %target.subnqn(), "listening (discovery NQN too)");
+    }
+    let mut server = server;
+    server.join()?;
+    let s = target.stats();
+    tracing::info!(reads = s.reads, writes = s.writes, read = %human_bytes(s.bytes_read as f64), written = %human_bytes(s.bytes_written as f64), "stopped");
+    Ok(())
+}
+
+fn host_config(a: &HostArgs, subnqn: String) -> HostConfig {
+    HostConfig {
+        subnqn,
+        hostnqn: a.hostnqn.clone(),
+        digests: Digests { header: a.hdgst, data: a.ddgst },
+        io_queues: a.queues.max(1),
+        queue_depth: a.qd.max(1),
+        kato: Duration::from_secs(a.kato),
+        ..HostConfig::default()
+    }
+}
+
+fn run(a: &HostArgs, cfg: HostConfig, app: &mut dyn HostApp, limit: Duration) -> Result<()> {
+    let mut host = Host::new(cfg);
+    run_host(a.connect, &mut host, app, limit)?;
+    match app.error() {
+        Some(e) => bail!("{e}"),
+        None => Ok(()),
+    }
+}
+
+/// The subsystem to use: the one given, or the first one discovery lists.
+fn resolve_nqn(a: &HostArgs) -> Result<String> {
+    if let Some(nqn) = &a.nqn {
+        return Ok(nqn.clone());
+    }
+    let mut app = DiscoverApp::default();
+    run(a, host_config(a, DISCOVERY_NQN.into()), &mut app, Duration::from_secs(60))
+        .context("discovery (give --nqn to skip it)")?;
+    let entries = app.entries.unwrap_or_default();
+    let e = entries
+        .iter()
+        .find(|e| e.subtype == SUBTYPE_NVME)
+        .context("discovery lists no NVM subsystem")?;
+    Ok(e.subnqn.clone())
+}
+
+fn host(a: HostArgs) -> Result<()> {
+    match &a.action {
+        HostAction::Discover => {
+            let mut app = DiscoverApp::default();
+            run(&a, host_config(&a, DISCOVERY_NQN.into()), &mut app, Duration::from_secs(60))?;
+            let entries = app.entries.unwrap_or_default();
+            if a.json {
+                let v: Vec<_> = entries
+                    .iter()
+                    .map(|e| serde_json::json!({"trtype": e.trtype, "adrfam": e.adrfam, "subtype": e.subtype, "treq": e.treq, "portid": e.portid, "trsvcid": e.trsvcid, "subnqn": e.subnqn, "traddr": e.traddr}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("Discovery log: {} record(s)", entries.len());
+                for (i, e) in entries.iter().enumerate() {
+                    let kind =
+                        if e.subtype == SUBTYPE_NVME { "nvme subsystem" } else { "discovery" };
+                    println!(
+                        "  {i}: {kind} {} at tcp {}:{} (port {}, treq {:#x})",
+                        e.subnqn, e.traddr, e.trsvcid, e.portid, e.treq
+                    );
+                }
+            }
+        }
+        HostAction::Identify => {
+            let nqn = resolve_nqn(&a)?;
+            let mut app = IdentifyApp::default();
+            run(&a, host_config(&a, nqn), &mut app, Duration::from_secs(60))?;
+            let c = app.controller.context("no Identify Controller data")?;
+            let v = app.version;
+            if a.json {
+                let ns: Vec<_> = app
+                    .namespaces
+                    .iter()
+                    .map(|n| serde_json::json!({"nsid": n.nsid, "blocks": n.blocks, "block_size": n.block_size}))
+                    .collect();
+                let j = serde_json::json!({
+                    "subnqn": c.subnqn, "cntlid": c.cntlid, "sn": c.sn, "mn": c.mn, "fr": c.fr,
+                    "version": format!("{}.{}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff),
+                    "mdts": c.mdts, "maxcmd": c.maxcmd, "nn": c.nn, "ioccsz": c.ioccsz, "kas": c.kas,
+                    "io_queues": app.io_queues, "queue_depth": app.queue_depth, "namespaces": ns,
+                });
+                println!("{}", serde_json::to_string_pretty(&j)?);
+            } else {
+                println!("subnqn  : {}", c.subnqn);
+                println!("cntlid  : {}", c.cntlid);
+                println!("sn / mn : {} / {} (fr {})", c.sn, c.mn, c.fr);
+                println!("version : {}.{}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff);
+                println!(
+                    "mdts    : {}  maxcmd: {}  ioccsz: {}  kas: {}",
+                    c.mdts, c.maxcmd, c.ioccsz, c.kas
+                );
+                println!("queues  : {} I/O x {} deep", app.io_queues, app.queue_depth);
+                for n in &app.namespaces {
+                    let bytes = n.blocks * u64::from(n.block_size);
+                    println!(
+                        "nsid {:<4}: {} blocks of {} B ({})",
+                        n.nsid,
+                        n.blocks,
+                        n.block_size,
+                        human_bytes(bytes as f64)
+                    );
+                }
+            }
+        }
+        HostAction::Io(io) => {
+            let nqn = resolve_nqn(&a)?;
+            let bs = u32::try_from(io.bs).context("--bs is too large")?;
+            let limit = match (io.size, io.time) {
+                (_, Some(t)) if t > 0.0 => Limit::Time(Duration::from_secs_f64(t)),
+                (_, Some(_)) => bail!("--time must be positive"),
+                (Some(n), None) => Limit::Bytes(n),
+                // The whole namespace once; resolved after bring-up.
+                (None, None) => Limit::Bytes(u64::MAX),
+            };
+            let spec = WorkloadSpec {
+                rw: io.rw,
+                bs,
+                limit,
+                qd: usize::from(a.qd),
+                verify: io.verify,
+                seed: io.seed,
+            };
+            let mut phases = vec![spec];
+            if matches!(limit, Limit::Bytes(u64::MAX)) {
+                // Size the run to the namespace with a quick identify first.
+                let mut id = IdentifyApp::default();
+                run(&a, host_config(&a, nqn.clone()), &mut id, Duration::from_secs(60))?;
+                let ns = id.namespaces.first().context("the subsystem has no namespace")?;
+                phases[0].limit = Limit::Bytes(ns.blocks * u64::from(ns.block_size));
+            }
+            let mut app = IoApp::new(phases);
+            let result =
+                run(&a, host_config(&a, nqn), &mut app, Duration::from_secs(30 * 24 * 3600));
+            let reports: Vec<PhaseReport> = app
+                .results
+                .iter()
+                .map(|(spec, stats)| {
+                    PhaseReport::new(spec, stats.clone(), app.io_queues, app.queue_depth)
+                })
+                .collect();
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&reports)?);
+            } else {
+                for r in &reports {
+                    println!("{}", r.line());
+                }
+            }
+            result?;
+        }
+    }
+    Ok(())
 }

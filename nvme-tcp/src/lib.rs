@@ -8,8 +8,11 @@
 //! over smoltcp.
 
 mod bytes;
+pub mod controller;
+pub mod host;
 pub mod namespace;
 pub mod nvme;
+mod pool;
 mod time;
 pub mod wire;
 

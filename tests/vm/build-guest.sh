@@ -155,7 +155,7 @@ copy_elf() {
 	for rp in $(sed -n 's/.*(R\(UN\)\?PATH).*\[\(.*\)\]/\2/p' <<<"$dyn" | tr ':' ' '); do
 		dirs+=("$(realpath -m -s "${rp//\$ORIGIN/$(dirname "$gpath")}")")
 	done
-	dirs+=(/lib/$ARCH_TRIPLET /usr/lib/$ARCH_TRIPLET /lib /usr/lib)
+	dirs+=("/lib/$ARCH_TRIPLET" "/usr/lib/$ARCH_TRIPLET" /lib /usr/lib)
 	for lib in $(sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' <<<"$dyn"); do
 		found=
 		for dir in "${dirs[@]}"; do

@@ -37,7 +37,7 @@ set -euo pipefail
 
 HERE=$(dirname "$(readlink -f "$0")")
 CACHE_DIR=${NVME_DDP_VM_CACHE:-/var/cache/nvme-ddp-vm}
-NETNS= TAP= GUEST_IP= SCRIPT= TIMEOUT=300 LOG= SMP=2 MEM=1024 APPEND= VERBOSE=0
+NETNS='' TAP='' GUEST_IP='' SCRIPT='' TIMEOUT=300 LOG='' SMP=2 MEM=1024 APPEND='' VERBOSE=0
 FILES=() ENVS=()
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2; exit 2; }
@@ -88,11 +88,11 @@ BUSYBOX=$CACHE_DIR/busybox
 if grep -qE '^kvm_(intel|amd) ' /proc/modules 2>/dev/null; then
 	ACCEL=(-accel kvm -cpu host)
 else
-	ACCEL=(-accel tcg,thread=multi -cpu max)
+	ACCEL=(-accel "tcg,thread=multi" -cpu max)
 fi
 
 TMP=$(mktemp -d /tmp/nvme-ddp-vm.XXXXXX)
-QEMU_PID= TAIL_PID=
+QEMU_PID='' TAIL_PID=''
 cleanup() {
 	[[ -n $TAIL_PID ]] && kill "$TAIL_PID" 2>/dev/null
 	[[ -n $QEMU_PID ]] && kill "$QEMU_PID" 2>/dev/null && wait "$QEMU_PID" 2>/dev/null
@@ -181,7 +181,9 @@ sleep 0.2
 if [[ -n $TAIL_PID ]]; then kill "$TAIL_PID" 2>/dev/null || true; TAIL_PID=; fi
 
 # Script output: console lines between the markers, without the serial CRs.
-tr -d '\r' <"$CONSOLE" | sed -n '/GUEST-SCRIPT-BEGIN/,/^GUEST-EXIT /{/GUEST-SCRIPT-BEGIN/d;/^GUEST-EXIT /d;p}'
+# (The init prints an empty line before the GUEST-EXIT marker; drop it.)
+tr -d '\r' <"$CONSOLE" | sed -n '/GUEST-SCRIPT-BEGIN/,/^GUEST-EXIT /{/GUEST-SCRIPT-BEGIN/d;/^GUEST-EXIT /d;p}' |
+	sed '${/^$/d}'
 
 # On failure keep the console log and say where it is; unless the script ran to
 # completion (its output is on stdout already) also show how the console ended.

@@ -37,6 +37,12 @@ impl IoBuf {
         self.lock().to_vec()
     }
 
+    /// Whether another handle to this memory exists (a NIC mapping, a
+    /// queued transmit).
+    pub fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.0) > 1
+    }
+
     /// Whether two handles share memory.
     pub fn same(&self, other: &IoBuf) -> bool {
         Arc::ptr_eq(&self.0, &other.0)

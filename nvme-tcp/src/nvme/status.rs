@@ -29,7 +29,7 @@ impl Status {
     pub const SGL_DESCRIPTOR_TYPE_INVALID: Status = Status::generic(0x11).dnr();
     pub const SGL_OFFSET_INVALID: Status = Status::generic(0x16).dnr();
     pub const KEEP_ALIVE_EXPIRED: Status = Status::generic(0x19);
-    pub const KEEP_ALIVE_INVALID: Status = Status::generic(0x1a).dnr();
+    pub const KEEP_ALIVE_INVALID: Status = Status::generic(0x1a);
     pub const TRANSIENT_TRANSPORT_ERROR: Status = Status::generic(0x22);
     pub const LBA_OUT_OF_RANGE: Status = Status::generic(0x80).dnr();
     pub const CAPACITY_EXCEEDED: Status = Status::generic(0x81).dnr();

@@ -40,7 +40,7 @@ done
 ns=/dev/$ns
 run nvme list || fail "nvme list"
 run fio --name=selftest --filename="$ns" --ioengine=libaio --direct=1 \
-	--rw=randwrite --bs=4k --iodepth=16 --size=32M --verify=crc32c \
+	--rw=randwrite --bs=4k --iodepth=16 --size=16M --verify=crc32c \
 	--do_verify=1 --verify_fatal=1 --group_reporting --eta=never || fail "fio verify"
 run nvme disconnect -n "$NQN" || fail "nvme disconnect"
 

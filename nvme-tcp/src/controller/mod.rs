@@ -1,0 +1,296 @@
+//! The NVMe/TCP controller side: an NVM subsystem with its namespaces and a
+//! discovery controller, served one TCP connection at a time.
+//!
+//! A [`Target`] holds what every connection shares (configuration,
+//! namespaces, the controllers hosts have created); a [`Connection`] is the
+//! sans-IO state machine of one TCP connection: bytes in, bytes out, time
+//! passed in. Admin and I/O command execution live in `admin` and `io`.
+
+mod admin;
+mod conn;
+mod io;
+
+pub use conn::{CloseReason, Connection};
+
+use crate::namespace::Namespace;
+use crate::nvme::log::ErrorLogEntry;
+use crate::nvme::{DISCOVERY_NQN, NQN_MAX_LEN};
+use crate::time::Instant;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// Where the target listens, as the discovery log reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Port {
+    /// Transport address; an unspecified address ("0.0.0.0") is replaced by
+    /// the local address of the connection asking.
+    pub traddr: String,
+    pub trsvcid: String,
+    pub portid: u16,
+}
+
+/// What a target offers hosts.
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
+    pub subnqn: String,
+    pub serial: String,
+    pub model: String,
+    pub firmware: String,
+    /// In-capsule data an I/O queue command may carry (IOCCSZ = (64 + this) / 16).
+    pub inline_data_size: u32,
+    /// Entries per queue (CAP.MQES + 1), also MAXCMD.
+    pub queue_size: u16,
+    /// I/O queues a host may create.
+    pub max_io_queues: u16,
+    /// Largest data transfer, as 2^MDTS 4 KiB pages.
+    pub mdts: u8,
+    /// MAXH2CDATA announced in ICResp.
+    pub maxh2cdata: u32,
+    /// Most bytes one R2T asks for.
+    pub r2t_len: u32,
+    /// Most bytes one C2HData PDU carries.
+    pub c2h_data_len: u32,
+    /// Set SUCCESS on a read's last C2HData instead of sending a CapsuleResp,
+    /// where the specification allows it (SQ flow control disabled).
+    pub c2h_success: bool,
+    /// Where the target listens, for the discovery log.
+    pub port: Option<Port>,
+}
+
+impl Default for TargetConfig {
+    fn default() -> Self {
+        Self {
+            subnqn: "nqn.2026-11.io.nvme-ddp:target".into(),
+            serial: default_serial(),
+            model: "nvme-ddp".into(),
+            firmware: env!("CARGO_PKG_VERSION").into(),
+            inline_data_size: 16384,
+            queue_size: 128,
+            max_io_queues: 64,
+            mdts: 10,
+            maxh2cdata: 0x40_0000,
+            r2t_len: 0x10_0000,
+            c2h_data_len: 0x2_0000,
+            c2h_success: true,
+            port: None,
+        }
+    }
+}
+
+/// A serial number that differs between runs, so that two targets never
+/// present the same namespace identifiers.
+fn default_serial() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!("{:010x}{:04x}", t & 0xff_ffff_ffff, std::process::id() & 0xffff)
+}
+
+/// A configuration the target cannot serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("subsystem NQN {0:?} must be 1..=223 bytes and not the discovery NQN")]
+    BadNqn(String),
+    #[error("a target needs at least one namespace")]
+    NoNamespaces,
+    #[error("queue size {0} must be 2..=4096")]
+    BadQueueSize(u16),
+    #[error("MAXH2CDATA {0} must be at least 4096 and a multiple of 4")]
+    BadMaxH2cData(u32),
+    #[error("{0} must be at least 4096")]
+    TooSmall(&'static str),
+}
+
+/// Counters behind the SMART log and the controller's report.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub media_errors: AtomicU64,
+}
+
+/// A snapshot of what the target has done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TargetStats {
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub media_errors: u64,
+    pub controllers: usize,
+}
+
+/// What every connection of one target shares.
+pub struct Target {
+    config: TargetConfig,
+    namespaces: Vec<Arc<dyn Namespace>>,
+    assocs: Mutex<Associations>,
+    counters: Counters,
+}
+
+#[derive(Default)]
+struct Associations {
+    by_cntlid: HashMap<u16, AssocRef>,
+    next: u16,
+}
+
+impl Target {
+    /// Namespaces get NSIDs 1, 2, ... in order.
+    pub fn new(
+        config: TargetConfig,
+        namespaces: Vec<Arc<dyn Namespace>>,
+    ) -> Result<Arc<Self>, ConfigError> {
+        let nqn = &config.subnqn;
+        if nqn.is_empty() || nqn.len() > NQN_MAX_LEN || nqn == DISCOVERY_NQN {
+            return Err(ConfigError::BadNqn(nqn.clone()));
+        }
+        if namespaces.is_empty() {
+            return Err(ConfigError::NoNamespaces);
+        }
+        if !(2..=4096).contains(&config.queue_size) {
+            return Err(ConfigError::BadQueueSize(config.queue_size));
+        }
+        if config.maxh2cdata < 4096 || !config.maxh2cdata.is_multiple_of(4) {
+            return Err(ConfigError::BadMaxH2cData(config.maxh2cdata));
+        }
+        if config.r2t_len < 4096 {
+            return Err(ConfigError::TooSmall("R2T length"));
+        }
+        if config.c2h_data_len < 4096 {
+            return Err(ConfigError::TooSmall("C2HData length"));
+        }
+        Ok(Arc::new(Self {
+            config,
+            namespaces,
+            assocs: Mutex::new(Associations { next: 1, ..Default::default() }),
+            counters: Counters::default(),
+        }))
+    }
+
+    pub fn config(&self) -> &TargetConfig {
+        &self.config
+    }
+
+    pub fn subnqn(&self) -> &str {
+        &self.config.subnqn
+    }
+
+    pub fn namespaces(&self) -> &[Arc<dyn Namespace>] {
+        &self.namespaces
+    }
+
+    pub fn stats(&self) -> TargetStats {
+        let c = &self.counters;
+        TargetStats {
+            bytes_read: c.bytes_read.load(Ordering::Relaxed),
+            bytes_written: c.bytes_written.load(Ordering::Relaxed),
+            reads: c.reads.load(Ordering::Relaxed),
+            writes: c.writes.load(Ordering::Relaxed),
+            media_errors: c.media_errors.load(Ordering::Relaxed),
+            controllers: self.lock_assocs().by_cntlid.len(),
+        }
+    }
+
+    /// Largest data transfer in bytes (MDTS).
+    pub(crate) fn max_transfer(&self) -> u64 {
+        4096u64 << self.config.mdts.min(20)
+    }
+
+    fn lock_assocs(&self) -> MutexGuard<'_, Associations> {
+        self.assocs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new controller for a host, with a CNTLID unique in the subsystem.
+    pub(crate) fn create_association(&self, assoc: Association) -> Option<AssocRef> {
+        let mut table = self.lock_assocs();
+        for _ in 0..0xffef {
+            let id = table.next;
+            table.next = if id >= 0xffef { 1 } else { id + 1 };
+            if let std::collections::hash_map::Entry::Vacant(slot) = table.by_cntlid.entry(id) {
+                let a = Arc::new(Mutex::new(Association { cntlid: id, ..assoc }));
+                slot.insert(a.clone());
+                return Some(a);
+            }
+        }
+        None
+    }
+
+    pub(crate) fn find_association(&self, cntlid: u16) -> Option<AssocRef> {
+        self.lock_assocs().by_cntlid.get(&cntlid).cloned()
+    }
+
+    pub(crate) fn remove_association(&self, cntlid: u16) {
+        self.lock_assocs().by_cntlid.remove(&cntlid);
+    }
+}
+
+pub(crate) type AssocRef = Arc<Mutex<Association>>;
+
+pub(crate) fn lock(a: &AssocRef) -> MutexGuard<'_, Association> {
+    a.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One controller: the state an admin queue and its I/O queues share.
+#[derive(Debug, Default)]
+pub(crate) struct Association {
+    pub cntlid: u16,
+    pub discovery: bool,
+    pub subnqn: String,
+    pub hostnqn: String,
+    pub hostid: [u8; 16],
+    pub cc: u32,
+    pub csts: u32,
+    /// Keep alive timeout; `None` when the host asked for none.
+    pub kato: Option<Duration>,
+    /// When the association expires unless a command arrives.
+    pub ka_deadline: Option<Instant>,
+    /// I/O queues granted by Set Features (Number of Queues); 0 until asked.
+    pub io_queues: u16,
+    pub connected: BTreeSet<u16>,
+    /// Asynchronous Event Configuration.
+    pub aec: u32,
+    pub vwc: bool,
+    /// Values of features that only need remembering (arbitration, power
+    /// management, temperature threshold, error recovery, write atomicity).
+    pub plain_features: HashMap<u8, u32>,
+    pub errors: VecDeque<ErrorLogEntry>,
+    pub error_count: u64,
+    /// The admin queue is gone or the keep alive timer expired: every queue
+    /// of this controller closes.
+    pub dead: bool,
+}
+
+impl Association {
+    const ERROR_LOG_ENTRIES: usize = 64;
+
+    /// Any command counts as keep alive traffic (CTRATT.TBKAS).
+    pub fn traffic(&mut self, now: Instant) {
+        if let Some(kato) = self.kato {
+            self.ka_deadline = Some(now + kato);
+        }
+    }
+
+    /// Check the keep alive timer; an expired one kills the controller.
+    pub fn expired(&mut self, now: Instant) -> bool {
+        if self.ka_deadline.is_some_and(|d| now >= d) {
+            self.dead = true;
+            self.csts |= crate::nvme::property::CSTS_CFS;
+        }
+        self.dead
+    }
+
+    pub fn record_error(&mut self, mut entry: ErrorLogEntry) {
+        self.error_count += 1;
+        entry.error_count = self.error_count;
+        self.errors.push_front(entry);
+        self.errors.truncate(Self::ERROR_LOG_ENTRIES);
+    }
+
+    pub fn ready(&self) -> bool {
+        self.csts & crate::nvme::property::CSTS_RDY != 0
+    }
+}

@@ -1,0 +1,847 @@
+//! The NVMe/TCP host: one association with a controller, made of an admin
+//! queue and I/O queues, each its own TCP connection.
+//!
+//! [`Host`] runs the bring-up a Linux host runs (Connect, CAP, CC.EN,
+//! CSTS.RDY, VS, Identify, Number of Queues, I/O queue Connects, AER,
+//! namespace scan), keeps the association alive, submits I/O, and shuts down
+//! with CC.SHN. It is sans-IO: the driver opens a transport for every queue
+//! [`Host::poll_connect`] names, feeds bytes to [`Host::handle_input`],
+//! writes what [`Host::poll_transmit`] produces, and keeps time with
+//! [`Host::poll_timeout`] / [`Host::handle_timeout`]. Results come out of
+//! [`Host::poll_event`].
+
+mod queue;
+
+pub use queue::{QueueError, RxStats};
+
+use crate::nvme::identify::{self, IdentifyController, IdentifyNamespace, cns};
+use crate::nvme::log::{DiscoveryEntry, GetLogPage, lid};
+use crate::nvme::{
+    ConnectData, DISCOVERY_NQN, FabricsCommand, PropertySize, Sqe, Status, admin, fid, io, property,
+};
+use crate::time::{Instant, earliest};
+use crate::wire::{Digests, TxStats};
+use queue::{Dir, Owner, Phase, Queue, QueueEvent};
+use std::collections::VecDeque;
+use std::time::Duration;
+use tracing::{debug, info, warn};
+use ulp_ddp::IoBuf;
+
+/// What a host asks of a controller.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// The subsystem to connect to; the discovery NQN runs discovery instead.
+    pub subnqn: String,
+    pub hostnqn: String,
+    pub hostid: [u8; 16],
+    pub digests: Digests,
+    /// I/O queues to ask for.
+    pub io_queues: u16,
+    /// Commands outstanding per I/O queue (the queue gets one entry more).
+    pub queue_depth: u16,
+    /// Keep alive timeout; zero for none.
+    pub kato: Duration,
+    /// How long a command may take before the association is given up.
+    pub command_timeout: Duration,
+    /// R2Ts the controller may have outstanding per command, 0-based.
+    pub maxr2t: u32,
+    /// Ask for SQ flow control to be disabled (lets controllers use SUCCESS).
+    pub disable_sq_flow_control: bool,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            subnqn: DISCOVERY_NQN.into(),
+            hostnqn: "nqn.2014-08.org.nvmexpress:uuid:5f0d2c44-6a1e-4c8b-9d3e-000000000000".into(),
+            hostid: [0x5f, 0x0d, 0x2c, 0x44, 0x6a, 0x1e, 0x4c, 0x8b, 0x9d, 0x3e, 0, 0, 0, 0, 0, 0],
+            digests: Digests::NONE,
+            io_queues: 1,
+            queue_depth: 32,
+            kato: Duration::from_secs(5),
+            command_timeout: queue::DEFAULT_COMMAND_TIMEOUT,
+            maxr2t: 0,
+            disable_sq_flow_control: false,
+        }
+    }
+}
+
+/// Steps of bring-up, discovery and shutdown, each one admin command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    Connect,
+    GetCap,
+    WriteCc,
+    EnableCc,
+    PollReady,
+    GetVs,
+    IdentifyController,
+    SetQueues,
+    ConnectIo,
+    NsList,
+    IdentifyNs(u32),
+    DiscoveryHeader,
+    DiscoveryEntries,
+    Shutdown,
+    PollShutdown,
+}
+
+impl Step {
+    fn name(self) -> &'static str {
+        match self {
+            Step::Connect => "Connect",
+            Step::GetCap => "Property Get CAP",
+            Step::WriteCc | Step::EnableCc => "Property Set CC",
+            Step::PollReady | Step::PollShutdown => "Property Get CSTS",
+            Step::GetVs => "Property Get VS",
+            Step::IdentifyController => "Identify Controller",
+            Step::SetQueues => "Set Features (Number of Queues)",
+            Step::ConnectIo => "Connect (I/O queue)",
+            Step::NsList => "Identify Active Namespace List",
+            Step::IdentifyNs(_) => "Identify Namespace",
+            Step::DiscoveryHeader | Step::DiscoveryEntries => "Get Log Page (Discovery)",
+            Step::Shutdown => "Property Set CC.SHN",
+        }
+    }
+}
+
+/// Why an association failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostError {
+    #[error("queue {qid}: {error}")]
+    Queue { qid: u16, error: QueueError },
+    #[error("{step} failed: {status}")]
+    Refused { step: &'static str, status: Status },
+    #[error("controller cannot be used: {0}")]
+    Incompatible(String),
+    #[error("timed out waiting for {0}")]
+    Timeout(&'static str),
+}
+
+/// A namespace the host found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamespaceInfo {
+    pub nsid: u32,
+    pub blocks: u64,
+    pub block_size: u32,
+}
+
+/// What the host has to say.
+#[derive(Debug)]
+pub enum HostEvent {
+    /// Bring-up finished; I/O may be submitted.
+    Ready,
+    /// Discovery finished with these log entries; the host then shuts down.
+    Discovered(Vec<DiscoveryEntry>),
+    /// An I/O completed; `buf` is the buffer it was submitted with.
+    Completion { qid: u16, tag: u64, status: Status, buf: Option<IoBuf> },
+    /// An Asynchronous Event Request completed with this DW0.
+    AsyncEvent(u32),
+    /// The association failed; outstanding I/O is lost.
+    Failed(HostError),
+    /// Shutdown finished; every queue is closed.
+    Closed,
+}
+
+/// The I/O commands a host can submit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoKind {
+    Read,
+    Write,
+    Flush,
+    WriteZeroes,
+    /// Dataset Management with the Deallocate attribute, one range.
+    Deallocate,
+}
+
+/// One I/O to submit.
+#[derive(Debug, Clone)]
+pub struct Io {
+    pub kind: IoKind,
+    pub nsid: u32,
+    pub slba: u64,
+    pub nlb: u32,
+    /// Read into / write from the first `nlb * block size` bytes.
+    pub buf: Option<IoBuf>,
+    /// Comes back with the completion.
+    pub tag: u64,
+}
+
+/// Why an I/O could not be submitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the host is not ready for I/O")]
+    NotReady,
+    #[error("no I/O queue {0}")]
+    NoQueue(u16),
+    #[error("queue is full")]
+    QueueFull,
+    #[error("no namespace {0}")]
+    NoNamespace(u32),
+    #[error("transfer of {0} bytes exceeds the controller's maximum")]
+    TooLarge(u64),
+    #[error("buffer too small for the transfer")]
+    BufferTooSmall,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    BringUp,
+    Ready,
+    ShuttingDown,
+    Failed,
+    Closed,
+}
+
+/// A host's association with one controller.
+pub struct Host {
+    cfg: HostConfig,
+    discovery: bool,
+    state: State,
+    queues: Vec<Queue>,
+    connect_pending: VecDeque<u16>,
+    events: VecDeque<HostEvent>,
+    cntlid: u16,
+    cap: u64,
+    vs: u32,
+    cc: u32,
+    ctrl: Option<IdentifyController>,
+    namespaces: Vec<NamespaceInfo>,
+    ns_pending: VecDeque<u32>,
+    io_queue_size: u16,
+    io_connected: u16,
+    discovery_numrec: u64,
+    /// When to ask again for CSTS (waiting for RDY or SHST).
+    repoll: Option<(Instant, Step)>,
+    poll_deadline: Option<Instant>,
+    keep_alive: Option<(Instant, Duration)>,
+    span: tracing::Span,
+}
+
+/// The admin queue's size (Linux: 32).
+const ADMIN_QUEUE_SIZE: u16 = 32;
+/// How often CSTS is read while waiting for it to change.
+const CSTS_POLL: Duration = Duration::from_millis(2);
+/// How long shutdown may take (Linux's default shutdown_timeout).
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Host {
+    pub fn new(cfg: HostConfig) -> Self {
+        let discovery = cfg.subnqn == DISCOVERY_NQN;
+        let span = tracing::debug_span!("host", subnqn = %cfg.subnqn);
+        let admin = Queue::new(0, ADMIN_QUEUE_SIZE, cfg.digests, cfg.maxr2t);
+        Self {
+            cfg,
+            discovery,
+            state: State::BringUp,
+            queues: vec![admin],
+            connect_pending: VecDeque::from([0]),
+            events: VecDeque::new(),
+            cntlid: 0,
+            cap: 0,
+            vs: 0,
+            cc: 0,
+            ctrl: None,
+            namespaces: Vec::new(),
+            ns_pending: VecDeque::new(),
+            io_queue_size: 0,
+            io_connected: 0,
+            discovery_numrec: 0,
+            repoll: None,
+            poll_deadline: None,
+            keep_alive: None,
+            span,
+        }
+    }
+
+    pub fn config(&self) -> &HostConfig {
+        &self.cfg
+    }
+
+    /// A queue that needs a transport connection to the controller.
+    pub fn poll_connect(&mut self) -> Option<u16> {
+        self.connect_pending.pop_front()
+    }
+
+    /// The transport of queue `qid` is up.
+    pub fn connected(&mut self, qid: u16, _now: Instant) {
+        if let Some(q) = self.queues.get_mut(usize::from(qid)) {
+            q.connected();
+        }
+    }
+
+    /// Bytes received on queue `qid`; returns how many were taken.
+    pub fn handle_input(&mut self, qid: u16, data: &[u8], now: Instant) -> usize {
+        let Some(q) = self.queues.get_mut(usize::from(qid)) else { return data.len() };
+        let n = q.handle_input(data);
+        self.drain(qid, now);
+        n
+    }
+
+    pub fn poll_transmit(&mut self, qid: u16, out: &mut [u8]) -> usize {
+        self.queues.get_mut(usize::from(qid)).map_or(0, |q| q.poll_transmit(out))
+    }
+
+    pub fn pending_output(&self, qid: u16) -> usize {
+        self.queues.get(usize::from(qid)).map_or(0, Queue::pending_output)
+    }
+
+    /// Queue `qid` has nothing more to send: close its transport.
+    pub fn is_closed(&self, qid: u16) -> bool {
+        self.queues.get(usize::from(qid)).is_none_or(Queue::is_closed)
+    }
+
+    /// The transport of queue `qid` closed under us.
+    pub fn transport_closed(&mut self, qid: u16, now: Instant) {
+        if let Some(q) = self.queues.get_mut(usize::from(qid)) {
+            q.transport_closed();
+        }
+        self.drain(qid, now);
+    }
+
+    pub fn poll_event(&mut self) -> Option<HostEvent> {
+        self.events.pop_front()
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if matches!(self.state, State::Failed | State::Closed) {
+            return None;
+        }
+        let mut t = self.repoll.map(|(t, _)| t);
+        t = earliest(t, self.keep_alive.map(|(t, _)| t));
+        for q in &self.queues {
+            t = earliest(t, q.deadline());
+        }
+        t
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if matches!(self.state, State::Failed | State::Closed) {
+            return;
+        }
+        if let Some((t, step)) = self.repoll
+            && now >= t
+        {
+            self.repoll = None;
+            if self.poll_deadline.is_some_and(|d| now >= d) {
+                return self.fail(HostError::Timeout(if step == Step::PollReady {
+                    "CSTS.RDY"
+                } else {
+                    "shutdown"
+                }));
+            }
+            self.property_get(step, property::CSTS, PropertySize::Four, now);
+        }
+        if let Some((t, period)) = self.keep_alive
+            && now >= t
+        {
+            self.keep_alive = Some((now + period, period));
+            if !self.queues[0].has_owner(Owner::KeepAlive) {
+                self.admin_cmd(
+                    Owner::KeepAlive,
+                    Sqe::new(admin::KEEP_ALIVE, 0, Default::default()),
+                    None,
+                    now,
+                );
+            }
+        }
+        if let Some(q) = self.queues.iter().find(|q| q.command_overdue(now)) {
+            let qid = q.qid;
+            warn!(parent: &self.span, qid, "command timed out");
+            self.fail(HostError::Timeout("a command completion"));
+        }
+    }
+
+    /// Shut the association down: close the I/O queues, then CC.SHN on the
+    /// admin queue, then close it. `Closed` follows.
+    pub fn shutdown(&mut self, now: Instant) {
+        match self.state {
+            State::Ready | State::BringUp
+                if self.queues[0].phase == Phase::Live && self.cntlid != 0 =>
+            {
+                self.state = State::ShuttingDown;
+                for q in &mut self.queues[1..] {
+                    q.close();
+                }
+                self.keep_alive = None;
+                let cc = (self.cc & !property::CC_SHN_MASK) | property::CC_SHN_NORMAL;
+                self.property_set(Step::Shutdown, property::CC, cc, now);
+            }
+            State::Failed | State::Closed => {}
+            _ => self.close_all(),
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.state == State::Ready
+    }
+
+    /// Identify Controller data, once read.
+    pub fn controller(&self) -> Option<&IdentifyController> {
+        self.ctrl.as_ref()
+    }
+
+    pub fn cntlid(&self) -> u16 {
+        self.cntlid
+    }
+
+    /// Controller version (VS).
+    pub fn version(&self) -> u32 {
+        self.vs
+    }
+
+    pub fn namespaces(&self) -> &[NamespaceInfo] {
+        &self.namespaces
+    }
+
+    /// I/O queues in use (qids 1..=n).
+    pub fn io_queues(&self) -> u16 {
+        self.queues.len() as u16 - 1
+    }
+
+    /// Commands that may be outstanding on each I/O queue.
+    pub fn queue_depth(&self) -> usize {
+        self.queues.get(1).map_or(0, Queue::depth)
+    }
+
+    pub fn outstanding(&self, qid: u16) -> usize {
+        self.queues.get(usize::from(qid)).map_or(0, Queue::outstanding)
+    }
+
+    /// Work counters summed over the I/O queues (the admin queue's few
+    /// bytes are not what an offload is about).
+    pub fn stats(&self) -> (RxStats, TxStats) {
+        let mut rx = RxStats::default();
+        let mut tx = TxStats::default();
+        for q in &self.queues[1..] {
+            let (r, t) = (q.rx_stats, q.tx_stats());
+            rx.data_bytes += r.data_bytes;
+            rx.copy_bytes += r.copy_bytes;
+            rx.crc_bytes += r.crc_bytes;
+            tx.data_bytes += t.data_bytes;
+            tx.crc_bytes += t.crc_bytes;
+            tx.crc_offloaded_bytes += t.crc_offloaded_bytes;
+        }
+        (rx, tx)
+    }
+
+    /// Largest transfer the controller takes (MDTS), if it set one.
+    pub fn max_transfer(&self) -> Option<u64> {
+        let mdts = self.ctrl.as_ref()?.mdts;
+        let mpsmin = (self.cap >> 48) & 0xf;
+        (mdts > 0).then(|| 1u64 << (12 + mpsmin + u64::from(mdts)).min(40))
+    }
+
+    /// Submit an I/O on queue `qid` (1..=io_queues).
+    pub fn submit(&mut self, qid: u16, io: Io, now: Instant) -> Result<(), SubmitError> {
+        if self.state != State::Ready {
+            return Err(SubmitError::NotReady);
+        }
+        if qid == 0 || usize::from(qid) >= self.queues.len() {
+            return Err(SubmitError::NoQueue(qid));
+        }
+        let ns = *self
+            .namespaces
+            .iter()
+            .find(|n| n.nsid == io.nsid)
+            .ok_or(SubmitError::NoNamespace(io.nsid))?;
+        let len = u64::from(io.nlb) * u64::from(ns.block_size);
+        let mut sqe = Sqe::rw(io::READ, io.nsid, io.slba, io.nlb, Default::default());
+        let data = match io.kind {
+            IoKind::Read | IoKind::Write => {
+                if self.max_transfer().is_some_and(|m| len > m) {
+                    return Err(SubmitError::TooLarge(len));
+                }
+                let buf = io.buf.clone().ok_or(SubmitError::BufferTooSmall)?;
+                if (buf.len() as u64) < len {
+                    return Err(SubmitError::BufferTooSmall);
+                }
+                let (opcode, dir) = match io.kind {
+                    IoKind::Read => (io::READ, Dir::FromController),
+                    _ => (io::WRITE, Dir::ToController),
+                };
+                sqe.opcode = opcode;
+                Some((buf, len as usize, dir))
+            }
+            IoKind::Flush => {
+                sqe = Sqe::new(io::FLUSH, io.nsid, Default::default());
+                None
+            }
+            IoKind::WriteZeroes => {
+                sqe.opcode = io::WRITE_ZEROES;
+                None
+            }
+            IoKind::Deallocate => {
+                sqe = Sqe::new(io::DATASET_MANAGEMENT, io.nsid, Default::default());
+                // One range (NR 0), Attribute - Deallocate.
+                sqe.cdw11 = 1 << 2;
+                let mut range = vec![0u8; 16];
+                range[4..8].copy_from_slice(&io.nlb.to_le_bytes());
+                range[8..16].copy_from_slice(&io.slba.to_le_bytes());
+                Some((IoBuf::from_vec(range), 16, Dir::ToController))
+            }
+        };
+        let deadline = now + self.cfg.command_timeout;
+        let q = &mut self.queues[usize::from(qid)];
+        if q.phase != Phase::Live {
+            return Err(SubmitError::NotReady);
+        }
+        q.submit(Owner::Io(io.tag), sqe, data, deadline).map(drop).ok_or(SubmitError::QueueFull)
+    }
+
+    fn admin_cmd(
+        &mut self,
+        owner: Owner,
+        sqe: Sqe,
+        data: Option<(IoBuf, usize, Dir)>,
+        now: Instant,
+    ) {
+        let deadline = now + self.cfg.command_timeout;
+        if self.queues[0].submit(owner, sqe, data, deadline).is_none() {
+            self.fail(HostError::Incompatible("admin queue full".into()));
+        }
+    }
+
+    fn step(&mut self, step: Step, sqe: Sqe, data: Option<(IoBuf, usize, Dir)>, now: Instant) {
+        self.admin_cmd(Owner::Admin(step), sqe, data, now);
+    }
+
+    fn property_get(&mut self, step: Step, offset: u32, size: PropertySize, now: Instant) {
+        let sqe = FabricsCommand::PropertyGet { size, offset }.to_sqe(Default::default());
+        self.step(step, sqe, None, now);
+    }
+
+    fn property_set(&mut self, step: Step, offset: u32, value: u32, now: Instant) {
+        if offset == property::CC {
+            self.cc = value;
+        }
+        let cmd = FabricsCommand::PropertySet {
+            size: PropertySize::Four,
+            offset,
+            value: u64::from(value),
+        };
+        self.step(step, cmd.to_sqe(Default::default()), None, now);
+    }
+
+    fn identify(&mut self, step: Step, cns: u8, nsid: u32, now: Instant) {
+        let mut sqe = Sqe::new(admin::IDENTIFY, nsid, Default::default());
+        sqe.cdw10 = u32::from(cns);
+        let buf = IoBuf::new(identify::IDENTIFY_LEN);
+        self.step(step, sqe, Some((buf, identify::IDENTIFY_LEN, Dir::FromController)), now);
+    }
+
+    fn get_log(&mut self, step: Step, lid: u8, lpo: u64, len: usize, now: Instant) {
+        let mut sqe = Sqe::new(admin::GET_LOG_PAGE, 0, Default::default());
+        GetLogPage { lid, lsp: 0, rae: false, len: len as u64, lpo }.fill(&mut sqe);
+        self.step(step, sqe, Some((IoBuf::new(len), len, Dir::FromController)), now);
+    }
+
+    fn connect(&mut self, qid: u16, sqsize: u16, now: Instant) {
+        let kato =
+            if qid == 0 { self.cfg.kato.as_millis().min(u128::from(u32::MAX)) as u32 } else { 0 };
+        let cattr = if self.cfg.disable_sq_flow_control {
+            FabricsCommand::CATTR_DISABLE_SQ_FLOW_CONTROL
+        } else {
+            0
+        };
+        let cmd = FabricsCommand::Connect { recfmt: 0, qid, sqsize, cattr, kato };
+        let data = ConnectData {
+            hostid: self.cfg.hostid,
+            cntlid: if qid == 0 { ConnectData::DYNAMIC_CNTLID } else { self.cntlid },
+            subnqn: self.cfg.subnqn.clone(),
+            hostnqn: self.cfg.hostnqn.clone(),
+        };
+        let mut raw = [0u8; ConnectData::LEN];
+        data.emit(&mut raw);
+        let buf = IoBuf::from_vec(raw.to_vec());
+        let owner = Owner::Admin(if qid == 0 { Step::Connect } else { Step::ConnectIo });
+        let deadline = now + self.cfg.command_timeout;
+        let sqe = cmd.to_sqe(Default::default());
+        let q = &mut self.queues[usize::from(qid)];
+        if q.submit(owner, sqe, Some((buf, ConnectData::LEN, Dir::ToController)), deadline)
+            .is_none()
+        {
+            self.fail(HostError::Incompatible("queue full at Connect".into()));
+        }
+    }
+
+    /// Act on what queue `qid` reported.
+    fn drain(&mut self, qid: u16, now: Instant) {
+        while let Some(ev) =
+            self.queues.get_mut(usize::from(qid)).and_then(|q| q.events.pop_front())
+        {
+            match ev {
+                QueueEvent::Established => {
+                    let size = if qid == 0 { ADMIN_QUEUE_SIZE } else { self.io_queue_size };
+                    self.connect(qid, size - 1, now);
+                }
+                QueueEvent::Completion { owner, status, cqe, buf } => match owner {
+                    Owner::Io(tag) => {
+                        self.events.push_back(HostEvent::Completion { qid, tag, status, buf })
+                    }
+                    Owner::Aer => {
+                        if status.is_success() {
+                            self.events.push_back(HostEvent::AsyncEvent(cqe.dw0));
+                            self.admin_cmd(
+                                Owner::Aer,
+                                Sqe::new(admin::ASYNC_EVENT_REQUEST, 0, Default::default()),
+                                None,
+                                now,
+                            );
+                        }
+                    }
+                    Owner::KeepAlive => {
+                        if !status.is_success() {
+                            warn!(parent: &self.span, %status, "keep alive failed");
+                        }
+                    }
+                    Owner::Admin(step) => {
+                        if let Err(e) = self.advance(qid, step, status, cqe.result64(), buf, now) {
+                            self.fail(e);
+                        }
+                    }
+                },
+                QueueEvent::Failed(error) => {
+                    let expected = matches!(self.state, State::ShuttingDown | State::Closed)
+                        && error == QueueError::TransportClosed;
+                    if !expected {
+                        self.fail(HostError::Queue { qid, error });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next bring-up, discovery or shutdown step after `step` completed.
+    fn advance(
+        &mut self,
+        qid: u16,
+        step: Step,
+        status: Status,
+        result: u64,
+        buf: Option<IoBuf>,
+        now: Instant,
+    ) -> Result<(), HostError> {
+        if !status.is_success() {
+            return Err(HostError::Refused { step: step.name(), status });
+        }
+        let page = |buf: &Option<IoBuf>| buf.as_ref().map(IoBuf::to_vec).unwrap_or_default();
+        match step {
+            Step::Connect => {
+                self.cntlid = result as u16;
+                debug!(parent: &self.span, cntlid = self.cntlid, "admin queue connected");
+                self.property_get(Step::GetCap, property::CAP, PropertySize::Eight, now);
+            }
+            Step::GetCap => {
+                self.cap = result;
+                if (self.cap >> 48) & 0xf != 0 {
+                    return Err(HostError::Incompatible("CAP.MPSMIN above 4 KiB".into()));
+                }
+                // EN clear first, as Linux does, then EN.
+                self.property_set(
+                    Step::WriteCc,
+                    property::CC,
+                    property::CC_ENABLE & !property::CC_EN,
+                    now,
+                );
+            }
+            Step::WriteCc => {
+                self.property_set(Step::EnableCc, property::CC, property::CC_ENABLE, now)
+            }
+            Step::EnableCc => {
+                let timeout = Duration::from_millis(property::cap_timeout_ms(self.cap).max(500));
+                self.poll_deadline = Some(now + timeout);
+                self.property_get(Step::PollReady, property::CSTS, PropertySize::Four, now);
+            }
+            Step::PollReady => {
+                let csts = result as u32;
+                if csts & property::CSTS_CFS != 0 {
+                    return Err(HostError::Incompatible(
+                        "controller fatal status while enabling".into(),
+                    ));
+                }
+                if csts & property::CSTS_RDY == 0 {
+                    self.repoll = Some((now + CSTS_POLL, Step::PollReady));
+                    return Ok(());
+                }
+                self.poll_deadline = None;
+                self.property_get(Step::GetVs, property::VS, PropertySize::Four, now);
+            }
+            Step::GetVs => {
+                self.vs = result as u32;
+                self.identify(Step::IdentifyController, cns::CONTROLLER, 0, now);
+            }
+            Step::IdentifyController => {
+                let id = IdentifyController::parse(&page(&buf)).ok_or_else(|| {
+                    HostError::Incompatible("short Identify Controller data".into())
+                })?;
+                self.check_controller(&id)?;
+                if self.cfg.kato > Duration::ZERO && id.kas > 0 {
+                    let period = self.cfg.kato / 2;
+                    self.keep_alive = Some((now + period, period));
+                }
+                self.ctrl = Some(id);
+                if self.discovery {
+                    self.get_log(Step::DiscoveryHeader, lid::DISCOVERY, 0, 1024, now);
+                } else {
+                    let n = u32::from(self.cfg.io_queues.max(1)) - 1;
+                    let mut sqe = Sqe::new(admin::SET_FEATURES, 0, Default::default());
+                    sqe.cdw10 = u32::from(fid::NUMBER_OF_QUEUES);
+                    sqe.cdw11 = n | (n << 16);
+                    self.step(Step::SetQueues, sqe, None, now);
+                }
+            }
+            Step::SetQueues => {
+                let granted = (result as u16).min((result >> 16) as u16).saturating_add(1);
+                let n = self.cfg.io_queues.max(1).min(granted);
+                let mqes = property::cap_mqes(self.cap).saturating_add(1).max(2);
+                let maxcmd = self.ctrl.as_ref().map_or(0, |c| c.maxcmd);
+                let mut size = self.cfg.queue_depth.saturating_add(1).min(mqes);
+                if maxcmd >= 2 {
+                    size = size.min(maxcmd);
+                }
+                self.io_queue_size = size.max(2);
+                let inline =
+                    self.ctrl.as_ref().map_or(0, |c| (c.ioccsz as usize * 16).saturating_sub(64));
+                for qid in 1..=n {
+                    let mut q =
+                        Queue::new(qid, self.io_queue_size, self.cfg.digests, self.cfg.maxr2t);
+                    q.set_inline_max(inline);
+                    self.queues.push(q);
+                    self.connect_pending.push_back(qid);
+                }
+                debug!(parent: &self.span, queues = n, size = self.io_queue_size, "connecting I/O queues");
+            }
+            Step::ConnectIo => {
+                self.io_connected += 1;
+                debug!(parent: &self.span, qid, "I/O queue connected");
+                if self.io_connected == self.io_queues() {
+                    self.admin_cmd(
+                        Owner::Aer,
+                        Sqe::new(admin::ASYNC_EVENT_REQUEST, 0, Default::default()),
+                        None,
+                        now,
+                    );
+                    self.identify(Step::NsList, cns::ACTIVE_NS_LIST, 0, now);
+                }
+            }
+            Step::NsList => {
+                self.ns_pending = identify::parse_ns_list(&page(&buf)).into();
+                self.next_namespace(now);
+            }
+            Step::IdentifyNs(nsid) => {
+                if let Some(ns) = IdentifyNamespace::parse(&page(&buf))
+                    && ns.ncap > 0
+                    && (512..=65536).contains(&ns.block_size())
+                {
+                    let block_size = ns.block_size() as u32;
+                    self.namespaces.push(NamespaceInfo { nsid, blocks: ns.nsze, block_size });
+                }
+                self.next_namespace(now);
+            }
+            Step::DiscoveryHeader => {
+                let (_, numrec) =
+                    crate::nvme::log::parse_discovery_header(&page(&buf)).unwrap_or((0, 0));
+                self.discovery_numrec = numrec.min(1024);
+                if self.discovery_numrec == 0 {
+                    self.events.push_back(HostEvent::Discovered(Vec::new()));
+                    self.shutdown(now);
+                } else {
+                    let len = self.discovery_numrec as usize * DiscoveryEntry::LEN;
+                    self.get_log(
+                        Step::DiscoveryEntries,
+                        lid::DISCOVERY,
+                        DiscoveryEntry::LEN as u64,
+                        len,
+                        now,
+                    );
+                }
+            }
+            Step::DiscoveryEntries => {
+                let raw = page(&buf);
+                let entries =
+                    raw.chunks(DiscoveryEntry::LEN).filter_map(DiscoveryEntry::parse).collect();
+                self.events.push_back(HostEvent::Discovered(entries));
+                self.shutdown(now);
+            }
+            Step::Shutdown => {
+                self.poll_deadline = Some(now + SHUTDOWN_TIMEOUT);
+                self.property_get(Step::PollShutdown, property::CSTS, PropertySize::Four, now);
+            }
+            Step::PollShutdown => {
+                let done = result as u32 & property::CSTS_SHST_MASK == property::CSTS_SHST_COMPLETE;
+                if done {
+                    self.close_all();
+                } else {
+                    self.repoll = Some((now + CSTS_POLL, Step::PollShutdown));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn next_namespace(&mut self, now: Instant) {
+        match self.ns_pending.pop_front() {
+            Some(nsid) => self.identify(Step::IdentifyNs(nsid), cns::NAMESPACE, nsid, now),
+            None => {
+                info!(parent: &self.span, cntlid = self.cntlid, queues = self.io_queues(), namespaces = self.namespaces.len(), "ready");
+                self.state = State::Ready;
+                self.events.push_back(HostEvent::Ready);
+            }
+        }
+    }
+
+    /// Refuse controllers a Linux host would refuse.
+    fn check_controller(&self, id: &IdentifyController) -> Result<(), HostError> {
+        let bad = |why: String| Err(HostError::Incompatible(why));
+        if id.cntlid != self.cntlid {
+            return bad(format!(
+                "Identify CNTLID {} differs from Connect's {}",
+                id.cntlid, self.cntlid
+            ));
+        }
+        if id.icdoff != 0 {
+            return bad("in-capsule data offset (ICDOFF) is not 0".into());
+        }
+        if id.sgls & 0x3 == 0 {
+            return bad("controller does not support SGLs".into());
+        }
+        if self.discovery {
+            if id.cntrltype != identify::CNTRLTYPE_DISCOVERY && id.subnqn != DISCOVERY_NQN {
+                return bad("not a discovery controller".into());
+            }
+        } else if id.ioccsz < 4 || id.iorcsz < 1 {
+            return bad(format!(
+                "capsule sizes IOCCSZ {} / IORCSZ {} too small",
+                id.ioccsz, id.iorcsz
+            ));
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, e: HostError) {
+        if matches!(self.state, State::Failed | State::Closed) {
+            return;
+        }
+        warn!(parent: &self.span, error = %e, "association failed");
+        self.state = State::Failed;
+        self.repoll = None;
+        self.keep_alive = None;
+        for q in &mut self.queues {
+            q.abort_all();
+            q.close();
+        }
+        self.events.push_back(HostEvent::Failed(e));
+    }
+
+    fn close_all(&mut self) {
+        for q in &mut self.queues {
+            q.abort_all();
+            q.close();
+        }
+        self.repoll = None;
+        self.keep_alive = None;
+        self.state = State::Closed;
+        self.events.push_back(HostEvent::Closed);
+    }
+}

@@ -1,0 +1,446 @@
+//! Host and controller state machines wired to each other through in-memory
+//! byte pipes, with time under the test's control: the protocol's logic,
+//! error paths and timers, without sockets.
+
+use nvme_tcp::Instant;
+use nvme_tcp::controller::{CloseReason, Connection, Port, Target, TargetConfig};
+use nvme_tcp::host::{Host, HostConfig, HostError, HostEvent, Io, IoKind, QueueError};
+use nvme_tcp::namespace::{Namespace, RamNamespace};
+use nvme_tcp::nvme::{DISCOVERY_NQN, Status};
+use nvme_tcp::wire::{Digests, Fes};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use ulp_ddp::IoBuf;
+
+const SUBNQN: &str = "nqn.2026-11.io.nvme-ddp:test";
+
+/// Sees (and may change) the bytes of one transfer on queue `qid`.
+type Filter = Box<dyn FnMut(u16, &mut Vec<u8>)>;
+
+struct Pair {
+    host: Host,
+    target: Arc<Target>,
+    conns: BTreeMap<u16, Connection>,
+    now: Instant,
+    events: Vec<HostEvent>,
+    /// Applied to every chunk going host -> controller.
+    h2c_filter: Option<Filter>,
+    /// Applied to every chunk going controller -> host.
+    c2h_filter: Option<Filter>,
+    /// Bytes per transfer: small values exercise arbitrary segmentation.
+    chunk: usize,
+}
+
+fn target(cfg: TargetConfig, size: u64, block: u32) -> Arc<Target> {
+    let ns: Arc<dyn Namespace> = Arc::new(RamNamespace::new(size, block).unwrap());
+    Target::new(TargetConfig { subnqn: SUBNQN.into(), ..cfg }, vec![ns]).unwrap()
+}
+
+impl Pair {
+    fn new(host: HostConfig, target: Arc<Target>) -> Self {
+        Self {
+            host: Host::new(host),
+            target,
+            conns: BTreeMap::new(),
+            now: Instant::from_millis(1_000),
+            events: Vec::new(),
+            h2c_filter: None,
+            c2h_filter: None,
+            chunk: 64 * 1024,
+        }
+    }
+
+    fn nvm(host: HostConfig) -> Self {
+        let host = HostConfig { subnqn: SUBNQN.into(), ..host };
+        Self::new(host, target(TargetConfig::default(), 16 << 20, 512))
+    }
+
+    /// Move bytes both ways until nothing moves; returns whether anything did.
+    fn step(&mut self) -> bool {
+        let mut moved = false;
+        while let Some(qid) = self.host.poll_connect() {
+            self.conns.insert(qid, Connection::new(self.target.clone(), None));
+            self.host.connected(qid, self.now);
+            moved = true;
+        }
+        let qids: Vec<u16> = self.conns.keys().copied().collect();
+        let mut buf = vec![0u8; self.chunk];
+        for qid in qids {
+            let n = self.host.poll_transmit(qid, &mut buf);
+            if n > 0 {
+                moved = true;
+                let mut bytes = buf[..n].to_vec();
+                if let Some(f) = &mut self.h2c_filter {
+                    f(qid, &mut bytes);
+                }
+                let conn = self.conns.get_mut(&qid).unwrap();
+                let taken = conn.handle_input(&bytes, self.now);
+                assert_eq!(taken, bytes.len(), "a small amount of output never blocks input");
+            }
+            let conn = self.conns.get_mut(&qid).unwrap();
+            let n = conn.poll_transmit(&mut buf);
+            if n > 0 {
+                moved = true;
+                let mut bytes = buf[..n].to_vec();
+                if let Some(f) = &mut self.c2h_filter {
+                    f(qid, &mut bytes);
+                }
+                let mut at = 0;
+                while at < bytes.len() {
+                    let k = self.host.handle_input(qid, &bytes[at..], self.now);
+                    assert!(k > 0);
+                    at += k;
+                }
+            }
+            let closed_ctrl = self.conns[&qid].is_closed();
+            if closed_ctrl || self.host.is_closed(qid) {
+                // Flush what the host still had (a TermReq) before closing.
+                let n = self.host.poll_transmit(qid, &mut buf);
+                if n > 0 && !closed_ctrl {
+                    self.conns.get_mut(&qid).unwrap().handle_input(&buf[..n], self.now);
+                }
+                self.conns.get_mut(&qid).unwrap().transport_closed();
+                self.host.transport_closed(qid, self.now);
+                self.conns.remove(&qid);
+                moved = true;
+            }
+        }
+        while let Some(ev) = self.host.poll_event() {
+            self.events.push(ev);
+            moved = true;
+        }
+        moved
+    }
+
+    /// Run until quiet, then jump to the next deadline; stop when `done`
+    /// says so or nothing is left to happen.
+    fn run_until(&mut self, mut done: impl FnMut(&[HostEvent]) -> bool) {
+        for _ in 0..1_000_000 {
+            while self.step() {}
+            if done(&self.events) {
+                return;
+            }
+            let t = self
+                .host
+                .poll_timeout()
+                .into_iter()
+                .chain(self.conns.values().filter_map(|c| c.poll_timeout()))
+                .min();
+            let Some(t) = t else { return };
+            self.now = self.now.max(t);
+            self.host.handle_timeout(self.now);
+            for c in self.conns.values_mut() {
+                c.handle_timeout(self.now);
+            }
+        }
+        panic!("did not settle");
+    }
+
+    /// Run with time passing until `end`.
+    fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        loop {
+            while self.step() {}
+            let t = self
+                .host
+                .poll_timeout()
+                .into_iter()
+                .chain(self.conns.values().filter_map(|c| c.poll_timeout()))
+                .min();
+            match t {
+                Some(t) if t <= end => self.now = self.now.max(t),
+                _ => {
+                    self.now = end;
+                    return;
+                }
+            }
+            self.host.handle_timeout(self.now);
+            for c in self.conns.values_mut() {
+                c.handle_timeout(self.now);
+            }
+        }
+    }
+
+    fn ready(&mut self) {
+        self.run_until(|ev| {
+            ev.iter().any(|e| matches!(e, HostEvent::Ready | HostEvent::Failed(_)))
+        });
+        assert!(self.host.is_ready(), "events: {:?}", self.events);
+    }
+
+    fn failure(&self) -> Option<&HostError> {
+        self.events.iter().find_map(|e| if let HostEvent::Failed(e) = e { Some(e) } else { None })
+    }
+
+    /// Submit one I/O and run until it completes.
+    fn io(&mut self, qid: u16, kind: IoKind, slba: u64, nlb: u32, buf: Option<IoBuf>) -> Status {
+        let tag = self.now.as_micros() ^ slba;
+        self.host.submit(qid, Io { kind, nsid: 1, slba, nlb, buf, tag }, self.now).expect("submit");
+        self.run_until(|ev| {
+            ev.iter().any(|e| matches!(e, HostEvent::Completion { tag: t, .. } if *t == tag))
+        });
+        let i = self
+            .events
+            .iter()
+            .position(|e| matches!(e, HostEvent::Completion { tag: t, .. } if *t == tag));
+        match i.map(|i| self.events.remove(i)) {
+            Some(HostEvent::Completion { status, .. }) => status,
+            _ => panic!("no completion; events {:?}", self.events),
+        }
+    }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn bring_up_finds_the_namespace() {
+    let mut p = Pair::nvm(HostConfig { io_queues: 4, queue_depth: 32, ..Default::default() });
+    p.ready();
+    assert_eq!(p.host.io_queues(), 4);
+    assert_eq!(p.host.queue_depth(), 32);
+    let ns = p.host.namespaces();
+    assert_eq!(ns.len(), 1);
+    assert_eq!((ns[0].nsid, ns[0].blocks, ns[0].block_size), (1, 32768, 512));
+    let id = p.host.controller().unwrap();
+    assert_eq!(id.subnqn, SUBNQN);
+    assert_eq!(id.cntlid, p.host.cntlid());
+    assert_eq!(p.target.stats().controllers, 1);
+}
+
+/// Write the whole namespace in varied sizes (in-capsule, one R2T, several
+/// R2Ts, several C2HData), then read it back and compare, under each digest
+/// combination and with tiny segments.
+#[test]
+fn write_then_verified_read_with_every_digest_combination() {
+    for (header, data) in [(false, false), (true, false), (false, true), (true, true)] {
+        let digests = Digests { header, data };
+        let cfg = TargetConfig {
+            r2t_len: 8192,
+            c2h_data_len: 16384,
+            inline_data_size: 4096,
+            ..TargetConfig::default()
+        };
+        let host = HostConfig { subnqn: SUBNQN.into(), digests, maxr2t: 2, ..Default::default() };
+        let mut p = Pair::new(host, target(cfg, 1 << 20, 4096));
+        p.chunk = if header { 1000 } else { 65536 };
+        p.ready();
+        let sizes = [1u32, 8, 3, 32, 2, 16, 1, 64];
+        let mut lba = 0u64;
+        let mut written = Vec::new();
+        for (i, &nlb) in sizes.iter().cycle().enumerate() {
+            if lba + u64::from(nlb) > 256 {
+                break;
+            }
+            let data = pattern(nlb as usize * 4096, i as u64 + 1);
+            let status = p.io(1, IoKind::Write, lba, nlb, Some(IoBuf::from_vec(data.clone())));
+            assert_eq!(status, Status::SUCCESS);
+            written.push((lba, nlb, data));
+            lba += u64::from(nlb);
+        }
+        for (lba, nlb, data) in &written {
+            let buf = IoBuf::new(*nlb as usize * 4096);
+            assert_eq!(p.io(1, IoKind::Read, *lba, *nlb, Some(buf.clone())), Status::SUCCESS);
+            assert!(buf.to_vec() == *data, "lba {lba} differs ({digests:?})");
+        }
+        let (rx, tx) = p.host.stats();
+        assert_eq!(rx.data_bytes, lba * 4096);
+        assert_eq!(rx.crc_bytes, if data { lba * 4096 } else { 0 });
+        // Sent data includes the I/O queue's 1024-byte Connect data.
+        assert_eq!(tx.data_bytes, lba * 4096 + 1024);
+        assert_eq!(tx.crc_bytes, if data { lba * 4096 + 1024 } else { 0 });
+    }
+}
+
+#[test]
+fn success_flag_replaces_the_capsule_resp_without_sq_flow_control() {
+    let host = HostConfig { disable_sq_flow_control: true, ..Default::default() };
+    let mut p = Pair::nvm(host);
+    let resps = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = resps.clone();
+    let mut framer = nvme_tcp::wire::Framer::new(nvme_tcp::wire::Direction::ControllerToHost);
+    p.c2h_filter = Some(Box::new(move |qid, bytes| {
+        // Count CapsuleResp PDUs on the I/O queue (after its ICResp).
+        if qid != 1 {
+            return;
+        }
+        let mut at = 0;
+        while let Ok((n, Some(ev))) = framer.next(&bytes[at..]) {
+            at += n;
+            if let nvme_tcp::wire::Event::Header(r) = ev
+                && r.pdu_type() == nvme_tcp::wire::PduType::CapsuleResp
+            {
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }));
+    p.ready();
+    let data = pattern(4096, 7);
+    assert_eq!(p.io(1, IoKind::Write, 8, 8, Some(IoBuf::from_vec(data.clone()))), Status::SUCCESS);
+    let before = resps.load(std::sync::atomic::Ordering::Relaxed);
+    let buf = IoBuf::new(4096);
+    assert_eq!(p.io(1, IoKind::Read, 8, 8, Some(buf.clone())), Status::SUCCESS);
+    assert_eq!(buf.to_vec(), data);
+    assert_eq!(
+        resps.load(std::sync::atomic::Ordering::Relaxed),
+        before,
+        "no CapsuleResp after a SUCCESS read"
+    );
+}
+
+#[test]
+fn bad_commands_get_nvme_statuses() {
+    let mut p = Pair::nvm(HostConfig::default());
+    p.ready();
+    let blocks = p.host.namespaces()[0].blocks;
+    let buf = IoBuf::new(8192);
+    assert_eq!(p.io(1, IoKind::Read, blocks - 1, 2, Some(buf.clone())), Status::LBA_OUT_OF_RANGE);
+    assert_eq!(
+        p.io(1, IoKind::Write, u64::MAX - 1, 4, Some(buf.clone())),
+        Status::LBA_OUT_OF_RANGE
+    );
+    assert_eq!(p.io(1, IoKind::WriteZeroes, blocks, 1, None), Status::LBA_OUT_OF_RANGE);
+    assert_eq!(p.io(1, IoKind::Flush, 0, 0, None), Status::SUCCESS);
+    // The association survives errors.
+    assert_eq!(p.io(1, IoKind::Read, 0, 16, Some(buf)), Status::SUCCESS);
+    assert!(p.failure().is_none());
+}
+
+#[test]
+fn write_zeroes_and_deallocate_clear_data() {
+    let mut p = Pair::nvm(HostConfig::default());
+    p.ready();
+    let data = pattern(16 * 512, 3);
+    assert_eq!(
+        p.io(1, IoKind::Write, 100, 16, Some(IoBuf::from_vec(data.clone()))),
+        Status::SUCCESS
+    );
+    assert_eq!(p.io(1, IoKind::WriteZeroes, 100, 4, None), Status::SUCCESS);
+    assert_eq!(p.io(1, IoKind::Deallocate, 112, 4, None), Status::SUCCESS);
+    let buf = IoBuf::new(16 * 512);
+    assert_eq!(p.io(1, IoKind::Read, 100, 16, Some(buf.clone())), Status::SUCCESS);
+    let got = buf.to_vec();
+    assert!(got[..2048].iter().all(|&b| b == 0));
+    assert_eq!(&got[2048..6144], &data[2048..6144]);
+    assert!(got[6144..].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn discovery_lists_the_subsystem() {
+    let port = Port { traddr: "0.0.0.0".into(), trsvcid: "4420".into(), portid: 1 };
+    let cfg = TargetConfig { port: Some(port), ..TargetConfig::default() };
+    let t = target(cfg, 1 << 20, 512);
+    let mut p = Pair::new(HostConfig { subnqn: DISCOVERY_NQN.into(), ..Default::default() }, t);
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Closed | HostEvent::Failed(_))));
+    let entries = p
+        .events
+        .iter()
+        .find_map(|e| if let HostEvent::Discovered(v) = e { Some(v.clone()) } else { None });
+    let entries = entries.expect("a discovery log");
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].subnqn, SUBNQN);
+    assert_eq!(entries[0].trsvcid, "4420");
+    assert_eq!(entries[0].trtype, 3);
+    assert!(p.events.iter().any(|e| matches!(e, HostEvent::Closed)), "{:?}", p.events);
+    assert_eq!(p.target.stats().controllers, 0, "shutdown released the controller");
+}
+
+#[test]
+fn malformed_pdu_from_the_host_gets_a_term_req() {
+    let mut p = Pair::nvm(HostConfig::default());
+    p.ready();
+    // Corrupt the HLEN of the next capsule on queue 1.
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let a = armed.clone();
+    p.h2c_filter = Some(Box::new(move |qid, bytes| {
+        if qid == 1 && a.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            bytes[2] = 71;
+        }
+    }));
+    let term = Arc::new(std::sync::Mutex::new(None));
+    let t = term.clone();
+    p.c2h_filter = Some(Box::new(move |qid, bytes| {
+        if qid == 1 && bytes[0] == 0x03 {
+            *t.lock().unwrap() = Some(bytes.clone());
+        }
+    }));
+    let tag = 77;
+    p.host
+        .submit(1, Io { kind: IoKind::Flush, nsid: 1, slba: 0, nlb: 0, buf: None, tag }, p.now)
+        .unwrap();
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Failed(_))));
+    let bytes = term.lock().unwrap().clone().expect("a C2HTermReq");
+    assert_eq!(bytes.len(), 24 + 8, "quotes the 8 header bytes it could read");
+    assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 1, "FES: invalid header field");
+    assert_eq!(u32::from_le_bytes([bytes[10], bytes[11], bytes[12], bytes[13]]), 2, "FEI: HLEN");
+    match p.failure() {
+        Some(HostError::Queue {
+            qid: 1,
+            error: QueueError::Terminated { fes: Fes::InvalidHeaderField, fei: 2 },
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn malformed_pdu_from_the_controller_gets_an_h2c_term_req() {
+    let mut p = Pair::nvm(HostConfig::default());
+    p.ready();
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let a = armed.clone();
+    p.c2h_filter = Some(Box::new(move |qid, bytes| {
+        // An unknown PDU type instead of the next CapsuleResp.
+        if qid == 1 && a.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            bytes[0] = 0x08;
+        }
+    }));
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let s = seen.clone();
+    p.h2c_filter = Some(Box::new(move |qid, bytes| {
+        if qid == 1 && bytes[0] == 0x02 {
+            *s.lock().unwrap() = Some(bytes.clone());
+        }
+    }));
+    p.host
+        .submit(1, Io { kind: IoKind::Flush, nsid: 1, slba: 0, nlb: 0, buf: None, tag: 1 }, p.now)
+        .unwrap();
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Failed(_))));
+    let bytes = seen.lock().unwrap().clone().expect("an H2CTermReq");
+    assert_eq!((bytes[8], bytes[10]), (0x01, 0x00), "FES 1, FEI 0 (PDU-Type)");
+    assert!(matches!(
+        p.failure(),
+        Some(HostError::Queue { qid: 1, error: QueueError::Protocol(_) })
+    ));
+}
+
+#[test]
+fn keep_alive_keeps_the_association_and_its_absence_kills_it() {
+    let kato = Duration::from_secs(2);
+    let mut p = Pair::nvm(HostConfig { kato, ..Default::default() });
+    p.ready();
+    // An idle minute: keep alives flow and the controller stays.
+    p.run_for(Duration::from_secs(60));
+    assert!(p.failure().is_none(), "{:?}", p.events);
+    assert_eq!(p.target.stats().controllers, 1);
+
+    // A host that stops sending keep alives loses its controller.
+    let mut p = Pair::nvm(HostConfig { kato, ..Default::default() });
+    p.ready();
+    let later = p.now + kato + Duration::from_millis(1);
+    for c in p.conns.values_mut() {
+        c.handle_timeout(later);
+    }
+    assert!(p.conns.values().all(Connection::is_closed));
+    assert_eq!(p.conns[&0].close_reason(), Some(&CloseReason::KeepAliveExpired));
+    assert_eq!(p.target.stats().controllers, 0);
+}

@@ -1,0 +1,195 @@
+//! What a host run does once its association is up: identify, discover, or
+//! run workloads. The same apps run over kernel TCP and over smoltcp; the
+//! drivers only move bytes and time.
+
+use crate::workload::{IoStats, Workload, WorkloadSpec};
+use nvme_tcp::Instant;
+use nvme_tcp::host::{Host, HostError, HostEvent, NamespaceInfo};
+use nvme_tcp::nvme::identify::IdentifyController;
+use nvme_tcp::nvme::log::DiscoveryEntry;
+
+/// A host-side program driven by a transport driver.
+pub trait HostApp {
+    /// React to a host event: submit more I/O, shut down, record results.
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: Instant);
+    /// Called on every turn of the driver's loop.
+    fn on_poll(&mut self, _host: &mut Host, _now: Instant) {}
+    /// The run is over: the association closed or failed.
+    fn is_done(&self) -> bool;
+    /// Why the run failed, if it did.
+    fn error(&self) -> Option<String>;
+}
+
+/// Bring up, read the controller's identity and namespaces, shut down.
+#[derive(Default)]
+pub struct IdentifyApp {
+    pub controller: Option<IdentifyController>,
+    pub namespaces: Vec<NamespaceInfo>,
+    pub io_queues: u16,
+    pub queue_depth: usize,
+    pub version: u32,
+    done: bool,
+    error: Option<HostError>,
+}
+
+impl HostApp for IdentifyApp {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: Instant) {
+        match event {
+            HostEvent::Ready => {
+                self.controller = host.controller().cloned();
+                self.namespaces = host.namespaces().to_vec();
+                self.io_queues = host.io_queues();
+                self.queue_depth = host.queue_depth();
+                self.version = host.version();
+                host.shutdown(now);
+            }
+            HostEvent::Closed => self.done = true,
+            HostEvent::Failed(e) => {
+                self.error = Some(e);
+                self.done = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn error(&self) -> Option<String> {
+        self.error.as_ref().map(ToString::to_string)
+    }
+}
+
+/// Read the discovery log of a discovery controller.
+#[derive(Default)]
+pub struct DiscoverApp {
+    pub entries: Option<Vec<DiscoveryEntry>>,
+    done: bool,
+    error: Option<HostError>,
+}
+
+impl HostApp for DiscoverApp {
+    fn on_event(&mut self, _host: &mut Host, event: HostEvent, _now: Instant) {
+        match event {
+            HostEvent::Discovered(e) => self.entries = Some(e),
+            HostEvent::Closed => self.done = true,
+            HostEvent::Failed(e) => {
+                self.error = Some(e);
+                self.done = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn error(&self) -> Option<String> {
+        self.error.as_ref().map(ToString::to_string)
+    }
+}
+
+/// Run workloads one after another (a write pass, then a verified read
+/// pass, say), then shut down.
+pub struct IoApp {
+    phases: std::collections::VecDeque<WorkloadSpec>,
+    current: Option<Workload>,
+    pub results: Vec<(WorkloadSpec, IoStats)>,
+    pub namespace: Option<NamespaceInfo>,
+    pub io_queues: u16,
+    pub queue_depth: usize,
+    done: bool,
+    error: Option<String>,
+}
+
+impl IoApp {
+    pub fn new(phases: impl IntoIterator<Item = WorkloadSpec>) -> Self {
+        Self {
+            phases: phases.into_iter().collect(),
+            current: None,
+            results: Vec::new(),
+            namespace: None,
+            io_queues: 0,
+            queue_depth: 0,
+            done: false,
+            error: None,
+        }
+    }
+
+    fn fail(&mut self, host: &mut Host, why: String, now: Instant) {
+        self.error.get_or_insert(why);
+        host.shutdown(now);
+    }
+
+    /// Start the next phase, or shut down when there is none.
+    fn next_phase(&mut self, host: &mut Host, now: Instant) {
+        if let Some(w) = self.current.take() {
+            if let Some(e) = w.first_error() {
+                self.error.get_or_insert_with(|| e.to_string());
+            }
+            self.results.push((w.spec().clone(), w.stats()));
+        }
+        if self.error.is_some() {
+            return host.shutdown(now);
+        }
+        match self.phases.pop_front() {
+            Some(spec) => match Workload::new(spec, host) {
+                Ok(w) => {
+                    self.current = Some(w);
+                    self.pump(host, now);
+                }
+                Err(e) => self.fail(host, e.to_string(), now),
+            },
+            None => host.shutdown(now),
+        }
+    }
+
+    fn pump(&mut self, host: &mut Host, now: Instant) {
+        let Some(w) = &mut self.current else { return };
+        if let Err(e) = w.fill(host, now) {
+            return self.fail(host, format!("submit failed: {e}"), now);
+        }
+        if w.done(now) {
+            self.next_phase(host, now);
+        }
+    }
+}
+
+impl HostApp for IoApp {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: Instant) {
+        match event {
+            HostEvent::Ready => {
+                self.namespace = host.namespaces().first().copied();
+                self.io_queues = host.io_queues();
+                self.queue_depth = host.queue_depth();
+                self.next_phase(host, now);
+            }
+            HostEvent::Completion { tag, status, .. } => {
+                if let Some(w) = &mut self.current {
+                    w.complete(tag, status, now);
+                }
+                self.pump(host, now);
+            }
+            HostEvent::Closed => self.done = true,
+            HostEvent::Failed(e) => {
+                self.error.get_or_insert_with(|| e.to_string());
+                self.done = true;
+            }
+            HostEvent::Discovered(_) | HostEvent::AsyncEvent(_) => {}
+        }
+    }
+
+    fn on_poll(&mut self, host: &mut Host, now: Instant) {
+        self.pump(host, now);
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn error(&self) -> Option<String> {
+        self.error.clone()
+    }
+}

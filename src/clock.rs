@@ -1,0 +1,21 @@
+//! Wall-clock time for the drivers, in the sans-IO code's units.
+
+/// Microseconds since the clock was made.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock(std::time::Instant);
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock {
+    pub fn new() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    pub fn now(&self) -> nvme_tcp::Instant {
+        nvme_tcp::Instant::from_micros(self.0.elapsed().as_micros() as u64)
+    }
+}

@@ -1,0 +1,47 @@
+//! The two ends the drivers move bytes for: one host queue, or one
+//! controller connection.
+
+use nvme_tcp::Instant;
+use nvme_tcp::controller::Connection;
+use nvme_tcp::host::Host;
+
+/// A sans-IO end of one byte stream.
+pub trait Endpoint {
+    /// Bytes received; returns how many were taken.
+    fn input(&mut self, data: &[u8]) -> usize;
+    /// Fill `out` with bytes to send; returns how many.
+    fn output(&mut self, out: &mut [u8]) -> usize;
+}
+
+/// Queue `qid` of a host.
+pub struct HostQueue<'a> {
+    pub host: &'a mut Host,
+    pub qid: u16,
+    pub now: Instant,
+}
+
+impl Endpoint for HostQueue<'_> {
+    fn input(&mut self, data: &[u8]) -> usize {
+        self.host.handle_input(self.qid, data, self.now)
+    }
+
+    fn output(&mut self, out: &mut [u8]) -> usize {
+        self.host.poll_transmit(self.qid, out)
+    }
+}
+
+/// A controller connection.
+pub struct ControllerEnd<'a> {
+    pub conn: &'a mut Connection,
+    pub now: Instant,
+}
+
+impl Endpoint for ControllerEnd<'_> {
+    fn input(&mut self, data: &[u8]) -> usize {
+        self.conn.handle_input(data, self.now)
+    }
+
+    fn output(&mut self, out: &mut [u8]) -> usize {
+        self.conn.poll_transmit(out)
+    }
+}

@@ -1,0 +1,372 @@
+//! NVMe/TCP over the kernel's TCP: non-blocking sockets (mio) driving the
+//! sans-IO host and controller. A controller server serves any number of
+//! connections from one thread; a host run drives every queue of one host.
+
+use crate::app::HostApp;
+use crate::clock::Clock;
+use crate::endpoint::{ControllerEnd, Endpoint, HostQueue};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use nvme_tcp::controller::{Connection, Target};
+use nvme_tcp::host::Host;
+use std::collections::HashMap;
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tracing::{debug, info, warn};
+
+const BUF: usize = 256 * 1024;
+/// The longest the loop sleeps before looking at its stop flag.
+const TICK: Duration = Duration::from_millis(50);
+
+/// One end of a byte stream with what is waiting to go in and out.
+pub(crate) struct Pipe {
+    rx: Vec<u8>,
+    rx_start: usize,
+    rx_end: usize,
+    tx: Vec<u8>,
+    tx_start: usize,
+    tx_end: usize,
+    readable: bool,
+    writable: bool,
+    eof: bool,
+}
+
+impl Pipe {
+    fn new() -> Self {
+        Self {
+            rx: vec![0; BUF],
+            rx_start: 0,
+            rx_end: 0,
+            tx: vec![0; BUF],
+            tx_start: 0,
+            tx_end: 0,
+            readable: true,
+            writable: true,
+            eof: false,
+        }
+    }
+
+    /// Move bytes between the socket and an endpoint until neither side
+    /// makes progress.
+    fn pump(&mut self, sock: &mut TcpStream, end: &mut dyn Endpoint) -> io::Result<()> {
+        loop {
+            let mut progress = false;
+            if self.readable && self.rx_end < self.rx.len() && !self.eof {
+                match sock.read(&mut self.rx[self.rx_end..]) {
+                    Ok(0) => self.eof = true,
+                    Ok(n) => {
+                        self.rx_end += n;
+                        progress = true;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if self.rx_start < self.rx_end {
+                let n = end.input(&self.rx[self.rx_start..self.rx_end]);
+                self.rx_start += n;
+                progress |= n > 0;
+                if self.rx_start == self.rx_end {
+                    (self.rx_start, self.rx_end) = (0, 0);
+                } else if self.rx_end == self.rx.len() && self.rx_start > 0 {
+                    self.rx.copy_within(self.rx_start..self.rx_end, 0);
+                    (self.rx_start, self.rx_end) = (0, self.rx_end - self.rx_start);
+                }
+            }
+            if self.tx_start == self.tx_end {
+                (self.tx_start, self.tx_end) = (0, end.output(&mut self.tx));
+                progress |= self.tx_end > 0;
+            }
+            if self.writable && self.tx_start < self.tx_end {
+                match sock.write(&self.tx[self.tx_start..self.tx_end]) {
+                    Ok(n) => {
+                        self.tx_start += n;
+                        progress |= n > 0;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => self.writable = false,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if !progress {
+                return Ok(());
+            }
+        }
+    }
+
+    fn flushed(&self) -> bool {
+        self.tx_start == self.tx_end
+    }
+}
+
+/// A controller listening on kernel TCP, served by a background thread.
+pub struct ControllerServer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+    local: Vec<SocketAddr>,
+}
+
+impl ControllerServer {
+    /// Listen on every address and serve `target` until stopped.
+    pub fn spawn(target: Arc<Target>, listen: &[SocketAddr]) -> io::Result<Self> {
+        let mut listeners = Vec::new();
+        for addr in listen {
+            let l = TcpListener::bind(*addr)
+                .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+            listeners.push(l);
+        }
+        let local =
+            listeners.iter().map(TcpListener::local_addr).collect::<io::Result<Vec<_>>>()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("nvme-ctrl".into())
+            .spawn(move || serve(target, listeners, &flag))?;
+        Ok(Self { stop, thread: Some(thread), local })
+    }
+
+    /// The addresses actually listened on (port 0 resolved).
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.local
+    }
+
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Stop serving and wait for the thread.
+    pub fn stop(mut self) -> io::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.join()
+    }
+
+    /// Wait for the thread (it ends when the stop flag is set).
+    pub fn join(&mut self) -> io::Result<()> {
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(io::Error::other("controller thread panicked")),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ControllerServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.join();
+    }
+}
+
+struct CtrlConn {
+    sock: TcpStream,
+    pipe: Pipe,
+    conn: Connection,
+    peer: SocketAddr,
+}
+
+fn serve(
+    target: Arc<Target>,
+    mut listeners: Vec<TcpListener>,
+    stop: &AtomicBool,
+) -> io::Result<()> {
+    let clock = Clock::new();
+    let mut poll = Poll::new()?;
+    let mut events = Events::with_capacity(256);
+    for (i, l) in listeners.iter_mut().enumerate() {
+        poll.registry().register(l, Token(i), Interest::READABLE)?;
+    }
+    let first_conn = listeners.len();
+    let mut conns: HashMap<usize, CtrlConn> = HashMap::new();
+    let mut next = first_conn;
+    while !stop.load(Ordering::Relaxed) {
+        let now = clock.now();
+        let deadline = conns.values().filter_map(|c| c.conn.poll_timeout()).min();
+        let timeout = deadline.map_or(TICK, |d| d.saturating_since(now).min(TICK));
+        match poll.poll(&mut events, Some(timeout)) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            r => r?,
+        }
+        for ev in &events {
+            let token = ev.token().0;
+            if token < first_conn {
+                accept_all(&mut listeners[token], &poll, &target, &mut conns, &mut next);
+            } else if let Some(c) = conns.get_mut(&token) {
+                c.pipe.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                c.pipe.writable |= ev.is_writable();
+            }
+        }
+        let now = clock.now();
+        let mut gone = Vec::new();
+        for (&token, c) in conns.iter_mut() {
+            if c.conn.poll_timeout().is_some_and(|t| now >= t) {
+                c.conn.handle_timeout(now);
+            }
+            let CtrlConn { sock, pipe, conn, .. } = c;
+            let result = pipe.pump(sock, &mut ControllerEnd { conn, now });
+            let finished = (conn.is_closed() && pipe.flushed()) || pipe.eof;
+            if let Err(e) = &result {
+                debug!(peer = %c.peer, error = %e, "connection error");
+            }
+            if result.is_err() || finished {
+                gone.push(token);
+            }
+        }
+        for token in gone {
+            if let Some(mut c) = conns.remove(&token) {
+                c.conn.transport_closed();
+                let _ = poll.registry().deregister(&mut c.sock);
+                let _ = c.sock.shutdown(std::net::Shutdown::Both);
+                match c.conn.close_reason() {
+                    Some(nvme_tcp::controller::CloseReason::TransportClosed) | None => {
+                        debug!(peer = %c.peer, qid = ?c.conn.qid(), "connection closed")
+                    }
+                    Some(reason) => {
+                        warn!(peer = %c.peer, qid = ?c.conn.qid(), ?reason, "connection closed")
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn accept_all(
+    listener: &mut TcpListener,
+    poll: &Poll,
+    target: &Arc<Target>,
+    conns: &mut HashMap<usize, CtrlConn>,
+    next: &mut usize,
+) {
+    loop {
+        match listener.accept() {
+            Ok((mut sock, peer)) => {
+                let _ = sock.set_nodelay(true);
+                let local = sock.local_addr().ok().map(|a| a.ip());
+                let token = *next;
+                *next += 1;
+                if let Err(e) = poll.registry().register(
+                    &mut sock,
+                    Token(token),
+                    Interest::READABLE | Interest::WRITABLE,
+                ) {
+                    warn!(%peer, error = %e, "cannot register connection");
+                    continue;
+                }
+                info!(%peer, "connection accepted");
+                let conn = Connection::new(target.clone(), local);
+                conns.insert(token, CtrlConn { sock, pipe: Pipe::new(), conn, peer });
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                return;
+            }
+        }
+    }
+}
+
+/// Errors of a host run over kernel TCP.
+#[derive(Debug, thiserror::Error)]
+pub enum HostRunError {
+    #[error("cannot connect to {addr}: {source}")]
+    Connect { addr: SocketAddr, source: io::Error },
+    #[error("queue {qid}: {source}")]
+    Io { qid: u16, source: io::Error },
+    #[error("gave up after {0:?} without finishing")]
+    Timeout(Duration),
+}
+
+/// Run `app` on `host` over kernel TCP connections to `addr` until the app
+/// is done (or `limit` passes).
+pub fn run_host(
+    addr: SocketAddr,
+    host: &mut Host,
+    app: &mut dyn HostApp,
+    limit: Duration,
+) -> Result<(), HostRunError> {
+    let clock = Clock::new();
+    let mut poll = Poll::new().map_err(|source| HostRunError::Io { qid: 0, source })?;
+    let mut events = Events::with_capacity(64);
+    let mut socks: HashMap<u16, (TcpStream, Pipe, bool)> = HashMap::new();
+    let start = clock.now();
+    loop {
+        let now = clock.now();
+        if now.saturating_since(start) > limit {
+            return Err(HostRunError::Timeout(limit));
+        }
+        while let Some(qid) = host.poll_connect() {
+            let std_sock = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+                .map_err(|source| HostRunError::Connect { addr, source })?;
+            std_sock.set_nodelay(true).map_err(|source| HostRunError::Io { qid, source })?;
+            std_sock.set_nonblocking(true).map_err(|source| HostRunError::Io { qid, source })?;
+            let mut sock = TcpStream::from_std(std_sock);
+            poll.registry()
+                .register(
+                    &mut sock,
+                    Token(usize::from(qid)),
+                    Interest::READABLE | Interest::WRITABLE,
+                )
+                .map_err(|source| HostRunError::Io { qid, source })?;
+            host.connected(qid, now);
+            socks.insert(qid, (sock, Pipe::new(), true));
+        }
+        if host.poll_timeout().is_some_and(|t| now >= t) {
+            host.handle_timeout(now);
+        }
+        let mut closed = Vec::new();
+        for (&qid, (sock, pipe, open)) in socks.iter_mut() {
+            if !*open {
+                continue;
+            }
+            let r = pipe.pump(sock, &mut HostQueue { host, qid, now });
+            if r.is_err() || pipe.eof || (host.is_closed(qid) && pipe.flushed()) {
+                closed.push(qid);
+            }
+        }
+        for qid in closed {
+            if let Some((sock, _, open)) = socks.get_mut(&qid) {
+                *open = false;
+                let _ = poll.registry().deregister(sock);
+                let _ = sock.shutdown(std::net::Shutdown::Both);
+                host.transport_closed(qid, now);
+            }
+        }
+        while let Some(ev) = host.poll_event() {
+            app.on_event(host, ev, now);
+        }
+        app.on_poll(host, now);
+        if app.is_done() && socks.values().all(|(_, p, open)| !*open || p.flushed()) {
+            // Flush anything the app queued last (a shutdown), then stop.
+            for (&qid, (sock, pipe, open)) in socks.iter_mut() {
+                if *open {
+                    let _ = pipe.pump(sock, &mut HostQueue { host, qid, now });
+                }
+            }
+            return Ok(());
+        }
+        // Output waiting on a socket that can take it: go round again now.
+        let busy = socks
+            .iter()
+            .any(|(&q, (_, p, open))| *open && p.writable && host.pending_output(q) > 0);
+        let timeout = if busy {
+            Duration::ZERO
+        } else {
+            host.poll_timeout().map_or(TICK, |t| t.saturating_since(clock.now()).min(TICK))
+        };
+        match poll.poll(&mut events, Some(timeout)) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            r => r.map_err(|source| HostRunError::Io { qid: 0, source })?,
+        }
+        for ev in &events {
+            if let Some((_, pipe, _)) = socks.get_mut(&(ev.token().0 as u16)) {
+                pipe.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                pipe.writable |= ev.is_writable();
+            }
+        }
+    }
+}

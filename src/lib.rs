@@ -1,0 +1,11 @@
+//! The `nvme-ddp` program's library: transport drivers that run the sans-IO
+//! host and controller, workloads, and reports. `src/main.rs` is the
+//! command line over it; `tests/` and `benches/` use it directly.
+
+pub mod app;
+pub mod clock;
+pub mod endpoint;
+pub mod kernel_tcp;
+pub mod report;
+pub mod size;
+pub mod workload;

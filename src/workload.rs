@@ -1,0 +1,366 @@
+//! I/O workloads: which I/O to submit next, what came back, how fast.
+//!
+//! A [`Workload`] keeps every I/O queue filled to its depth until its byte
+//! or time budget is spent, optionally verifies read data against a pattern
+//! keyed by byte address (so any block size and any I/O order agree on
+//! what a block must hold), and records latencies in an HDR histogram.
+
+use hdrhistogram::Histogram;
+use nvme_tcp::Instant;
+use nvme_tcp::host::{Host, Io, IoKind, NamespaceInfo, SubmitError};
+use nvme_tcp::nvme::Status;
+use serde::Serialize;
+use std::time::Duration;
+use ulp_ddp::IoBuf;
+
+/// Access pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rw {
+    Read,
+    Write,
+    #[value(name = "randread")]
+    RandRead,
+    #[value(name = "randwrite")]
+    RandWrite,
+    /// Random, half reads and half writes.
+    Rw,
+}
+
+impl Rw {
+    pub fn name(self) -> &'static str {
+        match self {
+            Rw::Read => "read",
+            Rw::Write => "write",
+            Rw::RandRead => "randread",
+            Rw::RandWrite => "randwrite",
+            Rw::Rw => "rw",
+        }
+    }
+}
+
+/// When a workload stops issuing I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    Bytes(u64),
+    Time(Duration),
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkloadSpec {
+    pub rw: Rw,
+    /// Bytes per I/O, a multiple of the namespace's block size.
+    pub bs: u32,
+    pub limit: Limit,
+    /// I/Os outstanding per queue (capped by the queue's depth).
+    pub qd: usize,
+    /// Write a pattern and check it on reads.
+    pub verify: bool,
+    pub seed: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error("block size {bs} is not a multiple of the namespace's {block} bytes")]
+    Unaligned { bs: u32, block: u32 },
+    #[error("block size {bs} exceeds the namespace ({size} bytes)")]
+    TooLarge { bs: u32, size: u64 },
+    #[error("the controller has no namespace")]
+    NoNamespace,
+}
+
+struct Slot {
+    buf: IoBuf,
+    lba: u64,
+    kind: IoKind,
+    start: Instant,
+    /// Which I/O units held known data when this read was issued.
+    check: bool,
+}
+
+/// What a workload did. Latencies are in microseconds.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct IoStats {
+    pub ios: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub iops: f64,
+    pub bytes_per_sec: f64,
+    pub lat_mean_us: f64,
+    pub lat_p50_us: u64,
+    pub lat_p90_us: u64,
+    pub lat_p99_us: u64,
+    pub lat_p999_us: u64,
+    pub lat_max_us: u64,
+    pub errors: u64,
+    /// Bytes read back and found equal to what was written.
+    pub verified_bytes: u64,
+    pub verify_failures: u64,
+}
+
+pub struct Workload {
+    spec: WorkloadSpec,
+    ns: NamespaceInfo,
+    queues: u16,
+    blocks_per_io: u32,
+    units: u64,
+    cursor: u64,
+    rng: u64,
+    slots: Vec<Option<Slot>>,
+    free: Vec<usize>,
+    spare: Vec<IoBuf>,
+    written: Vec<u64>,
+    issued_bytes: u64,
+    started: Option<Instant>,
+    finished: Option<Instant>,
+    hist: Histogram<u64>,
+    stats: IoStats,
+    first_error: Option<String>,
+}
+
+impl Workload {
+    /// A workload over the host's first namespace.
+    pub fn new(spec: WorkloadSpec, host: &Host) -> Result<Self, WorkloadError> {
+        let ns = *host.namespaces().first().ok_or(WorkloadError::NoNamespace)?;
+        if spec.bs == 0 || !spec.bs.is_multiple_of(ns.block_size) {
+            return Err(WorkloadError::Unaligned { bs: spec.bs, block: ns.block_size });
+        }
+        let blocks_per_io = spec.bs / ns.block_size;
+        let units = ns.blocks / u64::from(blocks_per_io);
+        if units == 0 {
+            return Err(WorkloadError::TooLarge {
+                bs: spec.bs,
+                size: ns.blocks * u64::from(ns.block_size),
+            });
+        }
+        let assume_written = matches!(spec.rw, Rw::Read | Rw::RandRead);
+        let written = vec![if assume_written { u64::MAX } else { 0 }; units.div_ceil(64) as usize];
+        let hist =
+            Histogram::new(3).unwrap_or_else(|_| Histogram::new(2).expect("2 significant digits"));
+        Ok(Self {
+            rng: spec.seed | 1,
+            spec,
+            ns,
+            queues: host.io_queues(),
+            blocks_per_io,
+            units,
+            cursor: 0,
+            slots: Vec::new(),
+            free: Vec::new(),
+            spare: Vec::new(),
+            written,
+            issued_bytes: 0,
+            started: None,
+            finished: None,
+            hist,
+            stats: IoStats::default(),
+            first_error: None,
+        })
+    }
+
+    pub fn spec(&self) -> &WorkloadSpec {
+        &self.spec
+    }
+
+    /// The first I/O error or verification failure, described.
+    pub fn first_error(&self) -> Option<&str> {
+        self.first_error.as_deref()
+    }
+
+    fn more(&self, now: Instant) -> bool {
+        match self.spec.limit {
+            Limit::Bytes(n) => self.issued_bytes < n,
+            Limit::Time(d) => self.started.is_none_or(|s| now < s + d),
+        }
+    }
+
+    fn next_random(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x
+    }
+
+    /// Submit I/O until every queue is at depth or the budget is spent.
+    pub fn fill(&mut self, host: &mut Host, now: Instant) -> Result<(), SubmitError> {
+        self.started.get_or_insert(now);
+        let depth = self.spec.qd.min(host.queue_depth()).max(1);
+        for qid in 1..=self.queues {
+            while host.outstanding(qid) < depth && self.more(now) {
+                self.submit_one(host, qid, now)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn submit_one(&mut self, host: &mut Host, qid: u16, now: Instant) -> Result<(), SubmitError> {
+        let (unit, kind) = match self.spec.rw {
+            Rw::Read | Rw::Write => {
+                let u = self.cursor % self.units;
+                self.cursor += 1;
+                (u, if self.spec.rw == Rw::Read { IoKind::Read } else { IoKind::Write })
+            }
+            Rw::RandRead => (self.next_random() % self.units, IoKind::Read),
+            Rw::RandWrite => (self.next_random() % self.units, IoKind::Write),
+            Rw::Rw => {
+                let r = self.next_random();
+                (r % self.units, if r >> 63 == 0 { IoKind::Read } else { IoKind::Write })
+            }
+        };
+        let lba = unit * u64::from(self.blocks_per_io);
+        let base = lba * u64::from(self.ns.block_size);
+        let bs = self.spec.bs as usize;
+        let buf = match self.spare.pop() {
+            Some(buf) => {
+                if kind == IoKind::Write && self.spec.verify {
+                    fill_pattern(&mut buf.lock()[..bs], self.spec.seed, base);
+                }
+                buf
+            }
+            None => {
+                let mut data = vec![0u8; bs];
+                fill_pattern(&mut data, self.spec.seed, base);
+                IoBuf::from_vec(data)
+            }
+        };
+        let check = self.spec.verify && kind == IoKind::Read && self.is_written(unit);
+        let tag = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        let io = Io {
+            kind,
+            nsid: self.ns.nsid,
+            slba: lba,
+            nlb: self.blocks_per_io,
+            buf: Some(buf.clone()),
+            tag: tag as u64,
+        };
+        if let Err(e) = host.submit(qid, io, now) {
+            self.free.push(tag);
+            self.spare.push(buf);
+            return Err(e);
+        }
+        self.slots[tag] = Some(Slot { buf, lba, kind, start: now, check });
+        self.issued_bytes += u64::from(self.spec.bs);
+        Ok(())
+    }
+
+    fn is_written(&self, unit: u64) -> bool {
+        self.written[(unit / 64) as usize] & (1 << (unit % 64)) != 0
+    }
+
+    /// An I/O of this workload completed.
+    pub fn complete(&mut self, tag: u64, status: Status, now: Instant) {
+        let Some(slot) = self.slots.get_mut(tag as usize).and_then(Option::take) else { return };
+        self.free.push(tag as usize);
+        let us = now.saturating_since(slot.start).as_micros() as u64;
+        let _ = self.hist.record(us.max(1));
+        self.stats.ios += 1;
+        self.finished = Some(now);
+        if !status.is_success() {
+            self.stats.errors += 1;
+            self.first_error.get_or_insert_with(|| {
+                format!("{:?} of LBA {} failed: {status}", slot.kind, slot.lba)
+            });
+        } else {
+            self.stats.bytes += u64::from(self.spec.bs);
+            let unit = slot.lba / u64::from(self.blocks_per_io);
+            match slot.kind {
+                IoKind::Write => self.written[(unit / 64) as usize] |= 1 << (unit % 64),
+                IoKind::Read if slot.check => {
+                    let base = slot.lba * u64::from(self.ns.block_size);
+                    match check_pattern(
+                        &slot.buf.lock()[..self.spec.bs as usize],
+                        self.spec.seed,
+                        base,
+                    ) {
+                        None => self.stats.verified_bytes += u64::from(self.spec.bs),
+                        Some(at) => {
+                            self.stats.verify_failures += 1;
+                            self.first_error.get_or_insert_with(|| {
+                                format!("data read at LBA {} differs at byte {at} from what was written", slot.lba)
+                            });
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.spare.push(slot.buf);
+    }
+
+    /// Nothing more to issue and nothing in flight.
+    pub fn done(&self, now: Instant) -> bool {
+        !self.more(now) && self.slots.iter().all(Option::is_none)
+    }
+
+    pub fn stats(&self) -> IoStats {
+        let mut s = self.stats.clone();
+        let elapsed = match (self.started, self.finished) {
+            (Some(a), Some(b)) => b.saturating_since(a).as_secs_f64(),
+            _ => 0.0,
+        };
+        s.seconds = elapsed;
+        if elapsed > 0.0 {
+            s.iops = s.ios as f64 / elapsed;
+            s.bytes_per_sec = s.bytes as f64 / elapsed;
+        }
+        if !self.hist.is_empty() {
+            let h = &self.hist;
+            s.lat_mean_us = h.mean();
+            s.lat_p50_us = h.value_at_quantile(0.5);
+            s.lat_p90_us = h.value_at_quantile(0.9);
+            s.lat_p99_us = h.value_at_quantile(0.99);
+            s.lat_p999_us = h.value_at_quantile(0.999);
+            s.lat_max_us = h.max();
+        }
+        s
+    }
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The pattern depends only on the seed and the byte address, so a block
+/// holds the same bytes whichever I/O wrote it.
+pub fn fill_pattern(buf: &mut [u8], seed: u64, base: u64) {
+    for (i, w) in buf.chunks_exact_mut(8).enumerate() {
+        w.copy_from_slice(&mix(seed ^ (base + i as u64 * 8)).to_le_bytes());
+    }
+}
+
+/// The offset of the first byte that breaks the pattern, if any.
+pub fn check_pattern(buf: &[u8], seed: u64, base: u64) -> Option<usize> {
+    for (i, w) in buf.chunks_exact(8).enumerate() {
+        let want = mix(seed ^ (base + i as u64 * 8)).to_le_bytes();
+        if w != want {
+            let j = w.iter().zip(want).position(|(a, b)| *a != b).unwrap_or(0);
+            return Some(i * 8 + j);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_is_keyed_by_address() {
+        let mut a = vec![0u8; 8192];
+        fill_pattern(&mut a, 7, 4096);
+        let mut b = vec![0u8; 4096];
+        fill_pattern(&mut b, 7, 8192);
+        assert_eq!(&a[4096..], &b[..]);
+        assert_eq!(check_pattern(&a, 7, 4096), None);
+        a[100] ^= 1;
+        assert_eq!(check_pattern(&a, 7, 4096), Some(100));
+    }
+}

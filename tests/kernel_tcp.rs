@@ -1,0 +1,241 @@
+//! Host against controller over kernel TCP on 127.0.0.1: digests off and
+//! on, one and four I/O queues, queue depth 1 and 32, a write pass and a
+//! verified read pass over the whole namespace, large writes through R2T,
+//! a file-backed namespace, and the error paths (malformed PDU, bad
+//! command, keep alive expiry) with the controller serving on regardless.
+
+use nvme_ddp::app::{IdentifyApp, IoApp};
+use nvme_ddp::kernel_tcp::{ControllerServer, run_host};
+use nvme_ddp::workload::{Limit, Rw, WorkloadSpec, check_pattern};
+use nvme_tcp::controller::{Target, TargetConfig};
+use nvme_tcp::host::{Host, HostConfig, HostEvent, Io, IoKind};
+use nvme_tcp::namespace::{FileNamespace, Namespace, RamNamespace};
+use nvme_tcp::nvme::{ConnectData, FabricsCommand, SglDescriptor, Status};
+use nvme_tcp::wire::{CapsuleCmd, Digests, Framing, Header, IcReq, PduRepr};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+use ulp_ddp::IoBuf;
+
+const NQN: &str = "nqn.2026-11.io.nvme-ddp:kernel-tcp-test";
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn serve(cfg: TargetConfig, ns: Arc<dyn Namespace>) -> (ControllerServer, SocketAddr) {
+    let target = Target::new(TargetConfig { subnqn: NQN.into(), ..cfg }, vec![ns]).unwrap();
+    let server = ControllerServer::spawn(target, &["127.0.0.1:0".parse().unwrap()]).unwrap();
+    let addr = server.local_addrs()[0];
+    (server, addr)
+}
+
+fn ram(size: u64) -> Arc<dyn Namespace> {
+    Arc::new(RamNamespace::new(size, 512).unwrap())
+}
+
+fn host_cfg(digests: Digests, queues: u16, qd: u16) -> HostConfig {
+    HostConfig {
+        subnqn: NQN.into(),
+        digests,
+        io_queues: queues,
+        queue_depth: qd,
+        ..HostConfig::default()
+    }
+}
+
+/// A write pass over the whole namespace, then a verified read pass.
+fn write_then_read(addr: SocketAddr, cfg: HostConfig, bs: u32, size: u64) -> IoApp {
+    let spec = |rw| WorkloadSpec {
+        rw,
+        bs,
+        limit: Limit::Bytes(size),
+        qd: usize::MAX,
+        verify: true,
+        seed: 42,
+    };
+    let mut app = IoApp::new([spec(Rw::Write), spec(Rw::Read)]);
+    let mut host = Host::new(cfg);
+    run_host(addr, &mut host, &mut app, LIMIT).unwrap();
+    assert_eq!(nvme_ddp::app::HostApp::error(&app), None);
+    assert_eq!(app.results.len(), 2);
+    let (_, w) = &app.results[0];
+    let (_, r) = &app.results[1];
+    assert_eq!((w.bytes, w.errors), (size, 0));
+    assert_eq!((r.bytes, r.errors, r.verify_failures), (size, 0, 0));
+    assert_eq!(r.verified_bytes, size, "every byte read back was checked");
+    app
+}
+
+#[test]
+fn every_digest_queue_count_and_depth() {
+    let size = 4 << 20;
+    let (_server, addr) = serve(TargetConfig::default(), ram(size));
+    for (header, data) in [(false, false), (true, true), (false, true), (true, false)] {
+        for (queues, qd) in [(1, 1), (4, 32)] {
+            let app = write_then_read(
+                addr,
+                host_cfg(Digests { header, data }, queues, qd),
+                64 << 10,
+                size,
+            );
+            assert_eq!(app.io_queues, queues);
+            assert_eq!(app.queue_depth, usize::from(qd));
+        }
+    }
+}
+
+#[test]
+fn large_writes_travel_by_r2t() {
+    // 1 MiB writes against 16 KiB of in-capsule data and 64 KiB R2Ts: each
+    // write needs 16 R2Ts, up to 4 outstanding (MAXR2T 3).
+    let cfg =
+        TargetConfig { r2t_len: 64 << 10, inline_data_size: 16 << 10, ..TargetConfig::default() };
+    let (_server, addr) = serve(cfg, ram(16 << 20));
+    let host = HostConfig { maxr2t: 3, ..host_cfg(Digests { header: true, data: true }, 2, 8) };
+    write_then_read(addr, host, 1 << 20, 16 << 20);
+}
+
+#[test]
+fn file_backed_namespace_holds_what_was_written() {
+    let path = std::env::temp_dir().join(format!("nvme-ddp-file-ns-{}", std::process::id()));
+    let size = 2 << 20;
+    std::fs::write(&path, vec![0u8; size as usize]).unwrap();
+    let ns: Arc<dyn Namespace> = Arc::new(FileNamespace::open(&path, 4096).unwrap());
+    let (server, addr) = serve(TargetConfig::default(), ns);
+    write_then_read(addr, host_cfg(Digests::NONE, 2, 16), 16 << 10, size);
+    server.stop().unwrap();
+    let contents = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(check_pattern(&contents, 42, 0), None, "the file holds the pattern, byte for byte");
+}
+
+/// Submits a read past the end of the namespace, then a good one.
+#[derive(Default)]
+struct OutOfRange {
+    statuses: Vec<(u64, Status)>,
+    done: bool,
+}
+
+impl nvme_ddp::app::HostApp for OutOfRange {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_tcp::Instant) {
+        match event {
+            HostEvent::Ready => {
+                let blocks = host.namespaces()[0].blocks;
+                let io = |tag, slba| Io {
+                    kind: IoKind::Read,
+                    nsid: 1,
+                    slba,
+                    nlb: 8,
+                    buf: Some(IoBuf::new(4096)),
+                    tag,
+                };
+                host.submit(1, io(1, blocks - 4), now).unwrap();
+                host.submit(1, io(2, 0), now).unwrap();
+            }
+            HostEvent::Completion { tag, status, .. } => {
+                self.statuses.push((tag, status));
+                if self.statuses.len() == 2 {
+                    host.shutdown(now);
+                }
+            }
+            HostEvent::Closed | HostEvent::Failed(_) => self.done = true,
+            _ => {}
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn error(&self) -> Option<String> {
+        None
+    }
+}
+
+#[test]
+fn bad_commands_fail_alone() {
+    let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));
+    let mut app = OutOfRange::default();
+    run_host(addr, &mut Host::new(host_cfg(Digests::NONE, 1, 4)), &mut app, LIMIT).unwrap();
+    app.statuses.sort_by_key(|s| s.0);
+    assert_eq!(app.statuses, vec![(1, Status::LBA_OUT_OF_RANGE), (2, Status::SUCCESS)]);
+}
+
+/// Read one whole PDU from a raw socket (no digests).
+fn read_pdu(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut ch = [0u8; 8];
+    s.read_exact(&mut ch)?;
+    let plen = u32::from_le_bytes([ch[4], ch[5], ch[6], ch[7]]) as usize;
+    let mut rest = vec![0u8; plen.saturating_sub(8)];
+    s.read_exact(&mut rest)?;
+    Ok([&ch[..], &rest].concat())
+}
+
+fn emit(header: Header, data: &[u8]) -> Vec<u8> {
+    let repr = PduRepr::new(header, Framing::INITIAL, data.len() as u32);
+    let mut b = vec![0u8; repr.plen() as usize];
+    repr.emit(&mut b, data);
+    b
+}
+
+fn icreq(s: &mut TcpStream) {
+    let ic = IcReq { pfv: 0, hpda: 0, digests: Digests::NONE, maxr2t: 0 };
+    s.write_all(&emit(Header::IcReq(ic), &[])).unwrap();
+    let resp = read_pdu(s).unwrap();
+    assert_eq!(resp[0], 0x01, "ICResp");
+}
+
+#[test]
+fn malformed_pdu_gets_a_term_req_and_others_are_still_served() {
+    let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    icreq(&mut s);
+    // A CapsuleCmd whose HLEN is wrong.
+    let mut bad = vec![0x04, 0x00, 70, 0x00];
+    bad.extend_from_slice(&72u32.to_le_bytes());
+    bad.resize(72, 0);
+    s.write_all(&bad).unwrap();
+    let term = read_pdu(&mut s).unwrap();
+    assert_eq!(term[0], 0x03, "C2HTermReq");
+    assert_eq!(u16::from_le_bytes([term[8], term[9]]), 0x01, "FES: invalid PDU header field");
+    assert_eq!(u32::from_le_bytes([term[10], term[11], term[12], term[13]]), 2, "FEI: HLEN");
+    assert_eq!(&term[24..32], &bad[..8], "the offending header is quoted");
+    let mut rest = Vec::new();
+    assert_eq!(s.read_to_end(&mut rest).unwrap(), 0, "then the controller closes");
+
+    let mut id = IdentifyApp::default();
+    run_host(addr, &mut Host::new(host_cfg(Digests::NONE, 1, 4)), &mut id, LIMIT).unwrap();
+    assert_eq!(id.namespaces.len(), 1, "other hosts are still served");
+}
+
+#[test]
+fn keep_alive_expiry_tears_down_the_association() {
+    let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    icreq(&mut s);
+    // Connect the admin queue with a 1 s keep alive timeout, then go silent.
+    let cmd = FabricsCommand::Connect { recfmt: 0, qid: 0, sqsize: 31, cattr: 0, kato: 1000 };
+    let mut sqe = cmd.to_sqe(SglDescriptor::in_capsule(1024));
+    sqe.cid = 1;
+    let data = ConnectData {
+        hostid: [1; 16],
+        cntlid: 0xffff,
+        subnqn: NQN.into(),
+        hostnqn: "nqn.2014-08.test:kato".into(),
+    };
+    let mut raw = [0u8; 1024];
+    data.emit(&mut raw);
+    s.write_all(&emit(Header::CapsuleCmd(CapsuleCmd { sqe }), &raw)).unwrap();
+    let resp = read_pdu(&mut s).unwrap();
+    assert_eq!(resp[0], 0x05, "CapsuleResp");
+    assert_eq!(u16::from_le_bytes([resp[22], resp[23]]) >> 1, 0, "Connect succeeded");
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    assert_eq!(
+        s.read_to_end(&mut rest).unwrap(),
+        0,
+        "the controller closes the expired association"
+    );
+    assert!(started.elapsed() < Duration::from_secs(15));
+}
