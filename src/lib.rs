@@ -4,8 +4,11 @@
 
 pub mod app;
 pub mod clock;
+pub mod demo;
 pub mod endpoint;
 pub mod kernel_tcp;
+pub mod rawtcp;
 pub mod report;
 pub mod size;
+pub mod userspace;
 pub mod workload;

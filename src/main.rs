@@ -4,19 +4,23 @@
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use nvme_ddp::app::{DiscoverApp, HostApp, IdentifyApp, IoApp};
+use nvme_ddp::clock::Clock;
 use nvme_ddp::kernel_tcp::{ControllerServer, run_host};
 use nvme_ddp::report::{PhaseReport, human_bytes};
 use nvme_ddp::size::{format_size, parse_size};
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
+use nvme_ddp::{demo, userspace};
 use nvme_tcp::controller::{Port, Target, TargetConfig};
 use nvme_tcp::host::{Host, HostConfig};
 use nvme_tcp::namespace::{FileNamespace, Namespace, RamNamespace};
 use nvme_tcp::nvme::DISCOVERY_NQN;
 use nvme_tcp::nvme::log::SUBTYPE_NVME;
 use nvme_tcp::wire::Digests;
+use smoltcp_glue::{Profile, Stack, StackConfig, Tap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// NVMe/TCP host and controller with a software model of NIC offload (ULP DDP).
@@ -33,6 +37,130 @@ enum Command {
     Controller(ControllerArgs),
     /// Connect to a controller and identify, discover, or run I/O.
     Host(HostArgs),
+    /// Host and controller in one process over an in-process wire: a write
+    /// pass, a verified read pass, and a report. No root needed.
+    Demo(DemoArgs),
+    /// Create or remove a network namespace with a bridge and two TAPs for
+    /// running host and controller over smoltcp (needs root).
+    Net(NetArgs),
+}
+
+/// A user-space (smoltcp) transport on a TAP device instead of kernel TCP.
+#[derive(Args, Debug, Clone)]
+struct TapArgs {
+    /// Run over smoltcp on this TAP device (inside its network namespace).
+    #[arg(long, requires = "ip")]
+    tap: Option<String>,
+    /// Our address on the TAP, e.g. 198.18.0.2/24.
+    #[arg(long, requires = "tap")]
+    ip: Option<String>,
+    /// IP MTU of the TAP (default: the interface's).
+    #[arg(long)]
+    mtu: Option<usize>,
+    /// Capture our frames into this pcap file.
+    #[arg(long)]
+    pcap: Option<PathBuf>,
+}
+
+impl TapArgs {
+    fn cidr(&self) -> Result<Option<smoltcp::wire::Ipv4Cidr>> {
+        let Some(ip) = &self.ip else { return Ok(None) };
+        let (addr, prefix) =
+            ip.split_once('/').context("--ip needs a prefix length, e.g. 198.18.0.2/24")?;
+        let addr: std::net::Ipv4Addr =
+            addr.parse().with_context(|| format!("--ip {ip}: bad address"))?;
+        let prefix: u8 = prefix
+            .parse()
+            .ok()
+            .filter(|p| *p <= 32)
+            .with_context(|| format!("--ip {ip}: bad prefix"))?;
+        Ok(Some(smoltcp::wire::Ipv4Cidr::new(addr, prefix)))
+    }
+
+    /// Open the TAP with the standard decorators.
+    fn device(&self, seed: u64) -> Result<Option<userspace::Chain<Tap>>> {
+        let Some(name) = &self.tap else { return Ok(None) };
+        let tap = Tap::open(name, self.mtu)?;
+        Ok(Some(userspace::chain(tap, Profile::default(), seed, self.pcap.as_deref())?))
+    }
+}
+
+#[derive(Args, Debug)]
+struct NetArgs {
+    #[command(subcommand)]
+    action: NetAction,
+    /// Network namespace name.
+    #[arg(long, default_value = "nvmeddp", global = true)]
+    netns: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum NetAction {
+    /// Namespace, bridge br0 (198.18.0.1/24), TAPs tap0 and tap1.
+    Up {
+        /// IP MTU of the bridge and TAPs.
+        #[arg(long, default_value_t = 9000)]
+        mtu: usize,
+    },
+    /// Remove the namespace and everything in it.
+    Down,
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Namespace size and bytes per pass.
+    #[arg(long, default_value = "256M", value_parser = parse_bytes)]
+    size: u64,
+    /// Bytes per I/O.
+    #[arg(long, default_value = "128k", value_parser = parse_bytes)]
+    bs: u64,
+    /// Commands outstanding per I/O queue.
+    #[arg(long, default_value_t = 32)]
+    qd: u16,
+    /// I/O queues.
+    #[arg(long, default_value_t = 2)]
+    queues: u16,
+    /// IP MTU of the in-process wire.
+    #[arg(long, default_value_t = 9000)]
+    mtu: usize,
+    #[arg(long)]
+    hdgst: bool,
+    #[arg(long)]
+    ddgst: bool,
+    /// Chance a frame is lost (each direction), e.g. 0.01.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_chance)]
+    loss: f64,
+    /// Chance a frame is held back and overtaken.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_chance)]
+    reorder: f64,
+    /// Chance a frame arrives twice.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_chance)]
+    duplicate: f64,
+    /// Chance a bit of a frame flips (caught by TCP's checksum).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_chance)]
+    corrupt: f64,
+    /// One-way delay added to every frame, in microseconds.
+    #[arg(long, default_value_t = 0)]
+    delay_us: u64,
+    /// Seed of the impairments and the data pattern.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Capture the host's frames into this pcap file.
+    #[arg(long)]
+    pcap: Option<PathBuf>,
+    /// Run both sides in one thread in simulated time (deterministic).
+    #[arg(long)]
+    simulated: bool,
+    /// Print a machine-readable JSON report.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_chance(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?} is not a probability between 0 and 1")),
+    }
 }
 
 /// A namespace: `ram:SIZE` or `file:PATH` (a regular file or block device).
@@ -85,6 +213,8 @@ struct ControllerArgs {
     /// Never replace the CapsuleResp of a read with the SUCCESS flag.
     #[arg(long)]
     no_c2h_success: bool,
+    #[command(flatten)]
+    tap: TapArgs,
 }
 
 #[derive(Args, Debug)]
@@ -119,6 +249,8 @@ struct HostArgs {
     /// Print a machine-readable JSON report.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    tap: TapArgs,
     #[command(subcommand)]
     action: HostAction,
 }
@@ -166,6 +298,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Controller(a) => controller(a),
         Command::Host(a) => host(a),
+        Command::Demo(a) => demo(a),
+        Command::Net(a) => net(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -200,12 +334,31 @@ fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc<Target>> {
 
 fn controller(a: ControllerArgs) -> Result<()> {
     let first = a.listen.first().context("no --listen address")?;
+    if let Some(cidr) = a.tap.cidr()? {
+        let port = Port {
+            traddr: cidr.address().to_string(),
+            trsvcid: first.port().to_string(),
+            portid: 1,
+        };
+        let target = build_target(&a, Some(port))?;
+        let dev = a.tap.device(1)?.context("--tap is required with --ip")?;
+        let clock = Clock::new();
+        let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
+        let mut side = userspace::ControllerSide::new(stack, target.clone(), first.port())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
+            .context("cannot install the Ctrl-C handler")?;
+        tracing::info!(tap = ?a.tap.tap, ip = %cidr, port = first.port(), nqn = %target.subnqn(), "listening on smoltcp");
+        userspace::serve(&mut side, &clock, &stop);
+        return Ok(());
+    }
     let port =
         Port { traddr: first.ip().to_string(), trsvcid: first.port().to_string(), portid: 1 };
     let target = build_target(&a, Some(port))?;
     let server = ControllerServer::spawn(target.clone(), &a.listen)?;
     let stop = server.stop_flag();
-    ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::Relaxed))
+    ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
         .context("cannot install the Ctrl-C handler")?;
     for (ns, i) in target.namespaces().iter().zip(1..) {
         tracing::info!(nsid = i, size = %format_size(ns.size()), block = ns.block_size(), "namespace");
@@ -234,7 +387,19 @@ fn host_config(a: &HostArgs, subnqn: String) -> HostConfig {
 
 fn run(a: &HostArgs, cfg: HostConfig, app: &mut dyn HostApp, limit: Duration) -> Result<()> {
     let mut host = Host::new(cfg);
-    run_host(a.connect, &mut host, app, limit)?;
+    match (a.tap.cidr()?, a.tap.device(2)?) {
+        (Some(cidr), Some(dev)) => {
+            let remote = match a.connect {
+                SocketAddr::V4(v4) => v4,
+                SocketAddr::V6(_) => bail!("smoltcp mode speaks IPv4 only"),
+            };
+            let clock = Clock::new();
+            let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
+            let mut side = userspace::HostSide::new(stack, host, remote);
+            userspace::run_host(&mut side, app, &clock, limit)?;
+        }
+        _ => run_host(a.connect, &mut host, app, limit)?,
+    }
     match app.error() {
         Some(e) => bail!("{e}"),
         None => Ok(()),
@@ -366,6 +531,136 @@ fn host(a: HostArgs) -> Result<()> {
                 }
             }
             result?;
+        }
+    }
+    Ok(())
+}
+
+fn demo(a: DemoArgs) -> Result<()> {
+    let o = demo::DemoOptions {
+        size: a.size,
+        bs: u32::try_from(a.bs).context("--bs is too large")?,
+        qd: a.qd.max(1),
+        queues: a.queues.max(1),
+        mtu: a.mtu,
+        digests: Digests { header: a.hdgst, data: a.ddgst },
+        impair: Profile {
+            loss: a.loss,
+            reorder: a.reorder,
+            duplicate: a.duplicate,
+            corrupt: a.corrupt,
+            delay: smoltcp::time::Duration::from_micros(a.delay_us),
+            jitter: smoltcp::time::Duration::ZERO,
+        },
+        seed: a.seed,
+        pcap: a.pcap,
+        simulated: a.simulated,
+    };
+    if !(576..=65521).contains(&o.mtu) {
+        bail!("--mtu {} is out of range (576..=65521)", o.mtu);
+    }
+    if o.bs == 0 || !o.bs.is_multiple_of(512) || u64::from(o.bs) > o.size {
+        bail!("--bs must be a multiple of 512 and at most --size");
+    }
+    let report = demo::run(&o)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let mode = if report.simulated { "simulated time" } else { "real time" };
+        println!(
+            "nvme-ddp demo: {} RAM namespace, host and controller over an in-process wire (MTU {}, {mode}, digests: header {}, data {})",
+            human_bytes(report.size as f64),
+            report.mtu,
+            on_off(report.hdgst),
+            on_off(report.ddgst)
+        );
+        for p in &report.phases {
+            println!("  {}", p.line());
+        }
+        let w = &report.wire;
+        println!(
+            "  wire: host->controller {} frames / {}, controller->host {} frames / {}",
+            w.h2c_frames,
+            human_bytes(w.h2c_bytes as f64),
+            w.c2h_frames,
+            human_bytes(w.c2h_bytes as f64)
+        );
+        for (dir, s) in
+            [("host->controller", &report.impaired_h2c), ("controller->host", &report.impaired_c2h)]
+        {
+            if s.dropped + s.corrupted + s.duplicated + s.reordered > 0 {
+                println!(
+                    "  impaired {dir}: {} lost, {} corrupted, {} duplicated, {} reordered of {} frames",
+                    s.dropped, s.corrupted, s.duplicated, s.reordered, s.frames
+                );
+            }
+        }
+    }
+    if let Some(e) = report.error {
+        bail!("{e}");
+    }
+    Ok(())
+}
+
+/// A stack config whose seed differs from run to run, so a restarted
+/// process picks new ephemeral ports and initial sequence numbers and does
+/// not collide with connections its predecessor left behind.
+fn fresh_stack_config(cidr: smoltcp::wire::Ipv4Cidr) -> StackConfig {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    StackConfig { seed: t ^ (u64::from(std::process::id()) << 32), ..StackConfig::new(cidr) }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b { "on" } else { "off" }
+}
+
+fn sh(args: &[&str]) -> Result<()> {
+    let status = std::process::Command::new(args[0])
+        .args(&args[1..])
+        .status()
+        .with_context(|| format!("cannot run {}", args[0]))?;
+    if !status.success() {
+        bail!("`{}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn net(a: NetArgs) -> Result<()> {
+    let ns = a.netns.as_str();
+    match a.action {
+        NetAction::Up { mtu } => {
+            let mtu = mtu.to_string();
+            sh(&["ip", "netns", "add", ns]).context("creating the namespace needs root")?;
+            let setup = || -> Result<()> {
+                sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+                sh(&["ip", "-n", ns, "link", "add", "br0", "type", "bridge"])?;
+                sh(&["ip", "-n", ns, "addr", "add", "198.18.0.1/24", "dev", "br0"])?;
+                for tap in ["tap0", "tap1"] {
+                    sh(&["ip", "-n", ns, "tuntap", "add", "dev", tap, "mode", "tap"])?;
+                    sh(&["ip", "-n", ns, "link", "set", tap, "mtu", &mtu, "master", "br0", "up"])?;
+                }
+                sh(&["ip", "-n", ns, "link", "set", "br0", "mtu", &mtu, "up"])
+            };
+            if let Err(e) = setup() {
+                let _ = sh(&["ip", "netns", "del", ns]);
+                return Err(e);
+            }
+            let exe =
+                std::env::current_exe().map_or("nvme-ddp".into(), |p| p.display().to_string());
+            println!("namespace {ns}: bridge br0 198.18.0.1/24, TAPs tap0 and tap1 (MTU {mtu})");
+            println!(
+                "controller: ip netns exec {ns} {exe} controller --tap tap0 --ip 198.18.0.2/24 --ns ram:1G"
+            );
+            println!(
+                "host:       ip netns exec {ns} {exe} host --tap tap1 --ip 198.18.0.3/24 --connect 198.18.0.2:4420 io --rw read --bs 128k"
+            );
+            println!("remove:     {exe} net down --netns {ns}");
+        }
+        NetAction::Down => {
+            sh(&["ip", "netns", "del", ns]).with_context(|| format!("removing namespace {ns}"))?;
+            println!("namespace {ns} removed");
         }
     }
     Ok(())

@@ -1,2 +1,45 @@
-//! smoltcp underneath NVMe/TCP: media (TAP, an in-process wire), decorators
-//! (impairments, pcap capture) and a stack with its poll loop.
+//! smoltcp underneath NVMe/TCP: where frames come from (a TAP device, an
+//! in-process wire), what may happen to them on the way (impairments,
+//! capture), and the TCP/IP stack with its poll loop.
+//!
+//! Every medium and decorator is a `smoltcp::phy::Device` that also
+//! implements [`Medium`], so they stack in any order and a driver can ask
+//! the whole stack when to wake up.
+
+pub mod impair;
+pub mod medium;
+pub mod pcap;
+pub mod stack;
+
+pub use impair::{ImpairStats, Impairments, Profile};
+pub use medium::tap::Tap;
+pub use medium::wire::{VirtualWire, WireEnd, WireStats};
+pub use pcap::{PcapFile, capture};
+pub use stack::{Stack, StackConfig, TcpConn};
+
+use smoltcp::phy::Device;
+use smoltcp::time::{Duration, Instant};
+
+/// A frame source and sink a driver can wait on.
+pub trait Medium: Device {
+    /// When this medium (or a decorator in it) will next have something to
+    /// do on its own, such as release a delayed frame.
+    fn poll_at(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Block until a frame may have arrived, room to send may have opened,
+    /// or `timeout` passed. Real-time drivers call this when idle;
+    /// simulated-time drivers never do.
+    fn wait(&self, timeout: Option<Duration>);
+}
+
+impl<D: Medium, S: smoltcp::phy::PcapSink> Medium for smoltcp::phy::PcapWriter<D, S> {
+    fn poll_at(&self) -> Option<Instant> {
+        self.get_ref().poll_at()
+    }
+
+    fn wait(&self, timeout: Option<Duration>) {
+        self.get_ref().wait(timeout)
+    }
+}

@@ -1,0 +1,4 @@
+//! Where Ethernet frames come from and go to.
+
+pub mod tap;
+pub mod wire;

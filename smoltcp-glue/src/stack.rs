@@ -1,0 +1,282 @@
+//! The smoltcp stack: an `Interface`, its TCP sockets and the medium under
+//! it, with the calls a driver makes on each turn of its loop.
+//!
+//! [`TcpConn`] hands a socket's receive ring to the upper layer with
+//! `recv(|bytes| taken)` and lets it write straight into the send ring with
+//! `send(|free| written)`, counting stream offsets on the way (the offsets
+//! NIC receive hints are keyed by).
+
+use crate::Medium;
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::socket::tcp::{self, CongestionControl, State};
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr, IpEndpoint, Ipv4Cidr};
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+/// How a stack presents itself.
+#[derive(Debug, Clone)]
+pub struct StackConfig {
+    pub mac: EthernetAddress,
+    pub ip: Ipv4Cidr,
+    /// TCP receive and send ring sizes per connection.
+    pub rx_buffer: usize,
+    pub tx_buffer: usize,
+    /// Seeds TCP initial sequence numbers and ephemeral ports.
+    pub seed: u64,
+}
+
+impl StackConfig {
+    /// A stack at `ip`, with a locally administered MAC derived from it.
+    pub fn new(ip: Ipv4Cidr) -> Self {
+        let o = ip.address().octets();
+        Self {
+            mac: EthernetAddress([0x02, 0x00, o[0], o[1], o[2], o[3]]),
+            ip,
+            rx_buffer: 1 << 20,
+            tx_buffer: 1 << 20,
+            seed: u64::from(u32::from_be_bytes(o)),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StackError {
+    #[error("cannot connect: {0}")]
+    Connect(tcp::ConnectError),
+    #[error("cannot listen: {0}")]
+    Listen(tcp::ListenError),
+}
+
+/// One TCP connection of a [`Stack`].
+#[derive(Debug)]
+pub struct TcpConn {
+    handle: SocketHandle,
+    rx_offset: u64,
+    tx_offset: u64,
+}
+
+impl TcpConn {
+    pub fn handle(&self) -> SocketHandle {
+        self.handle
+    }
+
+    /// Stream offset of the next byte `recv` will hand out.
+    pub fn rx_offset(&self) -> u64 {
+        self.rx_offset
+    }
+
+    /// Stream offset of the next byte `send` will queue.
+    pub fn tx_offset(&self) -> u64 {
+        self.tx_offset
+    }
+}
+
+/// smoltcp over a medium.
+pub struct Stack<D: Medium> {
+    iface: Interface,
+    sockets: SocketSet<'static>,
+    device: D,
+    cfg: StackConfig,
+    listening: Vec<(u16, SocketHandle)>,
+    next_port: u16,
+}
+
+impl<D: Medium> Stack<D> {
+    pub fn new(mut device: D, cfg: StackConfig, now: Instant) -> Self {
+        let mut config = Config::new(HardwareAddress::Ethernet(cfg.mac));
+        config.random_seed = cfg.seed;
+        let mut iface = Interface::new(config, &mut device, now);
+        iface.update_ip_addrs(|addrs| {
+            let _ = addrs.push(IpCidr::Ipv4(cfg.ip));
+        });
+        let next_port = 49152 + (cfg.seed % 8192) as u16;
+        Self {
+            iface,
+            sockets: SocketSet::new(Vec::new()),
+            device,
+            cfg,
+            listening: Vec::new(),
+            next_port,
+        }
+    }
+
+    fn socket(&self) -> tcp::Socket<'static> {
+        let rx = tcp::SocketBuffer::new(vec![0; self.cfg.rx_buffer]);
+        let tx = tcp::SocketBuffer::new(vec![0; self.cfg.tx_buffer]);
+        let mut s = tcp::Socket::new(rx, tx);
+        s.set_congestion_control(CongestionControl::Cubic);
+        // NVMe/TCP sends small PDUs it wants on the wire now.
+        s.set_nagle_enabled(false);
+        s
+    }
+
+    fn sock(&self, conn: &TcpConn) -> &tcp::Socket<'static> {
+        self.sockets.get::<tcp::Socket>(conn.handle)
+    }
+
+    fn sock_mut(&mut self, conn: &TcpConn) -> &mut tcp::Socket<'static> {
+        self.sockets.get_mut::<tcp::Socket>(conn.handle)
+    }
+
+    pub fn config(&self) -> &StackConfig {
+        &self.cfg
+    }
+
+    /// Open a connection to `remote` from an ephemeral port.
+    pub fn connect(&mut self, remote: SocketAddrV4) -> Result<TcpConn, StackError> {
+        let port = self.next_port;
+        self.next_port = if port == u16::MAX { 49152 } else { port + 1 };
+        let mut s = self.socket();
+        let remote = IpEndpoint::new((*remote.ip()).into(), remote.port());
+        s.connect(self.iface.context(), remote, port).map_err(StackError::Connect)?;
+        let handle = self.sockets.add(s);
+        Ok(TcpConn { handle, rx_offset: 0, tx_offset: 0 })
+    }
+
+    /// Accept connections on `port`, with `backlog` handshakes at once.
+    pub fn listen(&mut self, port: u16, backlog: usize) -> Result<(), StackError> {
+        for _ in 0..backlog.max(1) {
+            let mut s = self.socket();
+            s.listen(port).map_err(StackError::Listen)?;
+            let h = self.sockets.add(s);
+            self.listening.push((port, h));
+        }
+        Ok(())
+    }
+
+    /// A connection a listening socket has taken on since the last call.
+    /// Its place is taken by a fresh listening socket.
+    pub fn accept(&mut self) -> Option<TcpConn> {
+        let i = self.listening.iter().position(|&(_, h)| {
+            let s = self.sockets.get::<tcp::Socket>(h);
+            !matches!(s.state(), State::Listen)
+        })?;
+        let (port, handle) = self.listening.swap_remove(i);
+        let mut s = self.socket();
+        if s.listen(port).is_ok() {
+            let h = self.sockets.add(s);
+            self.listening.push((port, h));
+        }
+        Some(TcpConn { handle, rx_offset: 0, tx_offset: 0 })
+    }
+
+    /// Move frames between the medium and the sockets. Returns whether any
+    /// socket may have changed.
+    pub fn poll(&mut self, now: Instant) -> bool {
+        let r = self.iface.poll(now, &mut self.device, &mut self.sockets);
+        r == smoltcp::iface::PollResult::SocketStateChanged
+    }
+
+    /// When the stack or its medium next needs a poll.
+    pub fn poll_at(&mut self, now: Instant) -> Option<Instant> {
+        let a = self.iface.poll_at(now, &self.sockets);
+        [a, self.device.poll_at()].into_iter().flatten().min()
+    }
+
+    /// Block until the medium has something or `until` comes.
+    pub fn wait(&self, now: Instant, until: Option<Instant>) {
+        let timeout = until.map(|t| if t > now { t - now } else { Duration::ZERO });
+        if timeout != Some(Duration::ZERO) {
+            self.device.wait(timeout);
+        }
+    }
+
+    /// Hand received bytes to `f`, which returns how many it took; repeats
+    /// while the ring has bytes and `f` takes them. Returns the total.
+    pub fn recv(&mut self, conn: &mut TcpConn, mut f: impl FnMut(&[u8]) -> usize) -> usize {
+        let s = self.sockets.get_mut::<tcp::Socket>(conn.handle);
+        let mut total = 0;
+        while s.can_recv() {
+            let n = s
+                .recv(|buf| {
+                    let n = f(buf).min(buf.len());
+                    (n, n)
+                })
+                .unwrap_or(0);
+            total += n;
+            if n == 0 {
+                break;
+            }
+        }
+        conn.rx_offset += total as u64;
+        total
+    }
+
+    /// Let `f` write into the free part of the send ring; repeats while
+    /// there is room and `f` writes. Returns the total.
+    pub fn send(&mut self, conn: &mut TcpConn, mut f: impl FnMut(&mut [u8]) -> usize) -> usize {
+        let s = self.sockets.get_mut::<tcp::Socket>(conn.handle);
+        let mut total = 0;
+        while s.can_send() {
+            let n = s
+                .send(|buf| {
+                    let n = f(buf).min(buf.len());
+                    (n, n)
+                })
+                .unwrap_or(0);
+            total += n;
+            if n == 0 {
+                break;
+            }
+        }
+        conn.tx_offset += total as u64;
+        total
+    }
+
+    /// Bytes queued to send and not yet acknowledged.
+    pub fn send_queue(&self, conn: &TcpConn) -> usize {
+        self.sock(conn).send_queue()
+    }
+
+    pub fn state(&self, conn: &TcpConn) -> State {
+        self.sock(conn).state()
+    }
+
+    pub fn is_established(&self, conn: &TcpConn) -> bool {
+        self.state(conn) == State::Established
+    }
+
+    /// The peer closed its side, or the connection is gone.
+    pub fn is_finished(&self, conn: &TcpConn) -> bool {
+        let s = self.sock(conn);
+        !s.is_open()
+            || matches!(
+                s.state(),
+                State::CloseWait | State::LastAck | State::TimeWait | State::Closing
+            )
+    }
+
+    /// (local, remote) addresses, once connected.
+    pub fn endpoints(&self, conn: &TcpConn) -> Option<(SocketAddrV4, SocketAddrV4)> {
+        let s = self.sock(conn);
+        let v4 = |e: IpEndpoint| match e.addr {
+            smoltcp::wire::IpAddress::Ipv4(a) => {
+                Some(SocketAddrV4::new(Ipv4Addr::from(a.octets()), e.port))
+            }
+        };
+        Some((v4(s.local_endpoint()?)?, v4(s.remote_endpoint()?)?))
+    }
+
+    /// Close gracefully (FIN once the send ring drains).
+    pub fn close(&mut self, conn: &TcpConn) {
+        self.sock_mut(conn).close();
+    }
+
+    /// Close at once (RST).
+    pub fn abort(&mut self, conn: &TcpConn) {
+        self.sock_mut(conn).abort();
+    }
+
+    /// Forget a connection's socket.
+    pub fn release(&mut self, conn: TcpConn) {
+        self.sockets.remove(conn.handle);
+    }
+
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+}

@@ -1,0 +1,227 @@
+//! The embedded default: host and controller in one process over an
+//! in-process wire with a RAM namespace. A write pass over the namespace,
+//! then a verified read pass, then a report.
+
+use crate::app::{HostApp, IoApp};
+use crate::clock::Clock;
+use crate::report::PhaseReport;
+use crate::userspace::{
+    Chain, ControllerSide, HostSide, RunError, chain, run_host, run_simulated, serve, to_smol,
+};
+use crate::workload::{Limit, Rw, WorkloadSpec};
+use nvme_tcp::controller::{Port, Target, TargetConfig};
+use nvme_tcp::host::{Host, HostConfig};
+use nvme_tcp::namespace::{Namespace, RamNamespace};
+use nvme_tcp::wire::Digests;
+use serde::Serialize;
+use smoltcp::wire::Ipv4Cidr;
+use smoltcp_glue::{ImpairStats, Profile, Stack, StackConfig, VirtualWire, WireEnd, WireStats};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+pub const CONTROLLER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+pub const HOST_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
+pub const NQN: &str = "nqn.2026-11.io.nvme-ddp:demo";
+pub const PORT: u16 = 4420;
+
+/// How to run the demo.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Namespace size, and bytes per pass.
+    pub size: u64,
+    pub bs: u32,
+    pub qd: u16,
+    pub queues: u16,
+    /// IP MTU of the wire.
+    pub mtu: usize,
+    pub digests: Digests,
+    /// Applied to frames arriving at each end.
+    pub impair: Profile,
+    pub seed: u64,
+    /// Capture the host's frames here.
+    pub pcap: Option<PathBuf>,
+    /// One thread in simulated time instead of a thread each in real time.
+    pub simulated: bool,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        Self {
+            size: 256 << 20,
+            bs: 128 << 10,
+            qd: 32,
+            queues: 2,
+            mtu: 9000,
+            digests: Digests::NONE,
+            impair: Profile::default(),
+            seed: 1,
+            pcap: None,
+            simulated: false,
+        }
+    }
+}
+
+/// Frames and bytes each way on the wire.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct WireReport {
+    pub h2c_frames: u64,
+    pub h2c_bytes: u64,
+    pub c2h_frames: u64,
+    pub c2h_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ImpairReport {
+    pub frames: u64,
+    pub dropped: u64,
+    pub corrupted: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+}
+
+impl From<ImpairStats> for ImpairReport {
+    fn from(s: ImpairStats) -> Self {
+        Self {
+            frames: s.frames,
+            dropped: s.dropped,
+            corrupted: s.corrupted,
+            duplicated: s.duplicated,
+            reordered: s.reordered,
+        }
+    }
+}
+
+/// What the demo did.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoReport {
+    pub size: u64,
+    pub mtu: usize,
+    pub hdgst: bool,
+    pub ddgst: bool,
+    pub simulated: bool,
+    /// Wall-clock seconds (or simulated seconds when simulated).
+    pub seconds: f64,
+    pub phases: Vec<PhaseReport>,
+    pub wire: WireReport,
+    /// Frames impaired on their way to the controller / to the host.
+    pub impaired_h2c: ImpairReport,
+    pub impaired_c2h: ImpairReport,
+    #[serde(skip)]
+    pub error: Option<String>,
+}
+
+pub type DemoDevice = Chain<WireEnd>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("{0}")]
+    Setup(String),
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error("controller thread panicked")]
+    Panicked,
+}
+
+fn device(
+    end: WireEnd,
+    impair: Profile,
+    seed: u64,
+    pcap: Option<&PathBuf>,
+) -> Result<DemoDevice, DemoError> {
+    chain(end, impair, seed, pcap.map(PathBuf::as_path))
+        .map_err(|e| DemoError::Setup(e.to_string()))
+}
+
+/// The two sides of the demo, wired together.
+pub fn build(
+    o: &DemoOptions,
+) -> Result<(HostSide<DemoDevice>, ControllerSide<DemoDevice>), DemoError> {
+    let ns: Arc<dyn Namespace> =
+        Arc::new(RamNamespace::new(o.size, 512).map_err(|e| DemoError::Setup(e.to_string()))?);
+    let port = Port { traddr: CONTROLLER_IP.to_string(), trsvcid: PORT.to_string(), portid: 1 };
+    let cfg = TargetConfig { subnqn: NQN.into(), port: Some(port), ..TargetConfig::default() };
+    let target = Target::new(cfg, vec![ns]).map_err(|e| DemoError::Setup(e.to_string()))?;
+    let (h, c) = VirtualWire::pair(o.mtu + 14, 512);
+    let now = to_smol(nvme_tcp::Instant::ZERO);
+    let hdev = device(h, o.impair, o.seed, o.pcap.as_ref())?;
+    let cdev = device(c, o.impair, o.seed.wrapping_add(1), None)?;
+    let hstack = Stack::new(hdev, StackConfig::new(Ipv4Cidr::new(HOST_IP, 24)), now);
+    let cstack = Stack::new(cdev, StackConfig::new(Ipv4Cidr::new(CONTROLLER_IP, 24)), now);
+    let host_cfg = HostConfig {
+        subnqn: NQN.into(),
+        digests: o.digests,
+        io_queues: o.queues,
+        queue_depth: o.qd,
+        ..HostConfig::default()
+    };
+    let host = HostSide::new(hstack, Host::new(host_cfg), SocketAddrV4::new(CONTROLLER_IP, PORT));
+    let ctrl = ControllerSide::new(cstack, target, PORT)?;
+    Ok((host, ctrl))
+}
+
+/// A write pass over the namespace, then a verified read pass.
+pub fn passes(o: &DemoOptions) -> Vec<WorkloadSpec> {
+    let spec = |rw| WorkloadSpec {
+        rw,
+        bs: o.bs,
+        limit: Limit::Bytes(o.size),
+        qd: usize::from(o.qd),
+        verify: true,
+        seed: o.seed,
+    };
+    vec![spec(Rw::Write), spec(Rw::Read)]
+}
+
+pub fn run(o: &DemoOptions) -> Result<DemoReport, DemoError> {
+    let (mut host, mut ctrl) = build(o)?;
+    let mut app = IoApp::new(passes(o));
+    let limit = Duration::from_secs(3600);
+    let seconds = if o.simulated {
+        run_simulated(&mut host, &mut ctrl, &mut app, limit)?.as_secs_f64()
+    } else {
+        let clock = Clock::new();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("nvme-ctrl".into())
+            .spawn(move || {
+                serve(&mut ctrl, &clock, &flag);
+                ctrl
+            })
+            .map_err(|e| DemoError::Setup(e.to_string()))?;
+        let result = run_host(&mut host, &mut app, &clock, limit);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        ctrl = thread.join().map_err(|_| DemoError::Panicked)?;
+        result?;
+        clock.now().as_micros() as f64 / 1e6
+    };
+    let hw = host.stack.device().get_ref();
+    let cw = ctrl.stack.device().get_ref();
+    let (h2c, c2h): (WireStats, WireStats) = (hw.get_ref().tx_stats(), hw.get_ref().rx_stats());
+    let phases = app
+        .results
+        .iter()
+        .map(|(spec, stats)| PhaseReport::new(spec, stats.clone(), app.io_queues, app.queue_depth))
+        .collect();
+    Ok(DemoReport {
+        size: o.size,
+        mtu: o.mtu,
+        hdgst: o.digests.header,
+        ddgst: o.digests.data,
+        simulated: o.simulated,
+        seconds,
+        phases,
+        wire: WireReport {
+            h2c_frames: h2c.frames,
+            h2c_bytes: h2c.bytes,
+            c2h_frames: c2h.frames,
+            c2h_bytes: c2h.bytes,
+        },
+        impaired_h2c: cw.stats().0.into(),
+        impaired_c2h: hw.stats().0.into(),
+        error: app.error(),
+    })
+}

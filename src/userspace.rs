@@ -1,0 +1,296 @@
+//! NVMe/TCP over smoltcp. A [`HostSide`] and a [`ControllerSide`] each own
+//! a stack; a step polls it and moves bytes between its sockets and the
+//! sans-IO host or controller. Run each side on its own thread in real time
+//! ([`run_host`], [`serve`]), or both in one thread in simulated time
+//! ([`run_simulated`]), where time jumps to the next deadline and a lost
+//! frame costs microseconds, not a one-second retransmission timeout.
+
+use crate::app::HostApp;
+use crate::clock::Clock;
+use nvme_tcp::controller::{Connection, Target};
+use nvme_tcp::host::Host;
+use smoltcp::time::Instant as SmolInstant;
+use smoltcp_glue::stack::StackError;
+use smoltcp_glue::{Impairments, Medium, PcapFile, Profile, Stack, TcpConn};
+use std::collections::BTreeMap;
+use std::net::SocketAddrV4;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// The decorators every medium gets: impairments on received frames, and a
+/// capture of what the host side sees (disabled unless asked for).
+pub type Chain<M> = smoltcp::phy::PcapWriter<Impairments<M>, PcapFile>;
+
+/// Wrap `medium` in the standard decorators.
+pub fn chain<M: Medium>(
+    medium: M,
+    rx: Profile,
+    seed: u64,
+    pcap: Option<&std::path::Path>,
+) -> std::io::Result<Chain<M>> {
+    let dev = Impairments::new(medium, rx, Profile::default(), seed);
+    let sink = match pcap {
+        Some(p) => PcapFile::create(p)?,
+        None => PcapFile::disabled(),
+    };
+    Ok(smoltcp::phy::PcapWriter::new(dev, sink, smoltcp::phy::PcapMode::Both))
+}
+
+/// The sans-IO code's clock reading for a smoltcp instant.
+pub fn to_nvme(t: SmolInstant) -> nvme_tcp::Instant {
+    nvme_tcp::Instant::from_micros(t.total_micros().max(0) as u64)
+}
+
+pub fn to_smol(t: nvme_tcp::Instant) -> SmolInstant {
+    SmolInstant::from_micros(t.as_micros() as i64)
+}
+
+/// Why a run over smoltcp stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Stack(#[from] StackError),
+    #[error("nothing left to do, but the run is not finished (simulated time {0:?})")]
+    Stuck(Duration),
+    #[error("gave up after {0:?}")]
+    Timeout(Duration),
+}
+
+struct QueueConn {
+    conn: TcpConn,
+    up: bool,
+    closed: bool,
+}
+
+/// A host on a smoltcp stack.
+pub struct HostSide<D: Medium> {
+    pub stack: Stack<D>,
+    pub host: Host,
+    remote: SocketAddrV4,
+    queues: BTreeMap<u16, QueueConn>,
+}
+
+impl<D: Medium> HostSide<D> {
+    pub fn new(stack: Stack<D>, host: Host, remote: SocketAddrV4) -> Self {
+        Self { stack, host, remote, queues: BTreeMap::new() }
+    }
+
+    /// The TCP connection of queue `qid`, once opened.
+    pub fn conn(&self, qid: u16) -> Option<&TcpConn> {
+        self.queues.get(&qid).map(|q| &q.conn)
+    }
+
+    /// One turn: poll the stack, open and feed connections, let the app
+    /// react. Returns whether anything happened.
+    pub fn step(&mut self, app: &mut dyn HostApp, now: SmolInstant) -> Result<bool, RunError> {
+        let t = to_nvme(now);
+        let mut progress = self.stack.poll(now);
+        while let Some(qid) = self.host.poll_connect() {
+            let conn = self.stack.connect(self.remote)?;
+            self.queues.insert(qid, QueueConn { conn, up: false, closed: false });
+            progress = true;
+        }
+        if self.host.poll_timeout().is_some_and(|d| t >= d) {
+            self.host.handle_timeout(t);
+            progress = true;
+        }
+        progress |= self.pump(t);
+        while let Some(ev) = self.host.poll_event() {
+            app.on_event(&mut self.host, ev, t);
+            progress = true;
+        }
+        app.on_poll(&mut self.host, t);
+        progress |= self.pump(t);
+        progress |= self.stack.poll(now);
+        Ok(progress)
+    }
+
+    fn pump(&mut self, t: nvme_tcp::Instant) -> bool {
+        let mut progress = false;
+        let (stack, host) = (&mut self.stack, &mut self.host);
+        for (&qid, q) in self.queues.iter_mut().filter(|(_, q)| !q.closed) {
+            if !q.up {
+                if stack.is_established(&q.conn) {
+                    host.connected(qid, t);
+                    q.up = true;
+                    progress = true;
+                } else if stack.is_finished(&q.conn) {
+                    host.transport_closed(qid, t);
+                    q.closed = true;
+                    progress = true;
+                    continue;
+                } else {
+                    continue;
+                }
+            }
+            progress |= stack.recv(&mut q.conn, |b| host.handle_input(qid, b, t)) > 0;
+            progress |= stack.send(&mut q.conn, |out| host.poll_transmit(qid, out)) > 0;
+            if host.is_closed(qid) && host.pending_output(qid) == 0 {
+                stack.close(&q.conn);
+                q.closed = true;
+                progress = true;
+            } else if stack.is_finished(&q.conn) {
+                host.transport_closed(qid, t);
+                stack.close(&q.conn);
+                q.closed = true;
+                progress = true;
+            }
+        }
+        progress
+    }
+
+    pub fn poll_at(&mut self, now: SmolInstant) -> Option<SmolInstant> {
+        let h = self.host.poll_timeout().map(to_smol);
+        [self.stack.poll_at(now), h].into_iter().flatten().min()
+    }
+
+    /// Everything the host said has left the send rings.
+    pub fn flushed(&self) -> bool {
+        self.queues.values().all(|q| q.closed || self.stack.send_queue(&q.conn) == 0)
+    }
+}
+
+struct CtrlConn {
+    conn: TcpConn,
+    ep: Connection,
+    closed: bool,
+}
+
+/// A controller on a smoltcp stack, listening on one port.
+pub struct ControllerSide<D: Medium> {
+    pub stack: Stack<D>,
+    target: Arc<Target>,
+    conns: Vec<CtrlConn>,
+}
+
+impl<D: Medium> ControllerSide<D> {
+    pub fn new(mut stack: Stack<D>, target: Arc<Target>, port: u16) -> Result<Self, RunError> {
+        stack.listen(port, 16)?;
+        Ok(Self { stack, target, conns: Vec::new() })
+    }
+
+    pub fn target(&self) -> &Arc<Target> {
+        &self.target
+    }
+
+    pub fn step(&mut self, now: SmolInstant) -> bool {
+        let t = to_nvme(now);
+        let mut progress = self.stack.poll(now);
+        let local = std::net::IpAddr::V4(self.stack.config().ip.address());
+        while let Some(conn) = self.stack.accept() {
+            let ep = Connection::new(self.target.clone(), Some(local));
+            self.conns.push(CtrlConn { conn, ep, closed: false });
+            progress = true;
+        }
+        let stack = &mut self.stack;
+        for c in self.conns.iter_mut().filter(|c| !c.closed) {
+            if c.ep.poll_timeout().is_some_and(|d| t >= d) {
+                c.ep.handle_timeout(t);
+            }
+            progress |= stack.recv(&mut c.conn, |b| c.ep.handle_input(b, t)) > 0;
+            progress |= stack.send(&mut c.conn, |out| c.ep.poll_transmit(out)) > 0;
+            // Input refused for want of output room may go in now.
+            progress |= stack.recv(&mut c.conn, |b| c.ep.handle_input(b, t)) > 0;
+            if c.ep.is_closed() {
+                stack.close(&c.conn);
+                c.ep.transport_closed();
+                c.closed = true;
+                progress = true;
+            } else if stack.is_finished(&c.conn) {
+                c.ep.transport_closed();
+                stack.close(&c.conn);
+                c.closed = true;
+                progress = true;
+            }
+        }
+        // Forget connections whose sockets have fully closed.
+        let gone: Vec<usize> = (0..self.conns.len())
+            .filter(|&i| {
+                let c = &self.conns[i];
+                c.closed && self.stack.state(&c.conn) == smoltcp::socket::tcp::State::Closed
+            })
+            .collect();
+        for i in gone.into_iter().rev() {
+            let c = self.conns.swap_remove(i);
+            self.stack.release(c.conn);
+        }
+        progress | self.stack.poll(now)
+    }
+
+    pub fn poll_at(&mut self, now: SmolInstant) -> Option<SmolInstant> {
+        let conns = self.conns.iter().filter_map(|c| c.ep.poll_timeout()).map(to_smol).min();
+        [self.stack.poll_at(now), conns].into_iter().flatten().min()
+    }
+}
+
+/// Run a host side in real time until `app` is done.
+pub fn run_host<D: Medium>(
+    side: &mut HostSide<D>,
+    app: &mut dyn HostApp,
+    clock: &Clock,
+    limit: Duration,
+) -> Result<(), RunError> {
+    let start = clock.now();
+    loop {
+        let now = to_smol(clock.now());
+        let progress = side.step(app, now)?;
+        if app.is_done() && side.flushed() {
+            return Ok(());
+        }
+        if clock.now().saturating_since(start) > limit {
+            return Err(RunError::Timeout(limit));
+        }
+        if !progress {
+            let at = side.poll_at(now);
+            side.stack.wait(now, at);
+        }
+    }
+}
+
+/// Serve a controller side in real time until `stop` is set.
+pub fn serve<D: Medium>(side: &mut ControllerSide<D>, clock: &Clock, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let now = to_smol(clock.now());
+        if !side.step(now) {
+            let at = side.poll_at(now);
+            let cap = now + smoltcp::time::Duration::from_millis(50);
+            side.stack.wait(now, Some(at.map_or(cap, |a| a.min(cap))));
+        }
+    }
+}
+
+/// Run host and controller in one thread, time jumping to the next deadline
+/// whenever neither side can move. Returns the simulated time it took.
+pub fn run_simulated<H: Medium, C: Medium>(
+    host: &mut HostSide<H>,
+    ctrl: &mut ControllerSide<C>,
+    app: &mut dyn HostApp,
+    limit: Duration,
+) -> Result<Duration, RunError> {
+    let start = SmolInstant::from_secs(1);
+    let mut now = start;
+    let mut idle_turns = 0;
+    loop {
+        let a = host.step(app, now)?;
+        let b = ctrl.step(now);
+        let elapsed = Duration::from_micros((now - start).total_micros());
+        if app.is_done() && host.flushed() {
+            return Ok(elapsed);
+        }
+        if elapsed > limit {
+            return Err(RunError::Timeout(limit));
+        }
+        if a || b {
+            idle_turns = 0;
+            continue;
+        }
+        match [host.poll_at(now), ctrl.poll_at(now)].into_iter().flatten().min() {
+            Some(t) if t > now => now = t,
+            // Due now and still nothing moved: nudge time so timers fire.
+            Some(_) if idle_turns < 3 => idle_turns += 1,
+            Some(_) => now += smoltcp::time::Duration::from_micros(1),
+            None => return Err(RunError::Stuck(elapsed)),
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! NVMe/TCP over smoltcp: the demo end to end, host against controller over
+//! the in-process wire with each impairment and full data verification (in
+//! simulated time, so a lost frame costs no wall-clock time), and over TAP
+//! devices in a network namespace.
+
+use nvme_ddp::demo::{self, DemoOptions};
+use nvme_tcp::wire::Digests;
+use smoltcp::time::Duration;
+use smoltcp_glue::Profile;
+use std::process::Command;
+
+fn small(o: DemoOptions) -> DemoOptions {
+    DemoOptions { size: 8 << 20, bs: 64 << 10, qd: 16, queues: 2, ..o }
+}
+
+fn check(report: &demo::DemoReport, size: u64) {
+    assert_eq!(report.error, None);
+    assert_eq!(report.phases.len(), 2, "a write pass and a read pass");
+    let (w, r) = (&report.phases[0].stats, &report.phases[1].stats);
+    assert_eq!((w.bytes, w.errors), (size, 0));
+    assert_eq!((r.bytes, r.errors, r.verify_failures), (size, 0, 0));
+    assert_eq!(r.verified_bytes, size, "every byte read back matched what was written");
+}
+
+#[test]
+fn demo_end_to_end_in_real_time() {
+    let o = small(DemoOptions {
+        digests: Digests { header: true, data: true },
+        ..DemoOptions::default()
+    });
+    let report = demo::run(&o).unwrap();
+    check(&report, o.size);
+    assert!(!report.simulated);
+    assert!(report.wire.c2h_bytes > o.size, "read data crossed the wire");
+}
+
+#[test]
+fn demo_command_prints_a_json_report() {
+    let out = Command::new(env!("CARGO_BIN_EXE_nvme-ddp"))
+        .args(["demo", "--size", "8M", "--bs", "32k", "--mtu", "1500", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["phases"][0]["rw"], "write");
+    assert_eq!(v["phases"][1]["rw"], "read");
+    assert_eq!(v["phases"][1]["verified_bytes"], 8 << 20);
+    assert_eq!(v["mtu"], 1500);
+}
+
+#[test]
+fn demo_command_refuses_bad_arguments() {
+    for args in [
+        &["demo", "--loss", "2"][..],
+        &["demo", "--mtu", "100"],
+        &["demo", "--size", "1x"],
+        &["demo", "--bs", "1000"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_nvme-ddp")).args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} must fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+fn impaired(p: Profile, seed: u64) {
+    for mtu in [1500, 9000] {
+        let o = small(DemoOptions {
+            mtu,
+            impair: p,
+            seed,
+            simulated: true,
+            digests: Digests { header: true, data: true },
+            ..DemoOptions::default()
+        });
+        let report = demo::run(&o).unwrap();
+        check(&report, o.size);
+        let s = report.impaired_c2h;
+        assert!(s.frames > 1000);
+        assert!(
+            s.dropped + s.corrupted + s.duplicated + s.reordered > 0,
+            "the impairment happened: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn loss_of_one_percent() {
+    impaired(Profile { loss: 0.01, ..Profile::default() }, 11);
+}
+
+#[test]
+fn reordering() {
+    impaired(Profile { reorder: 0.02, ..Profile::default() }, 12);
+}
+
+#[test]
+fn duplication() {
+    impaired(Profile { duplicate: 0.02, ..Profile::default() }, 13);
+}
+
+#[test]
+fn corruption() {
+    impaired(Profile { corrupt: 0.01, ..Profile::default() }, 14);
+}
+
+#[test]
+fn everything_at_once_with_delay() {
+    let p = Profile {
+        loss: 0.005,
+        reorder: 0.01,
+        duplicate: 0.01,
+        corrupt: 0.005,
+        delay: Duration::from_micros(100),
+        jitter: Duration::from_micros(50),
+    };
+    impaired(p, 15);
+}
+
+#[test]
+fn raw_tcp_moves_data() {
+    let bps = nvme_ddp::rawtcp::throughput(9000, 32 << 20).unwrap();
+    assert!(bps > 0.0);
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Removes the namespace however the test ends.
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn host_against_controller_over_tap_in_a_namespace() {
+    if !root() {
+        eprintln!("skipping: TAP devices need root (CI runs as root)");
+        return;
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        eprintln!("skipping: iproute2 (`ip`) is not installed");
+        return;
+    }
+    let exe = env!("CARGO_BIN_EXE_nvme-ddp");
+    let ns = format!("nvmeddp-t{}", std::process::id());
+    let up =
+        Command::new(exe).args(["net", "up", "--netns", &ns, "--mtu", "9000"]).output().unwrap();
+    assert!(up.status.success(), "net up: {}", String::from_utf8_lossy(&up.stderr));
+    let _guard = Netns(ns.clone());
+    let mut ctrl = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns,
+            exe,
+            "controller",
+            "--tap",
+            "tap0",
+            "--ip",
+            "198.18.0.2/24",
+            "--ns",
+            "ram:16M",
+        ])
+        .spawn()
+        .unwrap();
+    let run = |args: &[&str]| {
+        let mut all = vec![
+            "netns",
+            "exec",
+            &ns,
+            exe,
+            "host",
+            "--tap",
+            "tap1",
+            "--ip",
+            "198.18.0.3/24",
+            "--connect",
+            "198.18.0.2:4420",
+            "--hdgst",
+            "--ddgst",
+            "--queues",
+            "2",
+            "--json",
+        ];
+        all.extend_from_slice(args);
+        Command::new("ip").args(&all).output().unwrap()
+    };
+    let write = run(&["io", "--rw", "write", "--bs", "128k", "--verify"]);
+    let read = run(&["io", "--rw", "read", "--bs", "128k", "--verify"]);
+    let _ = ctrl.kill();
+    let _ = ctrl.wait();
+    for out in [&write, &read] {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    assert_eq!(v[0]["verified_bytes"], 16 << 20, "{v}");
+    assert_eq!(v[0]["errors"], 0);
+}
