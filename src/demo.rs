@@ -4,11 +4,12 @@
 
 use crate::app::{HostApp, IoApp};
 use crate::clock::Clock;
-use crate::report::PhaseReport;
+use crate::report::{OffloadReport, PhaseReport};
 use crate::userspace::{
     Chain, ControllerSide, HostSide, RunError, chain, run_host, run_simulated, serve, to_smol,
 };
 use crate::workload::{Limit, Rw, WorkloadSpec};
+use nic_backend::NicHandle;
 use nvme_tcp::controller::{Port, Target, TargetConfig};
 use nvme_tcp::host::{Host, HostConfig};
 use nvme_tcp::namespace::{Namespace, RamNamespace};
@@ -21,6 +22,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
+use ulp_ddp::{Caps, DdpDevice};
 
 pub const CONTROLLER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 pub const HOST_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
@@ -45,6 +47,10 @@ pub struct DemoOptions {
     pub pcap: Option<PathBuf>,
     /// One thread in simulated time instead of a thread each in real time.
     pub simulated: bool,
+    /// Offloads active on both NICs.
+    pub offload: Caps,
+    /// Map transfers from this size (default: the NIC's threshold, 32 KiB).
+    pub ddp_threshold: Option<u32>,
 }
 
 impl Default for DemoOptions {
@@ -60,6 +66,8 @@ impl Default for DemoOptions {
             seed: 1,
             pcap: None,
             simulated: false,
+            offload: Caps::ALL,
+            ddp_threshold: None,
         }
     }
 }
@@ -109,6 +117,11 @@ pub struct DemoReport {
     /// Frames impaired on their way to the controller / to the host.
     pub impaired_h2c: ImpairReport,
     pub impaired_c2h: ImpairReport,
+    /// The host side's offload counters.
+    pub offload: OffloadReport,
+    /// The controller side's (its "host_*" counters count the controller's
+    /// own copy and digest work).
+    pub controller_offload: OffloadReport,
     #[serde(skip)]
     pub error: Option<String>,
 }
@@ -126,28 +139,39 @@ pub enum DemoError {
 }
 
 fn device(
+    o: &DemoOptions,
     end: WireEnd,
-    impair: Profile,
     seed: u64,
     pcap: Option<&PathBuf>,
-) -> Result<DemoDevice, DemoError> {
-    chain(end, impair, seed, pcap.map(PathBuf::as_path))
+) -> Result<(DemoDevice, NicHandle), DemoError> {
+    chain(end, o.impair, seed, pcap.map(PathBuf::as_path), o.offload)
         .map_err(|e| DemoError::Setup(e.to_string()))
 }
 
+/// The two sides of the demo and their NICs.
+pub struct Demo {
+    pub host: HostSide<DemoDevice>,
+    pub ctrl: ControllerSide<DemoDevice>,
+    pub host_nic: NicHandle,
+    pub ctrl_nic: NicHandle,
+}
+
 /// The two sides of the demo, wired together.
-pub fn build(
-    o: &DemoOptions,
-) -> Result<(HostSide<DemoDevice>, ControllerSide<DemoDevice>), DemoError> {
+pub fn build(o: &DemoOptions) -> Result<Demo, DemoError> {
     let ns: Arc<dyn Namespace> =
         Arc::new(RamNamespace::new(o.size, 512).map_err(|e| DemoError::Setup(e.to_string()))?);
     let port = Port { traddr: CONTROLLER_IP.to_string(), trsvcid: PORT.to_string(), portid: 1 };
-    let cfg = TargetConfig { subnqn: NQN.into(), port: Some(port), ..TargetConfig::default() };
+    let cfg = TargetConfig {
+        subnqn: NQN.into(),
+        port: Some(port),
+        ddp_threshold: o.ddp_threshold,
+        ..TargetConfig::default()
+    };
     let target = Target::new(cfg, vec![ns]).map_err(|e| DemoError::Setup(e.to_string()))?;
     let (h, c) = VirtualWire::pair(o.mtu + 14, 512);
     let now = to_smol(nvme_tcp::Instant::ZERO);
-    let hdev = device(h, o.impair, o.seed, o.pcap.as_ref())?;
-    let cdev = device(c, o.impair, o.seed.wrapping_add(1), None)?;
+    let (hdev, host_nic) = device(o, h, o.seed, o.pcap.as_ref())?;
+    let (cdev, ctrl_nic) = device(o, c, o.seed.wrapping_add(1), None)?;
     let hstack = Stack::new(hdev, StackConfig::new(Ipv4Cidr::new(HOST_IP, 24)), now);
     let cstack = Stack::new(cdev, StackConfig::new(Ipv4Cidr::new(CONTROLLER_IP, 24)), now);
     let host_cfg = HostConfig {
@@ -155,11 +179,15 @@ pub fn build(
         digests: o.digests,
         io_queues: o.queues,
         queue_depth: o.qd,
+        ddp_threshold: o.ddp_threshold,
         ..HostConfig::default()
     };
-    let host = HostSide::new(hstack, Host::new(host_cfg), SocketAddrV4::new(CONTROLLER_IP, PORT));
-    let ctrl = ControllerSide::new(cstack, target, PORT)?;
-    Ok((host, ctrl))
+    let remote = SocketAddrV4::new(CONTROLLER_IP, PORT);
+    let hdev: Arc<dyn DdpDevice> = Arc::new(host_nic.clone());
+    let cdev: Arc<dyn DdpDevice> = Arc::new(ctrl_nic.clone());
+    let host = HostSide::new(hstack, Host::new(host_cfg), remote, Some(hdev));
+    let ctrl = ControllerSide::new(cstack, target, PORT, Some(cdev))?;
+    Ok(Demo { host, ctrl, host_nic, ctrl_nic })
 }
 
 /// A write pass over the namespace, then a verified read pass.
@@ -176,7 +204,7 @@ pub fn passes(o: &DemoOptions) -> Vec<WorkloadSpec> {
 }
 
 pub fn run(o: &DemoOptions) -> Result<DemoReport, DemoError> {
-    let (mut host, mut ctrl) = build(o)?;
+    let Demo { mut host, mut ctrl, host_nic, ctrl_nic } = build(o)?;
     let mut app = IoApp::new(passes(o));
     let limit = Duration::from_secs(3600);
     let seconds = if o.simulated {
@@ -198,8 +226,8 @@ pub fn run(o: &DemoOptions) -> Result<DemoReport, DemoError> {
         result?;
         clock.now().as_micros() as f64 / 1e6
     };
-    let hw = host.stack.device().get_ref();
-    let cw = ctrl.stack.device().get_ref();
+    let hw = host.stack.device().get_ref().get_ref();
+    let cw = ctrl.stack.device().get_ref().get_ref();
     let (h2c, c2h): (WireStats, WireStats) = (hw.get_ref().tx_stats(), hw.get_ref().rx_stats());
     let phases = app
         .results
@@ -222,6 +250,15 @@ pub fn run(o: &DemoOptions) -> Result<DemoReport, DemoError> {
         },
         impaired_h2c: cw.stats().0.into(),
         impaired_c2h: hw.stats().0.into(),
+        offload: offload_report(&host_nic, host.host.stats()),
+        controller_offload: offload_report(&ctrl_nic, ctrl.stats()),
         error: app.error(),
     })
+}
+
+fn offload_report(
+    nic: &NicHandle,
+    (ulp, tx): (nvme_tcp::UlpStats, nvme_tcp::wire::TxStats),
+) -> OffloadReport {
+    OffloadReport::new(nic.caps().1, nic.stats(), ulp, tx)
 }

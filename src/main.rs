@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use ulp_ddp::{Caps, DdpDevice};
 
 /// NVMe/TCP host and controller with a software model of NIC offload (ULP DDP).
 #[derive(Parser, Debug)]
@@ -60,6 +61,20 @@ struct TapArgs {
     /// Capture our frames into this pcap file.
     #[arg(long)]
     pcap: Option<PathBuf>,
+    /// Offloads of the software NIC under smoltcp: a list of ddp, crc-rx,
+    /// crc-tx, oneshot, or all, or none (default: all).
+    #[arg(long, requires = "tap", value_parser = Caps::parse)]
+    offload: Option<Caps>,
+    /// Map transfers from this size (default: the NIC's threshold, 32k).
+    #[arg(long, requires = "tap", value_parser = parse_threshold)]
+    ddp_threshold: Option<u32>,
+}
+
+/// A TAP with its decorators, and its NIC as the driver sees it.
+type TapDevice = (userspace::Chain<Tap>, Arc<dyn DdpDevice>);
+
+fn parse_threshold(s: &str) -> Result<u32, String> {
+    u32::try_from(parse_size(s)?).map_err(|_| format!("{s:?} is too large"))
 }
 
 impl TapArgs {
@@ -77,11 +92,14 @@ impl TapArgs {
         Ok(Some(smoltcp::wire::Ipv4Cidr::new(addr, prefix)))
     }
 
-    /// Open the TAP with the standard decorators.
-    fn device(&self, seed: u64) -> Result<Option<userspace::Chain<Tap>>> {
+    /// Open the TAP with the standard decorators and the software NIC.
+    fn device(&self, seed: u64) -> Result<Option<TapDevice>> {
         let Some(name) = &self.tap else { return Ok(None) };
         let tap = Tap::open(name, self.mtu)?;
-        Ok(Some(userspace::chain(tap, Profile::default(), seed, self.pcap.as_deref())?))
+        let offload = self.offload.unwrap_or(Caps::ALL);
+        let (dev, nic) =
+            userspace::chain(tap, Profile::default(), seed, self.pcap.as_deref(), offload)?;
+        Ok(Some((dev, Arc::new(nic))))
     }
 }
 
@@ -151,6 +169,13 @@ struct DemoArgs {
     /// Run both sides in one thread in simulated time (deterministic).
     #[arg(long)]
     simulated: bool,
+    /// Offloads of both software NICs: a list of ddp, crc-rx, crc-tx,
+    /// oneshot, or all, or none.
+    #[arg(long, default_value = "all", value_parser = Caps::parse)]
+    offload: Caps,
+    /// Map transfers from this size (default: the NIC's threshold, 32k).
+    #[arg(long, value_parser = parse_threshold)]
+    ddp_threshold: Option<u32>,
     /// Print a machine-readable JSON report.
     #[arg(long)]
     json: bool,
@@ -327,6 +352,7 @@ fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc<Target>> {
         c2h_data_len: u32::try_from(a.c2h_pdu).context("--c2h-pdu is too large")?,
         c2h_success: !a.no_c2h_success,
         port,
+        ddp_threshold: a.tap.ddp_threshold,
         ..TargetConfig::default()
     };
     Ok(Target::new(cfg, namespaces)?)
@@ -341,10 +367,11 @@ fn controller(a: ControllerArgs) -> Result<()> {
             portid: 1,
         };
         let target = build_target(&a, Some(port))?;
-        let dev = a.tap.device(1)?.context("--tap is required with --ip")?;
+        let (dev, nic) = a.tap.device(1)?.context("--tap is required with --ip")?;
         let clock = Clock::new();
         let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
-        let mut side = userspace::ControllerSide::new(stack, target.clone(), first.port())?;
+        let mut side =
+            userspace::ControllerSide::new(stack, target.clone(), first.port(), Some(nic))?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
@@ -381,6 +408,7 @@ fn host_config(a: &HostArgs, subnqn: String) -> HostConfig {
         io_queues: a.queues.max(1),
         queue_depth: a.qd.max(1),
         kato: Duration::from_secs(a.kato),
+        ddp_threshold: a.tap.ddp_threshold,
         ..HostConfig::default()
     }
 }
@@ -388,14 +416,14 @@ fn host_config(a: &HostArgs, subnqn: String) -> HostConfig {
 fn run(a: &HostArgs, cfg: HostConfig, app: &mut dyn HostApp, limit: Duration) -> Result<()> {
     let mut host = Host::new(cfg);
     match (a.tap.cidr()?, a.tap.device(2)?) {
-        (Some(cidr), Some(dev)) => {
+        (Some(cidr), Some((dev, nic))) => {
             let remote = match a.connect {
                 SocketAddr::V4(v4) => v4,
                 SocketAddr::V6(_) => bail!("smoltcp mode speaks IPv4 only"),
             };
             let clock = Clock::new();
             let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
-            let mut side = userspace::HostSide::new(stack, host, remote);
+            let mut side = userspace::HostSide::new(stack, host, remote, Some(nic));
             userspace::run_host(&mut side, app, &clock, limit)?;
         }
         _ => run_host(a.connect, &mut host, app, limit)?,
@@ -555,6 +583,8 @@ fn demo(a: DemoArgs) -> Result<()> {
         seed: a.seed,
         pcap: a.pcap,
         simulated: a.simulated,
+        offload: a.offload,
+        ddp_threshold: a.ddp_threshold,
     };
     if !(576..=65521).contains(&o.mtu) {
         bail!("--mtu {} is out of range (576..=65521)", o.mtu);
@@ -585,6 +615,14 @@ fn demo(a: DemoArgs) -> Result<()> {
             w.c2h_frames,
             human_bytes(w.c2h_bytes as f64)
         );
+        for line in report
+            .offload
+            .lines("  host      ")
+            .into_iter()
+            .chain(report.controller_offload.lines("  controller"))
+        {
+            println!("{line}");
+        }
         for (dir, s) in
             [("host->controller", &report.impaired_h2c), ("controller->host", &report.impaired_c2h)]
         {

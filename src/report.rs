@@ -66,3 +66,111 @@ pub fn human_bytes(n: f64) -> String {
         n => format!("{n:.0} B"),
     }
 }
+
+/// The offload counters of one side: Linux's ten, then the work the NIC
+/// did and the work the upper layer still did.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct OffloadReport {
+    /// Active offloads.
+    pub caps: String,
+    pub sk_add: u64,
+    pub sk_add_fail: u64,
+    pub sk_del: u64,
+    pub ddp_setup: u64,
+    pub ddp_setup_fail: u64,
+    pub ddp_teardown: u64,
+    pub drop: u64,
+    pub resync: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    /// Data bytes the upper layer copied out of the receive stream.
+    pub host_copy_bytes: u64,
+    /// Data bytes the upper layer digested (received and sent).
+    pub host_crc_bytes: u64,
+    pub nic_placed_bytes: u64,
+    pub nic_crc_bytes: u64,
+    pub tx_crc_offloaded_bytes: u64,
+    pub fallback_pdus: u64,
+    pub control_calls: u64,
+    pub ddp_ios: u64,
+    pub control_calls_per_io: f64,
+    pub resync_confirmed: u64,
+    pub oneshot_armed: u64,
+    pub oneshot_freed: u64,
+    pub tx_digest_restored: u64,
+    /// Received data bytes, and those the NIC vouched the digest for.
+    pub data_bytes: u64,
+    pub hw_crc_bytes: u64,
+    /// Time the software NIC spent, which hardware would.
+    pub nic_ns: u64,
+}
+
+impl OffloadReport {
+    pub fn new(
+        caps: ulp_ddp::Caps,
+        nic: ulp_ddp::Stats,
+        ulp: nvme_tcp::UlpStats,
+        tx: nvme_tcp::wire::TxStats,
+    ) -> Self {
+        let per_io =
+            if ulp.ddp_ios > 0 { ulp.control_calls as f64 / ulp.ddp_ios as f64 } else { 0.0 };
+        Self {
+            caps: caps.to_string(),
+            sk_add: nic.sk_add,
+            sk_add_fail: nic.sk_add_fail,
+            sk_del: nic.sk_del,
+            ddp_setup: nic.ddp_setup,
+            ddp_setup_fail: nic.ddp_setup_fail,
+            ddp_teardown: nic.ddp_teardown,
+            drop: nic.drop,
+            resync: nic.resync,
+            packets: nic.packets,
+            bytes: nic.bytes,
+            host_copy_bytes: ulp.copy_bytes,
+            host_crc_bytes: ulp.crc_bytes + tx.crc_bytes,
+            nic_placed_bytes: nic.nic_placed_bytes,
+            nic_crc_bytes: nic.nic_crc_bytes,
+            tx_crc_offloaded_bytes: nic.tx_crc_offloaded_bytes,
+            fallback_pdus: ulp.fallback_pdus,
+            control_calls: ulp.control_calls,
+            ddp_ios: ulp.ddp_ios,
+            control_calls_per_io: per_io,
+            resync_confirmed: nic.resync_confirmed,
+            oneshot_armed: nic.oneshot_armed,
+            oneshot_freed: nic.oneshot_freed,
+            tx_digest_restored: nic.tx_digest_restored,
+            data_bytes: ulp.data_bytes,
+            hw_crc_bytes: ulp.hw_crc_bytes,
+            nic_ns: nic.nic_ns,
+        }
+    }
+
+    /// A few lines for people.
+    pub fn lines(&self, side: &str) -> Vec<String> {
+        vec![
+            format!(
+                "{side} offload [{}]: sk_add {} (fail {}), ddp_setup {} (fail {}), teardown {}, resync {} (confirmed {}), {} packets / {} offloaded",
+                self.caps,
+                self.sk_add,
+                self.sk_add_fail,
+                self.ddp_setup,
+                self.ddp_setup_fail,
+                self.ddp_teardown,
+                self.resync,
+                self.resync_confirmed,
+                self.packets,
+                human_bytes(self.bytes as f64)
+            ),
+            format!(
+                "{side}   NIC placed {} and digested {} rx / {} tx; software copied {} and digested {}; {} fallback PDUs; {:.2} control calls per mapped I/O",
+                human_bytes(self.nic_placed_bytes as f64),
+                human_bytes(self.nic_crc_bytes as f64),
+                human_bytes(self.tx_crc_offloaded_bytes as f64),
+                human_bytes(self.host_copy_bytes as f64),
+                human_bytes(self.host_crc_bytes as f64),
+                self.fallback_pdus,
+                self.control_calls_per_io
+            ),
+        ]
+    }
+}

@@ -7,8 +7,11 @@
 
 use crate::app::HostApp;
 use crate::clock::Clock;
+use nic_backend::{NicConfig, NicHandle, OffloadNic};
+use nvme_tcp::UlpStats;
 use nvme_tcp::controller::{Connection, Target};
 use nvme_tcp::host::Host;
+use nvme_tcp::wire::TxStats;
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp_glue::stack::StackError;
 use smoltcp_glue::{Impairments, Medium, PcapFile, Profile, Stack, TcpConn};
@@ -17,24 +20,31 @@ use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use ulp_ddp::{DdpDevice, FlowId};
 
-/// The decorators every medium gets: impairments on received frames, and a
-/// capture of what the host side sees (disabled unless asked for).
-pub type Chain<M> = smoltcp::phy::PcapWriter<Impairments<M>, PcapFile>;
+/// What every stack runs on: the software NIC, over a capture of what it
+/// sees (disabled unless asked for), over impairments on received frames,
+/// over the medium.
+pub type Chain<M> = OffloadNic<smoltcp::phy::PcapWriter<Impairments<M>, PcapFile>>;
 
-/// Wrap `medium` in the standard decorators.
+/// Wrap `medium` in the standard decorators, the NIC starting with
+/// `offload` active. Returns the NIC's handle too.
 pub fn chain<M: Medium>(
     medium: M,
     rx: Profile,
     seed: u64,
     pcap: Option<&std::path::Path>,
-) -> std::io::Result<Chain<M>> {
+    offload: ulp_ddp::Caps,
+) -> std::io::Result<(Chain<M>, NicHandle)> {
     let dev = Impairments::new(medium, rx, Profile::default(), seed);
     let sink = match pcap {
         Some(p) => PcapFile::create(p)?,
         None => PcapFile::disabled(),
     };
-    Ok(smoltcp::phy::PcapWriter::new(dev, sink, smoltcp::phy::PcapMode::Both))
+    let captured = smoltcp::phy::PcapWriter::new(dev, sink, smoltcp::phy::PcapMode::Both);
+    let nic = OffloadNic::new(captured, NicConfig { active: offload, ..NicConfig::default() });
+    let handle = nic.handle();
+    Ok((nic, handle))
 }
 
 /// The sans-IO code's clock reading for a smoltcp instant.
@@ -63,17 +73,23 @@ struct QueueConn {
     closed: bool,
 }
 
-/// A host on a smoltcp stack.
+/// A host on a smoltcp stack, its I/O queues offloaded to `ddp` if given.
 pub struct HostSide<D: Medium> {
     pub stack: Stack<D>,
     pub host: Host,
     remote: SocketAddrV4,
     queues: BTreeMap<u16, QueueConn>,
+    ddp: Option<Arc<dyn DdpDevice>>,
 }
 
 impl<D: Medium> HostSide<D> {
-    pub fn new(stack: Stack<D>, host: Host, remote: SocketAddrV4) -> Self {
-        Self { stack, host, remote, queues: BTreeMap::new() }
+    pub fn new(
+        stack: Stack<D>,
+        host: Host,
+        remote: SocketAddrV4,
+        ddp: Option<Arc<dyn DdpDevice>>,
+    ) -> Self {
+        Self { stack, host, remote, queues: BTreeMap::new(), ddp }
     }
 
     /// The TCP connection of queue `qid`, once opened.
@@ -113,6 +129,11 @@ impl<D: Medium> HostSide<D> {
             if !q.up {
                 if stack.is_established(&q.conn) {
                     host.connected(qid, t);
+                    if let (Some(dev), Some((local, remote))) =
+                        (&self.ddp, stack.endpoints(&q.conn))
+                    {
+                        host.attach_ddp(qid, dev.clone(), FlowId { local, remote });
+                    }
                     q.up = true;
                     progress = true;
                 } else if stack.is_finished(&q.conn) {
@@ -157,17 +178,38 @@ struct CtrlConn {
     closed: bool,
 }
 
-/// A controller on a smoltcp stack, listening on one port.
+/// A controller on a smoltcp stack, listening on one port, its I/O queues
+/// offloaded to `ddp` if given.
 pub struct ControllerSide<D: Medium> {
     pub stack: Stack<D>,
     target: Arc<Target>,
     conns: Vec<CtrlConn>,
+    ddp: Option<Arc<dyn DdpDevice>>,
+    /// Work of connections that have closed.
+    closed_stats: (UlpStats, TxStats),
 }
 
 impl<D: Medium> ControllerSide<D> {
-    pub fn new(mut stack: Stack<D>, target: Arc<Target>, port: u16) -> Result<Self, RunError> {
+    pub fn new(
+        mut stack: Stack<D>,
+        target: Arc<Target>,
+        port: u16,
+        ddp: Option<Arc<dyn DdpDevice>>,
+    ) -> Result<Self, RunError> {
         stack.listen(port, 16)?;
-        Ok(Self { stack, target, conns: Vec::new() })
+        Ok(Self { stack, target, conns: Vec::new(), ddp, closed_stats: Default::default() })
+    }
+
+    /// What the controller's I/O queue connections did on their side of the
+    /// offload: received data and sent data.
+    pub fn stats(&self) -> (UlpStats, TxStats) {
+        let (mut rx, mut tx) = self.closed_stats;
+        for c in self.conns.iter().filter(|c| c.ep.qid().is_some_and(|q| q > 0)) {
+            let (r, t) = c.ep.stats();
+            rx.add(&r);
+            tx.add(&t);
+        }
+        (rx, tx)
     }
 
     pub fn target(&self) -> &Arc<Target> {
@@ -179,7 +221,10 @@ impl<D: Medium> ControllerSide<D> {
         let mut progress = self.stack.poll(now);
         let local = std::net::IpAddr::V4(self.stack.config().ip.address());
         while let Some(conn) = self.stack.accept() {
-            let ep = Connection::new(self.target.clone(), Some(local));
+            let mut ep = Connection::new(self.target.clone(), Some(local));
+            if let (Some(dev), Some((local, remote))) = (&self.ddp, self.stack.endpoints(&conn)) {
+                ep.attach_ddp(dev.clone(), FlowId { local, remote });
+            }
             self.conns.push(CtrlConn { conn, ep, closed: false });
             progress = true;
         }
@@ -213,6 +258,11 @@ impl<D: Medium> ControllerSide<D> {
             .collect();
         for i in gone.into_iter().rev() {
             let c = self.conns.swap_remove(i);
+            if c.ep.qid().is_some_and(|q| q > 0) {
+                let (r, t) = c.ep.stats();
+                self.closed_stats.0.add(&r);
+                self.closed_stats.1.add(&t);
+            }
             self.stack.release(c.conn);
         }
         progress | self.stack.poll(now)
@@ -221,6 +271,22 @@ impl<D: Medium> ControllerSide<D> {
     pub fn poll_at(&mut self, now: SmolInstant) -> Option<SmolInstant> {
         let conns = self.conns.iter().filter_map(|c| c.ep.poll_timeout()).map(to_smol).min();
         [self.stack.poll_at(now), conns].into_iter().flatten().min()
+    }
+}
+
+/// The far side of a simulated run: something that moves when stepped.
+pub trait Peer {
+    fn step(&mut self, now: SmolInstant) -> bool;
+    fn poll_at(&mut self, now: SmolInstant) -> Option<SmolInstant>;
+}
+
+impl<D: Medium> Peer for ControllerSide<D> {
+    fn step(&mut self, now: SmolInstant) -> bool {
+        ControllerSide::step(self, now)
+    }
+
+    fn poll_at(&mut self, now: SmolInstant) -> Option<SmolInstant> {
+        ControllerSide::poll_at(self, now)
     }
 }
 
@@ -262,9 +328,9 @@ pub fn serve<D: Medium>(side: &mut ControllerSide<D>, clock: &Clock, stop: &Atom
 
 /// Run host and controller in one thread, time jumping to the next deadline
 /// whenever neither side can move. Returns the simulated time it took.
-pub fn run_simulated<H: Medium, C: Medium>(
+pub fn run_simulated<H: Medium>(
     host: &mut HostSide<H>,
-    ctrl: &mut ControllerSide<C>,
+    ctrl: &mut dyn Peer,
     app: &mut dyn HostApp,
     limit: Duration,
 ) -> Result<Duration, RunError> {

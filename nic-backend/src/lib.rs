@@ -1,3 +1,411 @@
 //! A software NIC that implements the ULP DDP contract as a smoltcp `Device`
-//! decorator: receive placement and data-digest checking, transmit
-//! data-digest insertion, resync. Invisible when every offload is off.
+//! decorator, in the manner of smoltcp's own `FaultInjector<D>`: it wraps
+//! any medium, sees every frame on its way up and down, and is invisible
+//! when every offload is off.
+//!
+//! It never drops, reorders or edits a received frame: it parses it,
+//! verifies its checksums, places and digests what it may, leaves hints for
+//! the ULP, and hands the frame up unchanged. On transmit it only writes
+//! data digests the ULP left to it (and fixes the TCP checksum of a segment
+//! it wrote into).
+//!
+//! [`OffloadNic`] is the device; [`NicHandle`] is the same NIC as the
+//! driver sees it, implementing [`ulp_ddp::DdpDevice`].
+
+mod copy;
+mod flow;
+mod frame;
+
+pub use copy::{copy_and_crc, copy_then_crc};
+
+use flow::{Env, Flow, Mapping};
+use smoltcp::phy::{self, Device, DeviceCapabilities};
+use smoltcp::time::Instant;
+use smoltcp_glue::Medium;
+use std::collections::HashMap;
+use std::net::SocketAddrV4;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use ulp_ddp::{Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, Limits, Role, SkHandle, Stats};
+
+/// What a NIC offers and what it starts with.
+#[derive(Debug, Clone, Copy)]
+pub struct NicConfig {
+    /// Capabilities the NIC has.
+    pub hw: Caps,
+    /// Capabilities turned on.
+    pub active: Caps,
+    pub limits: Limits,
+}
+
+impl Default for NicConfig {
+    /// A ConnectX-7-like device: up to 128 SG entries, offload from 32 KiB,
+    /// tags below the queue size, everything on.
+    fn default() -> Self {
+        Self {
+            hw: Caps::ALL,
+            active: Caps::ALL,
+            limits: Limits {
+                max_ddp_sgl_len: 128,
+                io_threshold: 32 << 10,
+                tls: false,
+                full_ccid_range: false,
+            },
+        }
+    }
+}
+
+/// Handshake sequence numbers of a connection, from our side.
+#[derive(Debug, Default, Clone, Copy)]
+struct Isns {
+    peer: Option<u32>,
+    local: Option<u32>,
+}
+
+/// Connections remembered for their handshakes before the oldest go.
+const HANDSHAKES: usize = 4096;
+
+struct State {
+    cfg: NicConfig,
+    handshakes: HashMap<(SocketAddrV4, SocketAddrV4), Isns>,
+    flows: slab::Slab<Flow>,
+    by_key: HashMap<(SocketAddrV4, SocketAddrV4), usize>,
+    stats: Stats,
+}
+
+struct Shared {
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A frame on its way up to the stack.
+    fn on_rx(&self, frame: &[u8]) {
+        let mut st = self.lock();
+        if st.cfg.hw.is_empty() {
+            return;
+        }
+        let Some(seg) = frame::parse_headers(frame) else { return };
+        // Our side of the connection is the destination.
+        let key = (seg.dst, seg.src);
+        if seg.syn {
+            if frame::verify(frame, &seg) {
+                remember(&mut st, key, |i| i.peer = Some(seg.seq));
+            }
+            return;
+        }
+        let Some(&id) = st.by_key.get(&key) else { return };
+        let started = std::time::Instant::now();
+        if !frame::verify(frame, &seg) {
+            return;
+        }
+        let State { flows, stats, cfg, .. } = &mut *st;
+        let Some(flow) = flows.get_mut(id) else { return };
+        if let Some(ack) = seg.ack {
+            let off = frame::stream_offset(ack, flow.local_isn, flow.tx_next());
+            flow.tx_acked(off);
+        }
+        if seg.payload_len > 0 {
+            let off = frame::stream_offset(seg.seq, flow.peer_isn, flow.rx_next());
+            let payload = &frame[seg.payload_at..seg.payload_at + seg.payload_len];
+            let mut env = Env { active: cfg.active, stats };
+            flow.rx_segment(off, payload, &mut env);
+        }
+        stats.nic_ns += started.elapsed().as_nanos() as u64;
+    }
+
+    /// A frame the stack is sending, already written.
+    fn on_tx(&self, frame: &mut [u8]) {
+        let mut st = self.lock();
+        if st.cfg.hw.is_empty() {
+            return;
+        }
+        let Some(seg) = frame::parse_headers(frame) else { return };
+        let key = (seg.src, seg.dst);
+        if seg.syn {
+            remember(&mut st, key, |i| i.local = Some(seg.seq));
+            return;
+        }
+        let Some(&id) = st.by_key.get(&key) else { return };
+        let State { flows, stats, cfg, .. } = &mut *st;
+        let Some(flow) = flows.get_mut(id) else { return };
+        let oneshot = flow.config.role == Role::Host && cfg.active.contains(Caps::NVME_TCP_ONESHOT);
+        if seg.payload_len == 0 || !(flow.tx_crc || oneshot) {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let off = frame::stream_offset(seg.seq, flow.local_isn, flow.tx_next());
+        let mut env = Env { active: cfg.active, stats };
+        let payload = &mut frame[seg.payload_at..seg.payload_at + seg.payload_len];
+        if flow.tx_segment(off, payload, &mut env) {
+            seg.fix_checksum(frame);
+        }
+        stats.nic_ns += started.elapsed().as_nanos() as u64;
+    }
+}
+
+fn remember(st: &mut State, key: (SocketAddrV4, SocketAddrV4), f: impl FnOnce(&mut Isns)) {
+    if st.handshakes.len() >= HANDSHAKES && !st.handshakes.contains_key(&key) {
+        let keep = &st.by_key;
+        st.handshakes.retain(|k, _| keep.contains_key(k));
+    }
+    f(st.handshakes.entry(key).or_default());
+}
+
+/// The software NIC over device `D`.
+pub struct OffloadNic<D> {
+    inner: D,
+    shared: Arc<Shared>,
+}
+
+/// The NIC as its driver sees it: the ULP DDP device operations.
+#[derive(Clone)]
+pub struct NicHandle {
+    shared: Arc<Shared>,
+}
+
+impl<D> OffloadNic<D> {
+    pub fn new(inner: D, cfg: NicConfig) -> Self {
+        let state = State {
+            cfg: NicConfig { active: cfg.active.intersection(cfg.hw), ..cfg },
+            handshakes: HashMap::new(),
+            flows: slab::Slab::new(),
+            by_key: HashMap::new(),
+            stats: Stats::default(),
+        };
+        Self { inner, shared: Arc::new(Shared { state: Mutex::new(state) }) }
+    }
+
+    pub fn handle(&self) -> NicHandle {
+        NicHandle { shared: self.shared.clone() }
+    }
+
+    pub fn get_ref(&self) -> &D {
+        &self.inner
+    }
+
+    pub fn get_mut(&mut self) -> &mut D {
+        &mut self.inner
+    }
+}
+
+pub struct RxToken<'a, T> {
+    inner: T,
+    shared: &'a Shared,
+}
+
+pub struct TxToken<'a, T> {
+    inner: T,
+    shared: &'a Shared,
+}
+
+impl<T: phy::RxToken> phy::RxToken for RxToken<'_, T> {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        let shared = self.shared;
+        self.inner.consume(|frame| {
+            shared.on_rx(frame);
+            f(frame)
+        })
+    }
+}
+
+impl<T: phy::TxToken> phy::TxToken for TxToken<'_, T> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let shared = self.shared;
+        self.inner.consume(len, |frame| {
+            let r = f(frame);
+            shared.on_tx(frame);
+            r
+        })
+    }
+}
+
+impl<D: Device> Device for OffloadNic<D> {
+    type RxToken<'a>
+        = RxToken<'a, D::RxToken<'a>>
+    where
+        Self: 'a;
+    type TxToken<'a>
+        = TxToken<'a, D::TxToken<'a>>
+    where
+        Self: 'a;
+
+    fn receive(&mut self, now: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        let shared = &*self.shared;
+        let (rx, tx) = self.inner.receive(now)?;
+        Some((RxToken { inner: rx, shared }, TxToken { inner: tx, shared }))
+    }
+
+    fn transmit(&mut self, now: Instant) -> Option<Self::TxToken<'_>> {
+        let shared = &*self.shared;
+        self.inner.transmit(now).map(|tx| TxToken { inner: tx, shared })
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        self.inner.capabilities()
+    }
+}
+
+impl<D: Medium> Medium for OffloadNic<D> {
+    fn poll_at(&self) -> Option<Instant> {
+        self.inner.poll_at()
+    }
+
+    fn wait(&self, timeout: Option<smoltcp::time::Duration>) {
+        self.inner.wait(timeout)
+    }
+}
+
+impl NicHandle {
+    /// Whether the receive context of a socket follows real PDU boundaries
+    /// (for tests and reports).
+    pub fn rx_synced(&self, sk: &SkHandle) -> Option<bool> {
+        self.shared.lock().flows.get(sk.id as usize).map(Flow::rx_synced)
+    }
+
+    /// Offloaded sockets.
+    pub fn sockets(&self) -> usize {
+        self.shared.lock().flows.len()
+    }
+}
+
+impl DdpDevice for NicHandle {
+    fn limits(&self) -> Limits {
+        self.shared.lock().cfg.limits
+    }
+
+    fn caps(&self) -> (Caps, Caps) {
+        let st = self.shared.lock();
+        (st.cfg.hw, st.cfg.active)
+    }
+
+    fn set_caps(&self, wanted: Caps) -> Result<Caps, DdpError> {
+        let mut st = self.shared.lock();
+        let missing = wanted.without(st.cfg.hw);
+        if !missing.is_empty() {
+            return Err(DdpError::Unsupported(missing));
+        }
+        st.cfg.active = wanted;
+        Ok(wanted)
+    }
+
+    fn sk_add(&self, id: FlowId, config: &Config) -> Result<SkHandle, DdpError> {
+        let mut st = self.shared.lock();
+        let key = (id.local, id.remote);
+        let result = (|| {
+            if st.cfg.active.is_empty() {
+                return Err(DdpError::NotActive(Caps::ALL));
+            }
+            if st.by_key.contains_key(&key) {
+                return Err(DdpError::Exists);
+            }
+            let isn = st.handshakes.get(&key).copied().unwrap_or_default();
+            let (Some(peer), Some(local)) = (isn.peer, isn.local) else {
+                return Err(DdpError::NoHandshake);
+            };
+            let data_digest = config.dgst & Config::DGST_DATA != 0;
+            let tx_crc = data_digest && st.cfg.active.contains(Caps::NVME_TCP_DDGST_TX);
+            let table = if st.cfg.limits.full_ccid_range {
+                65536
+            } else {
+                config.queue_size.clamp(1, 65536) as usize
+            };
+            let flow = Flow::new(*config, peer, local, tx_crc, table);
+            let ctx = flow.ctx.clone();
+            let slot = st.flows.insert(flow);
+            st.by_key.insert(key, slot);
+            let granted =
+                if tx_crc { st.cfg.active } else { st.cfg.active.without(Caps::NVME_TCP_DDGST_TX) };
+            Ok(SkHandle { id: slot as u32, ctx, offloads: granted })
+        })();
+        match &result {
+            Ok(_) => st.stats.sk_add += 1,
+            Err(e) => {
+                st.stats.sk_add_fail += 1;
+                tracing::debug!(error = %e, local = %id.local, remote = %id.remote, "sk_add refused");
+            }
+        }
+        result
+    }
+
+    fn sk_del(&self, sk: &SkHandle) {
+        let mut st = self.shared.lock();
+        if st.flows.contains(sk.id as usize) {
+            st.flows.remove(sk.id as usize);
+            st.by_key.retain(|_, v| *v != sk.id as usize);
+            st.stats.sk_del += 1;
+        }
+    }
+
+    fn setup(&self, sk: &SkHandle, io: DdpIo) -> Result<(), DdpError> {
+        let mut st = self.shared.lock();
+        let (active, limits) = (st.cfg.active, st.cfg.limits);
+        let result = (|| {
+            if !active.contains(Caps::NVME_TCP) {
+                return Err(DdpError::NotActive(Caps::NVME_TCP));
+            }
+            if io.oneshot && !active.contains(Caps::NVME_TCP_ONESHOT) {
+                return Err(DdpError::NotActive(Caps::NVME_TCP_ONESHOT));
+            }
+            if limits.max_ddp_sgl_len > 0 && io.sgl.len() > limits.max_ddp_sgl_len as usize {
+                return Err(DdpError::TooManyEntries(io.sgl.len()));
+            }
+            let mut entries: Vec<(ulp_ddp::IoBuf, usize, usize)> = Vec::new();
+            for (i, e) in io.sgl.iter().enumerate() {
+                if e.len == 0 || e.offset.checked_add(e.len).is_none_or(|end| end > e.buf.len()) {
+                    return Err(DdpError::BadEntry(i));
+                }
+                match entries.last_mut() {
+                    Some((b, off, len)) if b.same(&e.buf) && *off + *len == e.offset => {
+                        *len += e.len
+                    }
+                    _ => entries.push((e.buf.clone(), e.offset, e.len)),
+                }
+            }
+            if entries.is_empty() {
+                return Err(DdpError::Empty);
+            }
+            let flow = st.flows.get_mut(sk.id as usize).ok_or(DdpError::NoSocket)?;
+            let slot = flow.slot(io.tag).ok_or(DdpError::BadTag(io.tag))?;
+            if slot.is_some() {
+                return Err(DdpError::Busy(io.tag));
+            }
+            let len = entries.iter().map(|e| e.2).sum();
+            *slot = Some(Mapping { entries, len, oneshot: io.oneshot, live: !io.oneshot });
+            Ok(())
+        })();
+        match &result {
+            Ok(()) => st.stats.ddp_setup += 1,
+            Err(_) => st.stats.ddp_setup_fail += 1,
+        }
+        result
+    }
+
+    fn teardown(&self, sk: &SkHandle, tag: u16) {
+        let mut st = self.shared.lock();
+        let State { flows, stats, .. } = &mut *st;
+        if let Some(flow) = flows.get_mut(sk.id as usize)
+            && let Some(slot) = flow.slot(tag)
+            && slot.take().is_some()
+        {
+            stats.ddp_teardown += 1;
+        }
+        // Linux's teardown may complete later; ours is done at once, but the
+        // ULP still learns of it through the mailbox, as it would.
+        sk.ctx.teardown_done(tag);
+    }
+
+    fn resync(&self, sk: &SkHandle, seq: u64) {
+        let mut st = self.shared.lock();
+        let State { flows, stats, .. } = &mut *st;
+        if let Some(flow) = flows.get_mut(sk.id as usize) {
+            flow.resync(seq, stats);
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        self.shared.lock().stats
+    }
+}

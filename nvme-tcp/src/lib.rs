@@ -9,6 +9,7 @@
 
 mod bytes;
 pub mod controller;
+mod ddp;
 pub mod host;
 pub mod namespace;
 pub mod nvme;
@@ -16,6 +17,7 @@ mod pool;
 mod time;
 pub mod wire;
 
+pub use ddp::UlpStats;
 pub use time::{Instant, earliest};
 
 #[doc(hidden)]

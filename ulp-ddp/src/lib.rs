@@ -1,10 +1,301 @@
 //! The ULP DDP offload contract between an upper-layer protocol (NVMe/TCP)
 //! and a NIC: capabilities, limits, per-socket configuration, per-I/O
-//! buffer mappings, resync, and statistics, named as in Linux's
-//! `include/net/ulp_ddp.h`.
+//! buffer mappings, receive hints, resync, and statistics, named as in
+//! Linux's `include/net/ulp_ddp.h` so a reader of either finds the other.
 //!
 //! Types and traits only: no logic that belongs to one NIC or one protocol.
+//!
+//! Where this contract differs from Linux's, it is because the ULP here runs
+//! above a user-space TCP (smoltcp) rather than inside the kernel:
+//! - Stream positions are 64-bit *stream offsets* (bytes since the start of
+//!   one direction of the connection) instead of 32-bit TCP sequence
+//!   numbers, which smoltcp does not expose to its users. The NIC, which
+//!   sees the handshake, translates.
+//! - What Linux's NIC reports per skb (`ulp_crc`, placement) it reports here
+//!   as [`RxHint`]s keyed by stream offset, because smoltcp copies payload
+//!   into its ring and forgets packet boundaries.
+//! - The NIC's calls into the ULP (`resync_request`, `ddp_teardown_done`)
+//!   are left in the socket's [`SkCtx`] mailbox and collected by the ULP
+//!   when it next runs, instead of being called from softirq context.
+//! - Besides Linux's receive capabilities there are two more: transmit data
+//!   digest offload (from the v4/v5 series) and one-shot mappings.
 
 mod iobuf;
+mod sk;
 
 pub use iobuf::IoBuf;
+pub use sk::{Freed, HintFlags, RxHint, SkCtx};
+
+use std::fmt;
+use std::net::SocketAddrV4;
+use std::sync::Arc;
+
+/// Offload capabilities, as a bit set (`ULP_DDP_CAP_*`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Caps(u32);
+
+impl Caps {
+    /// Direct data placement of NVMe/TCP data PDUs (`ULP_DDP_CAP_NVME_TCP`).
+    pub const NVME_TCP: Caps = Caps(1 << 0);
+    /// Receive data digest verification (`ULP_DDP_CAP_NVME_TCP_DDGST_RX`).
+    pub const NVME_TCP_DDGST_RX: Caps = Caps(1 << 1);
+    /// Transmit data digest computation.
+    pub const NVME_TCP_DDGST_TX: Caps = Caps(1 << 2);
+    /// One-shot mappings: armed by the command capsule going out, freed by
+    /// the response coming in.
+    pub const NVME_TCP_ONESHOT: Caps = Caps(1 << 3);
+
+    pub const NONE: Caps = Caps(0);
+    pub const ALL: Caps = Caps(0xf);
+
+    /// Names as the command line writes them.
+    const NAMES: [(Caps, &'static str); 4] = [
+        (Caps::NVME_TCP, "ddp"),
+        (Caps::NVME_TCP_DDGST_RX, "crc-rx"),
+        (Caps::NVME_TCP_DDGST_TX, "crc-tx"),
+        (Caps::NVME_TCP_ONESHOT, "oneshot"),
+    ];
+
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    pub const fn from_bits(bits: u32) -> Caps {
+        Caps(bits & Caps::ALL.0)
+    }
+
+    pub const fn contains(self, other: Caps) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    pub const fn intersects(self, other: Caps) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    pub const fn union(self, other: Caps) -> Caps {
+        Caps(self.0 | other.0)
+    }
+
+    pub const fn intersection(self, other: Caps) -> Caps {
+        Caps(self.0 & other.0)
+    }
+
+    pub const fn without(self, other: Caps) -> Caps {
+        Caps(self.0 & !other.0)
+    }
+
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Parse `ddp,crc-rx,crc-tx,oneshot`, `all` or `none`.
+    pub fn parse(s: &str) -> Result<Caps, String> {
+        let mut caps = Caps::NONE;
+        for word in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            caps = caps.union(match word {
+                "none" => Caps::NONE,
+                "all" => Caps::ALL,
+                "crc" => Caps::NVME_TCP_DDGST_RX.union(Caps::NVME_TCP_DDGST_TX),
+                w => Caps::NAMES
+                    .iter()
+                    .find(|(_, n)| *n == w)
+                    .map(|(c, _)| *c)
+                    .ok_or_else(|| format!("unknown offload {w:?} (use ddp, crc-rx, crc-tx, oneshot, crc, all, none)"))?,
+            });
+        }
+        Ok(caps)
+    }
+}
+
+impl fmt::Display for Caps {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> =
+            Caps::NAMES.iter().filter(|(c, _)| self.contains(*c)).map(|(_, n)| *n).collect();
+        if names.is_empty() { write!(f, "none") } else { write!(f, "{}", names.join(",")) }
+    }
+}
+
+impl fmt::Debug for Caps {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Caps({self})")
+    }
+}
+
+/// What a device supports (`ulp_ddp_limits`, NVMe/TCP flavour).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most scatter-gather entries one mapping may have; 0 for no limit.
+    pub max_ddp_sgl_len: u32,
+    /// Smallest transfer worth mapping, in bytes.
+    pub io_threshold: u32,
+    /// Whether offload works together with TLS.
+    pub tls: bool,
+    /// Whether tags may use the full 16-bit range; if not, they must be
+    /// below the socket's queue size (the device indexes a table by tag).
+    pub full_ccid_range: bool,
+}
+
+/// Which end of NVMe/TCP a socket is: it decides which PDUs the device
+/// places (C2HData by CCCID for a host, H2CData by TTAG for a controller)
+/// and which it digests on transmit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Host,
+    Controller,
+}
+
+/// Per-socket configuration (`ulp_ddp_config` / `nvme_tcp_ddp_config`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    pub role: Role,
+    /// PDU format version (0).
+    pub pfv: u16,
+    /// Controller PDU data alignment (H2C data), 0-based dwords.
+    pub cpda: u8,
+    /// Host PDU data alignment (C2H data), 0-based dwords.
+    pub hpda: u8,
+    /// Header digest (bit 0) and data digest (bit 1) in force.
+    pub dgst: u8,
+    /// Queue entries; tags must be below this unless `full_ccid_range`.
+    pub queue_size: u32,
+    /// Stream offset where the next received PDU starts.
+    pub rx_start: u64,
+    /// Stream offset where the next transmitted PDU starts.
+    pub tx_start: u64,
+}
+
+impl Config {
+    pub const DGST_HEADER: u8 = 1 << 0;
+    pub const DGST_DATA: u8 = 1 << 1;
+}
+
+/// A socket as the device knows it: its TCP 4-tuple, from the ULP's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowId {
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+}
+
+/// One scatter-gather entry: `len` bytes of `buf` from `offset`.
+#[derive(Debug, Clone)]
+pub struct SgEntry {
+    pub buf: IoBuf,
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// A per-I/O mapping (`ulp_ddp_io`): data for `tag` goes to `sgl`, byte 0
+/// of the command's data at the first entry's offset.
+#[derive(Debug, Clone)]
+pub struct DdpIo {
+    /// CCCID on a host socket, TTAG on a controller socket.
+    pub tag: u16,
+    pub sgl: Vec<SgEntry>,
+    /// One-shot: live once the capsule with this tag leaves, freed by the
+    /// response; otherwise live now, freed by `teardown`.
+    pub oneshot: bool,
+}
+
+impl DdpIo {
+    /// Bytes the mapping covers.
+    pub fn len(&self) -> usize {
+        self.sgl.iter().map(|e| e.len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A socket added to a device: what the ULP passes back on every call.
+#[derive(Debug, Clone)]
+pub struct SkHandle {
+    pub id: u32,
+    pub ctx: Arc<SkCtx>,
+    /// What the device does for this socket. Receive offloads also follow
+    /// the device's active capabilities from PDU to PDU; transmit digest
+    /// offload is fixed here, since the ULP leaves digests to the device.
+    pub offloads: Caps,
+}
+
+/// Why a device refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DdpError {
+    #[error("capability {0} is not active")]
+    NotActive(Caps),
+    #[error("capabilities {0} are not supported by the device")]
+    Unsupported(Caps),
+    #[error("unknown socket")]
+    NoSocket,
+    #[error("socket already offloaded")]
+    Exists,
+    #[error("the device never saw this connection's handshake")]
+    NoHandshake,
+    #[error("tag {0} is already mapped")]
+    Busy(u16),
+    #[error("tag {0} is out of range")]
+    BadTag(u16),
+    #[error("mapping has {0} entries, more than the device takes")]
+    TooManyEntries(usize),
+    #[error("empty mapping")]
+    Empty,
+    #[error("scatter-gather entry {0} lies outside its buffer")]
+    BadEntry(usize),
+}
+
+/// Device counters: Linux's ten `rx_nvmeotcp_*` stats, then the work the
+/// device did that the host therefore did not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    pub sk_add: u64,
+    pub sk_add_fail: u64,
+    pub sk_del: u64,
+    pub ddp_setup: u64,
+    pub ddp_setup_fail: u64,
+    pub ddp_teardown: u64,
+    /// Packets dropped for fatal errors (never happens here: the device
+    /// never drops a frame; kept for the Linux name).
+    pub drop: u64,
+    /// Resync requests sent to the ULP.
+    pub resync: u64,
+    /// Received packets processed in sequence for an offloaded socket.
+    pub packets: u64,
+    /// Payload bytes of those packets.
+    pub bytes: u64,
+    /// Data bytes written into mapped buffers.
+    pub nic_placed_bytes: u64,
+    /// Received data bytes whose digest the device computed.
+    pub nic_crc_bytes: u64,
+    /// Transmitted data bytes whose digest the device computed.
+    pub tx_crc_offloaded_bytes: u64,
+    /// Resyncs the ULP confirmed.
+    pub resync_confirmed: u64,
+    /// One-shot mappings armed by a departing capsule / freed by a response.
+    pub oneshot_armed: u64,
+    pub oneshot_freed: u64,
+    /// Digests restored into retransmitted segments.
+    pub tx_digest_restored: u64,
+    /// Time spent in the device's own processing, which hardware would do.
+    pub nic_ns: u64,
+}
+
+/// The device operations (`ulp_ddp_dev_ops`).
+pub trait DdpDevice: Send + Sync {
+    /// What the device supports.
+    fn limits(&self) -> Limits;
+    /// (supported, active) capabilities (`get_caps`).
+    fn caps(&self) -> (Caps, Caps);
+    /// Turn capabilities on or off (`set_caps`); returns the active set.
+    fn set_caps(&self, wanted: Caps) -> Result<Caps, DdpError>;
+    /// Start offloading a socket (`sk_add`).
+    fn sk_add(&self, flow: FlowId, config: &Config) -> Result<SkHandle, DdpError>;
+    /// Stop offloading a socket (`sk_del`); its mappings are dropped.
+    fn sk_del(&self, sk: &SkHandle);
+    /// Map a tag's data to buffers (`setup`).
+    fn setup(&self, sk: &SkHandle, io: DdpIo) -> Result<(), DdpError>;
+    /// Unmap a tag (`teardown`); `teardown_done` follows in the mailbox.
+    fn teardown(&self, sk: &SkHandle, tag: u16);
+    /// Confirm a resync request: a PDU header starts at stream offset `seq`.
+    fn resync(&self, sk: &SkHandle, seq: u64);
+    fn stats(&self) -> Stats;
+}

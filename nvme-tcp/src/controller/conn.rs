@@ -7,19 +7,20 @@
 //! closes the transport once [`Connection::is_closed`].
 
 use super::{AssocRef, Target, lock};
+use crate::ddp::{DataRx, DdpSocket, UlpStats};
 use crate::nvme::log::ErrorLogEntry;
 use crate::nvme::{Cqe, Sqe, Status, admin};
 use crate::pool::BufPool;
 use crate::time::Instant;
 use crate::wire::{
     CapsuleResp, DataPdu, Digests, Direction, Event, Fes, Framer, Framing, Header, IcReq, IcResp,
-    PduError, PduRepr, PduType, R2t, TermReq, TxQueue, crc32c_append,
+    PduError, PduRepr, PduType, R2t, TermReq, TxQueue,
 };
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use tracing::{debug, trace, warn};
-use ulp_ddp::IoBuf;
+use ulp_ddp::{Config, DdpDevice, FlowId, IoBuf, Role};
 
 /// Stop taking new PDUs while this much is waiting to be sent: a host that
 /// does not read its completions is slowed by TCP, not by our memory.
@@ -71,7 +72,8 @@ enum Rx {
         buf: Option<IoBuf>,
         len: usize,
         fail: Option<Status>,
-        crc: u32,
+        ddgst: bool,
+        data: DataRx,
     },
     /// H2CData for transfer `ttag`, of which R2T `r2t` is being answered.
     H2c {
@@ -79,7 +81,8 @@ enum Rx {
         r2t: usize,
         datao: u32,
         len: u32,
-        crc: u32,
+        ddgst: bool,
+        data: DataRx,
     },
 }
 
@@ -99,6 +102,10 @@ struct Xfer {
     received: u32,
     r2ts: Vec<R2tState>,
     digest_error: bool,
+    /// The device places this transfer's data (by TTAG).
+    mapped: bool,
+    /// Done; the TTAG stays taken until the device lets go of its mapping.
+    retired: bool,
 }
 
 /// Data that came with a command: a buffer and how many bytes of it.
@@ -142,6 +149,15 @@ pub struct Connection {
     xfers: slab::Slab<Xfer>,
     pub(crate) pool: BufPool,
     close: Option<CloseReason>,
+    /// Stream offsets: first byte of the input being parsed, the byte the
+    /// parser has reached in it, next byte out.
+    rx_offset: u64,
+    rx_at: u64,
+    tx_offset: u64,
+    /// A device that may offload this connection once it is an I/O queue.
+    attach: Option<(Arc<dyn DdpDevice>, FlowId)>,
+    ddp: Option<DdpSocket>,
+    stats: UlpStats,
     span: tracing::Span,
 }
 
@@ -163,7 +179,63 @@ impl Connection {
             xfers: slab::Slab::new(),
             pool: BufPool::default(),
             close: None,
+            rx_offset: 0,
+            rx_at: 0,
+            tx_offset: 0,
+            attach: None,
+            ddp: None,
+            stats: UlpStats::default(),
             span,
+        }
+    }
+
+    /// A device may offload this connection (`flow`, from our side) once a
+    /// Connect makes it an I/O queue. Admin queues are never offloaded.
+    pub fn attach_ddp(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId) {
+        self.attach = Some((dev, flow));
+    }
+
+    pub fn is_offloaded(&self) -> bool {
+        self.ddp.is_some()
+    }
+
+    /// What this connection did on its side of the offload: received data
+    /// and sent data.
+    pub fn stats(&self) -> (UlpStats, crate::wire::TxStats) {
+        (self.stats, self.tx.stats())
+    }
+
+    /// After a successful I/O queue Connect: hand the socket to the device.
+    fn offload(&mut self) {
+        let (Some(q), None) = (&self.queue, &self.ddp) else { return };
+        if q.qid == 0 {
+            return;
+        }
+        let Some((dev, flow)) = self.attach.take() else { return };
+        let tx = self.tx.framing();
+        let config = Config {
+            role: Role::Controller,
+            pfv: 0,
+            cpda: 0,
+            hpda: tx.pda,
+            dgst: tx.digests.bits(),
+            queue_size: q.size,
+            rx_start: self.rx_at,
+            tx_start: self.tx_offset + self.tx.queued() as u64,
+        };
+        self.ddp = DdpSocket::add(dev, flow, &config);
+        if let Some(d) = &self.ddp {
+            self.tx.set_ddgst_offload(d.tx_offload());
+        }
+    }
+
+    /// Mappings the device released: their TTAGs are free again.
+    fn poll_ddp(&mut self) {
+        let Some(d) = &self.ddp else { return };
+        for ttag in d.teardown_done(&mut self.stats) {
+            if self.xfers.get(usize::from(ttag)).is_some_and(|x| x.retired) {
+                self.xfers.remove(usize::from(ttag));
+            }
         }
     }
 
@@ -187,17 +259,18 @@ impl Connection {
     pub fn handle_input(&mut self, data: &[u8], now: Instant) -> usize {
         let span = self.span.clone();
         let _enter = span.enter();
+        self.poll_ddp();
         let mut at = 0;
         while self.phase != Phase::Closing {
             if self.framer.at_pdu_start() && self.tx.queued() > TX_HIGH_WATER {
-                return at;
+                break;
             }
             let step = self.framer.next(&data[at..]);
             let result = step.and_then(|(n, ev)| {
                 at += n;
                 match ev {
                     None => Ok(false),
-                    Some(ev) => self.on_event(ev, now).map(|()| true),
+                    Some(ev) => self.on_event(ev, data, at, now).map(|()| true),
                 }
             });
             match result {
@@ -206,12 +279,16 @@ impl Connection {
                 Err(e) => self.fatal(e),
             }
         }
-        if self.phase == Phase::Closing { data.len() } else { at }
+        let taken = if self.phase == Phase::Closing { data.len() } else { at };
+        self.rx_offset += taken as u64;
+        taken
     }
 
     /// Write pending output into `out`; returns the number of bytes.
     pub fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
-        self.tx.poll(out)
+        let n = self.tx.poll(out);
+        self.tx_offset += n as u64;
+        n
     }
 
     /// Bytes waiting to be sent.
@@ -260,6 +337,9 @@ impl Connection {
         }
         self.phase = Phase::Closing;
         self.tx.clear();
+        if let Some(d) = self.ddp.take() {
+            d.remove();
+        }
     }
 
     fn shut(&mut self, reason: CloseReason) {
@@ -282,14 +362,33 @@ impl Connection {
         self.shut(CloseReason::ProtocolError(e));
     }
 
-    fn on_event(&mut self, ev: Event<'_>, now: Instant) -> Result<(), PduError> {
+    /// An event from the framer; `input` is the slice being parsed and
+    /// `end` how far into it the framer has read.
+    fn on_event(
+        &mut self,
+        ev: Event<'_>,
+        input: &[u8],
+        end: usize,
+        now: Instant,
+    ) -> Result<(), PduError> {
+        let end = self.rx_offset + end as u64;
+        self.rx_at = end;
         match ev {
-            Event::Header(repr) => self.on_header(repr, now),
+            Event::Header(repr) => {
+                if let Some(d) = &self.ddp {
+                    // The header (and its digest) ends here; the PDU began before it.
+                    let hd = if repr.hdgst { 4 } else { 0 };
+                    d.confirm_resync(end - (repr.hlen() + hd) as u64, &mut self.stats);
+                }
+                self.on_header(repr, now)
+            }
             Event::Data { offset, bytes } => {
-                self.on_data(offset, bytes);
+                let at =
+                    self.rx_offset + (bytes.as_ptr() as usize - input.as_ptr() as usize) as u64;
+                self.on_data(offset, bytes, at);
                 Ok(())
             }
-            Event::End { data_digest } => self.on_end(data_digest, now),
+            Event::End { data_digest } => self.on_end(data_digest, end, now),
         }
     }
 
@@ -342,7 +441,8 @@ impl Connection {
             n if n > limit => (None, Some(Status::DATA_SGL_LENGTH_INVALID)),
             n => (Some(self.pool.get(n)), None),
         };
-        self.rx = Rx::Capsule { sqe, buf, len, fail, crc: 0 };
+        let data = DataRx::new(self.ddp.as_ref(), repr.ddgst);
+        self.rx = Rx::Capsule { sqe, buf, len, fail, ddgst: repr.ddgst, data };
     }
 
     fn on_h2c_header(&mut self, d: DataPdu, repr: &PduRepr) -> Result<(), PduError> {
@@ -371,50 +471,47 @@ impl Connection {
         if d.last != (end == u64::from(r.end)) {
             return Err(PduError::Sequence(ty));
         }
-        self.rx = Rx::H2c { ttag: d.ttag, r2t: i, datao, len, crc: 0 };
+        let data = DataRx::new(self.ddp.as_ref(), repr.ddgst);
+        self.rx = Rx::H2c { ttag: d.ttag, r2t: i, datao, len, ddgst: repr.ddgst, data };
         Ok(())
     }
 
-    fn on_data(&mut self, offset: u32, bytes: &[u8]) {
-        let ddgst = self.framer.current().is_some_and(|r| r.ddgst);
+    fn on_data(&mut self, offset: u32, bytes: &[u8], at: u64) {
+        let ddp = self.ddp.as_ref();
         match &mut self.rx {
-            Rx::Capsule { buf: Some(buf), crc, .. } => {
-                let at = offset as usize;
-                buf.lock()[at..at + bytes.len()].copy_from_slice(bytes);
-                if ddgst {
-                    *crc = crc32c_append(*crc, bytes);
-                }
+            Rx::Capsule { buf, ddgst, data, .. } => {
+                let dest = buf.as_ref().map(|b| (b, 0));
+                data.span(ddp, false, *ddgst, dest, offset, bytes, at, &mut self.stats);
             }
-            Rx::H2c { ttag, datao, crc, .. } => {
-                if let Some(x) = self.xfers.get(usize::from(*ttag)) {
-                    let at = (*datao + offset) as usize;
-                    x.buf.lock()[at..at + bytes.len()].copy_from_slice(bytes);
-                }
-                if ddgst {
-                    *crc = crc32c_append(*crc, bytes);
-                }
+            Rx::H2c { ttag, datao, ddgst, data, .. } => {
+                let x = self.xfers.get(usize::from(*ttag));
+                let dest = x.map(|x| (&x.buf, *datao as usize));
+                let mapped = x.is_some_and(|x| x.mapped);
+                data.span(ddp, mapped, *ddgst, dest, offset, bytes, at, &mut self.stats);
             }
-            Rx::Capsule { buf: None, .. } | Rx::Nothing => {}
+            Rx::Nothing => {}
         }
     }
 
-    fn on_end(&mut self, data_digest: Option<u32>, now: Instant) -> Result<(), PduError> {
+    fn on_end(&mut self, data_digest: Option<u32>, end: u64, now: Instant) -> Result<(), PduError> {
+        let ddp = self.ddp.as_ref();
         match std::mem::replace(&mut self.rx, Rx::Nothing) {
             Rx::Nothing => Ok(()),
-            Rx::Capsule { sqe, buf, len, fail, crc } => {
+            Rx::Capsule { sqe, buf, len, fail, ddgst, mut data } => {
                 if let Some(q) = &mut self.queue {
                     q.sqhd = ((u32::from(q.sqhd) + 1) % q.size) as u16;
                 }
-                let fail = fail.or(match data_digest {
-                    Some(d) if d != crc => Some(Status::TRANSIENT_TRANSPORT_ERROR),
-                    _ => None,
-                });
+                let dest = buf.as_ref().map(|b| (b, 0));
+                let digest_ok =
+                    data.finish(ddp, ddgst, data_digest, dest, len as u32, end, &mut self.stats);
+                let fail = fail.or((!digest_ok).then_some(Status::TRANSIENT_TRANSPORT_ERROR));
                 self.submit(sqe, buf.map(|b| (b, len)), fail, now);
                 Ok(())
             }
-            Rx::H2c { ttag, r2t, datao, len, crc } => {
+            Rx::H2c { ttag, r2t, datao, len, ddgst, mut data } => {
                 let Some(x) = self.xfers.get_mut(usize::from(ttag)) else { return Ok(()) };
-                if data_digest.is_some_and(|d| d != crc) {
+                let dest = Some((&x.buf, datao as usize));
+                if !data.finish(ddp, ddgst, data_digest, dest, len, end, &mut self.stats) {
                     x.digest_error = true;
                 }
                 x.received += len;
@@ -426,10 +523,20 @@ impl Connection {
                     self.send_r2ts(ttag);
                     return Ok(());
                 }
-                let x = self.xfers.remove(usize::from(ttag));
-                self.waiting.remove(&x.sqe.cid);
+                let (sqe, buf, total, mapped) = (x.sqe, x.buf.clone(), x.total, x.mapped);
                 let fail = x.digest_error.then_some(Status::TRANSIENT_TRANSPORT_ERROR);
-                self.submit(x.sqe, Some((x.buf, x.total as usize)), fail, now);
+                if mapped {
+                    // Keep the TTAG until the device has let go of it.
+                    x.retired = true;
+                    if let Some(d) = &self.ddp {
+                        d.teardown(ttag, &mut self.stats);
+                    }
+                } else {
+                    self.xfers.remove(usize::from(ttag));
+                }
+                self.waiting.remove(&sqe.cid);
+                self.submit(sqe, Some((buf, total as usize)), fail, now);
+                self.poll_ddp();
                 Ok(())
             }
         }
@@ -451,6 +558,9 @@ impl Connection {
             None => self.execute(&sqe, data, now),
         };
         self.finish(&sqe, outcome);
+        if self.ddp.is_none() && self.attach.is_some() {
+            self.offload();
+        }
     }
 
     fn execute(&mut self, sqe: &Sqe, data: Data, now: Instant) -> Outcome {
@@ -484,11 +594,29 @@ impl Connection {
                     received: 0,
                     r2ts: Vec::new(),
                     digest_error: false,
+                    mapped: false,
+                    retired: false,
                 };
                 let ttag = self.xfers.insert(x);
                 match u16::try_from(ttag) {
                     Ok(ttag) if ttag != 0xffff => {
                         self.waiting.insert(sqe.cid, Some(ttag));
+                        // Let the device place the data by TTAG.
+                        if let (Some(d), Some(x)) =
+                            (&self.ddp, self.xfers.get_mut(usize::from(ttag)))
+                        {
+                            let threshold = self.target.config().ddp_threshold;
+                            x.mapped = d
+                                .setup(
+                                    ttag,
+                                    &x.buf,
+                                    len as usize,
+                                    false,
+                                    threshold,
+                                    &mut self.stats,
+                                )
+                                .is_some();
+                        }
                         self.send_r2ts(ttag);
                     }
                     _ => {

@@ -57,6 +57,9 @@ pub struct TargetConfig {
     pub c2h_success: bool,
     /// Where the target listens, for the discovery log.
     pub port: Option<Port>,
+    /// Map host writes of at least this many bytes for placement when a
+    /// device offloads the connection; `None` takes the device's threshold.
+    pub ddp_threshold: Option<u32>,
 }
 
 impl Default for TargetConfig {
@@ -75,6 +78,7 @@ impl Default for TargetConfig {
             c2h_data_len: 0x2_0000,
             c2h_success: true,
             port: None,
+            ddp_threshold: None,
         }
     }
 }

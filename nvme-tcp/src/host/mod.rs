@@ -12,8 +12,9 @@
 
 mod queue;
 
-pub use queue::{QueueError, RxStats};
+pub use queue::QueueError;
 
+use crate::ddp::UlpStats;
 use crate::nvme::identify::{self, IdentifyController, IdentifyNamespace, cns};
 use crate::nvme::log::{DiscoveryEntry, GetLogPage, lid};
 use crate::nvme::{
@@ -47,6 +48,9 @@ pub struct HostConfig {
     pub maxr2t: u32,
     /// Ask for SQ flow control to be disabled (lets controllers use SUCCESS).
     pub disable_sq_flow_control: bool,
+    /// Map reads of at least this many bytes when a device offloads the
+    /// queue; `None` takes the device's own threshold.
+    pub ddp_threshold: Option<u32>,
 }
 
 impl Default for HostConfig {
@@ -62,6 +66,7 @@ impl Default for HostConfig {
             command_timeout: queue::DEFAULT_COMMAND_TIMEOUT,
             maxr2t: 0,
             disable_sq_flow_control: false,
+            ddp_threshold: None,
         }
     }
 }
@@ -215,6 +220,9 @@ pub struct Host {
     repoll: Option<(Instant, Step)>,
     poll_deadline: Option<Instant>,
     keep_alive: Option<(Instant, Duration)>,
+    /// Devices to offload I/O queues to, once each is connected.
+    attach:
+        std::collections::HashMap<u16, (std::sync::Arc<dyn ulp_ddp::DdpDevice>, ulp_ddp::FlowId)>,
     span: tracing::Span,
 }
 
@@ -250,6 +258,7 @@ impl Host {
             repoll: None,
             poll_deadline: None,
             keep_alive: None,
+            attach: std::collections::HashMap::new(),
             span,
         }
     }
@@ -268,6 +277,24 @@ impl Host {
         if let Some(q) = self.queues.get_mut(usize::from(qid)) {
             q.connected();
         }
+    }
+
+    /// A device may offload queue `qid`'s connection, `flow`. The admin
+    /// queue never is; an I/O queue is once its Connect completes.
+    pub fn attach_ddp(
+        &mut self,
+        qid: u16,
+        dev: std::sync::Arc<dyn ulp_ddp::DdpDevice>,
+        flow: ulp_ddp::FlowId,
+    ) {
+        if qid > 0 {
+            self.attach.insert(qid, (dev, flow));
+        }
+    }
+
+    /// Whether a device offloads queue `qid`.
+    pub fn is_offloaded(&self, qid: u16) -> bool {
+        self.queues.get(usize::from(qid)).is_some_and(Queue::is_offloaded)
     }
 
     /// Bytes received on queue `qid`; returns how many were taken.
@@ -410,14 +437,12 @@ impl Host {
 
     /// Work counters summed over the I/O queues (the admin queue's few
     /// bytes are not what an offload is about).
-    pub fn stats(&self) -> (RxStats, TxStats) {
-        let mut rx = RxStats::default();
+    pub fn stats(&self) -> (UlpStats, TxStats) {
+        let mut rx = UlpStats::default();
         let mut tx = TxStats::default();
         for q in &self.queues[1..] {
-            let (r, t) = (q.rx_stats, q.tx_stats());
-            rx.data_bytes += r.data_bytes;
-            rx.copy_bytes += r.copy_bytes;
-            rx.crc_bytes += r.crc_bytes;
+            rx.add(&q.stats);
+            let t = q.tx_stats();
             tx.data_bytes += t.data_bytes;
             tx.crc_bytes += t.crc_bytes;
             tx.crc_offloaded_bytes += t.crc_offloaded_bytes;
@@ -715,6 +740,10 @@ impl Host {
             Step::ConnectIo => {
                 self.io_connected += 1;
                 debug!(parent: &self.span, qid, "I/O queue connected");
+                if let Some((dev, flow)) = self.attach.remove(&qid) {
+                    let threshold = self.cfg.ddp_threshold;
+                    self.queues[usize::from(qid)].offload(dev, flow, threshold);
+                }
                 if self.io_connected == self.io_queues() {
                     self.admin_cmd(
                         Owner::Aer,

@@ -1,19 +1,24 @@
 //! One host queue: one TCP connection, its command identifiers, and the
 //! PDUs that carry its commands, data and completions.
 //!
-//! The queue knows the transport; what the commands mean is the
-//! [`Host`](super::Host)'s business. Completions and fatal errors come out
-//! as [`QueueEvent`]s.
+//! The queue knows the transport and, when a device offloads its socket,
+//! the ULP DDP side of it: reads are mapped at submission, received data
+//! the device placed is not copied again, digests it vouched for are not
+//! computed again, and a CID is reused only after its mapping is gone.
+//! What the commands mean is the [`Host`](super::Host)'s business.
+//! Completions and fatal errors come out as [`QueueEvent`]s.
 
+use crate::ddp::{DataRx, DdpSocket, UlpStats};
 use crate::nvme::{Cqe, SglDescriptor, Sqe, Status};
 use crate::time::Instant;
 use crate::wire::{
     CapsuleCmd, DataPdu, Digests, Direction, Event, Fes, Framer, Framing, Header, IcReq, IcResp,
-    PduError, PduRepr, PduType, R2t, TermReq, TxQueue, TxStats, crc32c_append,
+    PduError, PduRepr, PduType, R2t, TermReq, TxQueue, TxStats,
 };
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
-use ulp_ddp::IoBuf;
+use ulp_ddp::{Config, DdpDevice, FlowId, IoBuf, Role};
 
 /// In-capsule data the admin queue and Fabrics commands may carry.
 pub(crate) const ADMIN_INLINE: usize = 8192;
@@ -55,6 +60,10 @@ pub enum QueueError {
     IcResp(&'static str),
     #[error("transport closed")]
     TransportClosed,
+    /// The device reported freeing a mapping this queue did not expect it
+    /// to free with this response (a bogus remote invalidation).
+    #[error("device freed tag {freed} with the response for CID {cid}")]
+    OneShotMismatch { cid: u16, freed: u16 },
 }
 
 pub(crate) enum QueueEvent {
@@ -63,15 +72,12 @@ pub(crate) enum QueueEvent {
     Failed(QueueError),
 }
 
-/// Counters of the host receive path's work.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RxStats {
-    /// C2H data bytes received.
-    pub data_bytes: u64,
-    /// Of those, bytes copied out of the receive stream into command buffers.
-    pub copy_bytes: u64,
-    /// Bytes whose data digest was computed here.
-    pub crc_bytes: u64,
+/// The mapping state of a command's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mapped {
+    No,
+    Classic,
+    OneShot,
 }
 
 struct Cmd {
@@ -84,11 +90,14 @@ struct Cmd {
     /// First transport-level failure of this command (a data digest error).
     status: Option<Status>,
     deadline: Instant,
+    mapped: Mapped,
+    /// Completed, waiting for `teardown_done` before the CID is free.
+    done: Option<(Status, Cqe)>,
 }
 
 enum Rx {
     Nothing,
-    C2h { cid: u16, datao: u32, len: u32, success: bool, crc: u32 },
+    C2h { cid: u16, datao: u32, len: u32, success: bool, ddgst: bool, mapped: bool, data: DataRx },
 }
 
 pub(crate) struct Queue {
@@ -101,10 +110,18 @@ pub(crate) struct Queue {
     digests: Digests,
     maxr2t: u32,
     maxh2cdata: u32,
+    cpda: u8,
     inline_max: usize,
     rx: Rx,
+    /// Stream offsets: next byte in, next byte out, first byte of the PDU
+    /// being received.
+    rx_offset: u64,
+    tx_offset: u64,
+    pdu_start: u64,
+    ddp: Option<DdpSocket>,
+    ddp_threshold: Option<u32>,
     pub events: VecDeque<QueueEvent>,
-    pub rx_stats: RxStats,
+    pub stats: UlpStats,
 }
 
 impl Queue {
@@ -121,10 +138,16 @@ impl Queue {
             digests,
             maxr2t,
             maxh2cdata: 4096,
+            cpda: 0,
             inline_max: ADMIN_INLINE,
             rx: Rx::Nothing,
+            rx_offset: 0,
+            tx_offset: 0,
+            pdu_start: 0,
+            ddp: None,
+            ddp_threshold: None,
             events: VecDeque::new(),
-            rx_stats: RxStats::default(),
+            stats: UlpStats::default(),
         }
     }
 
@@ -137,6 +160,31 @@ impl Queue {
 
     pub fn set_inline_max(&mut self, n: usize) {
         self.inline_max = n;
+    }
+
+    /// Let `dev` offload this (idle, connected) queue's socket. Reads of
+    /// `threshold` bytes or more (the device's own threshold if `None`) are
+    /// mapped for placement.
+    pub fn offload(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId, threshold: Option<u32>) {
+        let config = Config {
+            role: Role::Host,
+            pfv: 0,
+            cpda: self.cpda,
+            hpda: 0,
+            dgst: self.digests.bits(),
+            queue_size: self.slots.len() as u32 + 1,
+            rx_start: self.rx_offset,
+            tx_start: self.tx_offset + self.tx.queued() as u64,
+        };
+        self.ddp = DdpSocket::add(dev, flow, &config);
+        if let Some(d) = &self.ddp {
+            self.tx.set_ddgst_offload(d.tx_offload());
+        }
+        self.ddp_threshold = threshold;
+    }
+
+    pub fn is_offloaded(&self) -> bool {
+        self.ddp.is_some()
     }
 
     pub fn outstanding(&self) -> usize {
@@ -152,7 +200,8 @@ impl Queue {
     }
 
     /// Send a command. Data to the controller goes in the capsule when it
-    /// fits, otherwise on R2T; data from the controller arrives in C2HData.
+    /// fits, otherwise on R2T; data from the controller arrives in C2HData,
+    /// into a buffer the device may place into directly.
     pub fn submit(
         &mut self,
         owner: Owner,
@@ -160,6 +209,7 @@ impl Queue {
         data: Option<(IoBuf, usize, Dir)>,
         deadline: Instant,
     ) -> Option<u16> {
+        self.poll_ddp();
         let cid = self.free.pop()?;
         let (buf, len, dir) = match data {
             Some((b, n, d)) => (Some(b), n, d),
@@ -177,15 +227,39 @@ impl Queue {
             (Some(b), true) if len > 0 => Some((b.clone(), 0, len)),
             _ => None,
         };
+        // A one-shot mapping travels with the capsule: set up before the
+        // capsule is queued, live once the device sees it leave.
+        let mapped = match (&self.ddp, &buf, dir) {
+            (Some(d), Some(b), Dir::FromController) => {
+                match d.setup(cid, b, len, true, self.ddp_threshold, &mut self.stats) {
+                    Some(true) => Mapped::OneShot,
+                    Some(false) => Mapped::Classic,
+                    None => Mapped::No,
+                }
+            }
+            _ => Mapped::No,
+        };
         self.tx.push(Header::CapsuleCmd(CapsuleCmd { sqe }), capsule_data);
         let requested = if in_capsule { len as u32 } else { 0 };
-        self.slots[usize::from(cid)] =
-            Some(Cmd { owner, buf, len, dir, received: 0, requested, status: None, deadline });
+        self.slots[usize::from(cid)] = Some(Cmd {
+            owner,
+            buf,
+            len,
+            dir,
+            received: 0,
+            requested,
+            status: None,
+            deadline,
+            mapped,
+            done: None,
+        });
         Some(cid)
     }
 
     pub fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
-        self.tx.poll(out)
+        let n = self.tx.poll(out);
+        self.tx_offset += n as u64;
+        n
     }
 
     pub fn pending_output(&self) -> usize {
@@ -194,7 +268,12 @@ impl Queue {
 
     /// The earliest command deadline.
     pub fn deadline(&self) -> Option<Instant> {
-        self.slots.iter().flatten().filter(|c| c.owner != Owner::Aer).map(|c| c.deadline).min()
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|c| c.owner != Owner::Aer && c.done.is_none())
+            .map(|c| c.deadline)
+            .min()
     }
 
     /// Some command has outlived its deadline.
@@ -216,7 +295,7 @@ impl Queue {
             self.tx
                 .push_inline(Header::H2cTermReq(TermReq { fes: pe.fes(), fei: pe.fei() }), &quoted);
         }
-        self.phase = Phase::Closing;
+        self.close();
         self.events.push_back(QueueEvent::Failed(e));
     }
 
@@ -232,20 +311,42 @@ impl Queue {
         }
     }
 
-    /// Close without error (after shutdown).
+    /// Close without error (after shutdown). The device forgets the socket.
     pub fn close(&mut self) {
         self.phase = Phase::Closing;
+        if let Some(d) = self.ddp.take() {
+            d.remove();
+        }
+    }
+
+    /// Collect what the device left in the socket's mailbox: mappings it
+    /// released, whose commands can now complete and free their CIDs.
+    fn poll_ddp(&mut self) {
+        let Some(d) = &self.ddp else { return };
+        for tag in d.teardown_done(&mut self.stats) {
+            if let Some(slot) = self.slots.get_mut(usize::from(tag))
+                && let Some(cmd) = slot.as_mut()
+                && let Some((status, cqe)) = cmd.done
+            {
+                cmd.mapped = Mapped::No;
+                self.release(tag, status, cqe);
+            }
+        }
     }
 
     pub fn handle_input(&mut self, data: &[u8]) -> usize {
+        self.poll_ddp();
         let mut at = 0;
         while self.phase != Phase::Closing {
+            if self.framer.at_pdu_start() {
+                self.pdu_start = self.rx_offset + at as u64;
+            }
             let step = self.framer.next(&data[at..]);
             let result = step.and_then(|(n, ev)| {
                 at += n;
                 match ev {
                     None => Ok(false),
-                    Some(ev) => self.on_event(ev).map(|()| true),
+                    Some(ev) => self.on_event(ev, data, at).map(|()| true),
                 }
             });
             match result {
@@ -254,17 +355,23 @@ impl Queue {
                 Err(e) => self.fail(QueueError::Protocol(e)),
             }
         }
-        if self.phase == Phase::Closing { data.len() } else { at }
+        let taken = if self.phase == Phase::Closing { data.len() } else { at };
+        self.rx_offset += taken as u64;
+        taken
     }
 
-    fn on_event(&mut self, ev: Event<'_>) -> Result<(), PduError> {
+    /// An event from the framer; `input` is the whole slice being parsed
+    /// and `end` how far into it the framer has read.
+    fn on_event(&mut self, ev: Event<'_>, input: &[u8], end: usize) -> Result<(), PduError> {
         match ev {
             Event::Header(repr) => self.on_header(&repr),
             Event::Data { offset, bytes } => {
-                self.on_data(offset, bytes);
+                let at =
+                    self.rx_offset + (bytes.as_ptr() as usize - input.as_ptr() as usize) as u64;
+                self.on_data(offset, bytes, at);
                 Ok(())
             }
-            Event::End { data_digest } => self.on_end(data_digest),
+            Event::End { data_digest } => self.on_end(data_digest, self.rx_offset + end as u64),
         }
     }
 
@@ -272,10 +379,14 @@ impl Queue {
         self.slots
             .get_mut(usize::from(cid))
             .and_then(Option::as_mut)
+            .filter(|c| c.done.is_none())
             .ok_or(PduError::BadField { pdu_type: ty, offset: field })
     }
 
     fn on_header(&mut self, repr: &PduRepr) -> Result<(), PduError> {
+        if let Some(d) = &self.ddp {
+            d.confirm_resync(self.pdu_start, &mut self.stats);
+        }
         match (self.phase, repr.header) {
             (_, Header::C2hTermReq(t)) => {
                 self.tx.clear();
@@ -296,7 +407,7 @@ impl Queue {
                     None if short && cqe.status().is_success() => Status::DATA_TRANSFER_ERROR,
                     None => cqe.status(),
                 };
-                self.finish(cqe.cid, status, cqe);
+                self.finish(cqe.cid, status, cqe, self.pdu_start);
                 Ok(())
             }
             (Phase::Live, Header::C2hData(d)) => {
@@ -315,12 +426,16 @@ impl Queue {
                 if d.last != (end == cmd.len as u64) {
                     return Err(PduError::Sequence(ty));
                 }
+                let mapped = cmd.mapped != Mapped::No;
+                let data = DataRx::new(self.ddp.as_ref(), repr.ddgst);
                 self.rx = Rx::C2h {
                     cid: d.cccid,
                     datao: d.datao,
                     len: repr.data_len,
                     success: d.success,
-                    crc: 0,
+                    ddgst: repr.ddgst,
+                    mapped,
+                    data,
                 };
                 Ok(())
             }
@@ -334,6 +449,7 @@ impl Queue {
             return self.fail(QueueError::IcResp("digests differ from those requested"));
         }
         self.maxh2cdata = ic.maxh2cdata;
+        self.cpda = ic.cpda;
         self.framer.set_framing(Framing { digests: ic.digests, pda: 0 });
         self.tx.set_framing(Framing { digests: ic.digests, pda: ic.cpda });
         self.phase = Phase::Live;
@@ -369,41 +485,63 @@ impl Queue {
         Ok(())
     }
 
-    fn on_data(&mut self, offset: u32, bytes: &[u8]) {
-        let ddgst = self.framer.current().is_some_and(|r| r.ddgst);
-        let Rx::C2h { cid, datao, crc, .. } = &mut self.rx else { return };
+    fn on_data(&mut self, offset: u32, bytes: &[u8], at: u64) {
+        let Rx::C2h { cid, datao, ddgst, mapped, data, .. } = &mut self.rx else { return };
         let Some(Some(cmd)) = self.slots.get(usize::from(*cid)) else { return };
-        if let Some(buf) = &cmd.buf {
-            let at = (*datao + offset) as usize;
-            buf.lock()[at..at + bytes.len()].copy_from_slice(bytes);
-        }
-        self.rx_stats.data_bytes += bytes.len() as u64;
-        self.rx_stats.copy_bytes += bytes.len() as u64;
-        if ddgst {
-            *crc = crc32c_append(*crc, bytes);
-            self.rx_stats.crc_bytes += bytes.len() as u64;
-        }
+        let dest = cmd.buf.as_ref().map(|b| (b, *datao as usize));
+        data.span(self.ddp.as_ref(), *mapped, *ddgst, dest, offset, bytes, at, &mut self.stats);
     }
 
-    fn on_end(&mut self, data_digest: Option<u32>) -> Result<(), PduError> {
-        let Rx::C2h { cid, len, success, crc, .. } = std::mem::replace(&mut self.rx, Rx::Nothing)
+    fn on_end(&mut self, data_digest: Option<u32>, end: u64) -> Result<(), PduError> {
+        let Rx::C2h { cid, datao, len, success, ddgst, mut data, .. } =
+            std::mem::replace(&mut self.rx, Rx::Nothing)
         else {
             return Ok(());
         };
         let Some(Some(cmd)) = self.slots.get_mut(usize::from(cid)) else { return Ok(()) };
-        cmd.received += len;
-        if data_digest.is_some_and(|dd| dd != crc) {
+        let dest = cmd.buf.as_ref().map(|b| (b, datao as usize));
+        if !data.finish(self.ddp.as_ref(), ddgst, data_digest, dest, len, end, &mut self.stats) {
             // The stream is intact; only this command's data is bad.
             cmd.status.get_or_insert(Status::TRANSIENT_TRANSPORT_ERROR);
         }
+        cmd.received += len;
         if success {
             let status = cmd.status.unwrap_or(Status::SUCCESS);
-            self.finish(cid, status, Cqe { cid, sqid: self.qid, sqhd: 0xffff, ..Cqe::default() });
+            let cqe = Cqe { cid, sqid: self.qid, sqhd: 0xffff, ..Cqe::default() };
+            self.finish(cid, status, cqe, self.pdu_start);
         }
         Ok(())
     }
 
-    fn finish(&mut self, cid: u16, status: Status, cqe: Cqe) {
+    /// A command's response arrived (the PDU at stream offset `resp`).
+    /// Unmapped commands complete at once; a one-shot mapping must have
+    /// been freed by the device with exactly this response; a classic
+    /// mapping is torn down and the command completes on `teardown_done`.
+    fn finish(&mut self, cid: u16, status: Status, cqe: Cqe, resp: u64) {
+        let Some(cmd) = self.slots.get_mut(usize::from(cid)).and_then(Option::as_mut) else {
+            return;
+        };
+        let freed = self.ddp.as_ref().and_then(|d| d.sk.ctx.take_freed(resp));
+        match (cmd.mapped, freed) {
+            (Mapped::OneShot, Some(f)) if f.offset == resp && f.tag == cid => {
+                cmd.mapped = Mapped::No;
+            }
+            (_, Some(f)) => return self.fail(QueueError::OneShotMismatch { cid, freed: f.tag }),
+            (Mapped::No, None) => {}
+            (Mapped::Classic | Mapped::OneShot, None) => {
+                // Classic, or one-shot that the device did not see go by:
+                // tear down, and complete once the device lets go.
+                cmd.done = Some((status, cqe));
+                if let Some(d) = &self.ddp {
+                    d.teardown(cid, &mut self.stats);
+                }
+                return self.poll_ddp();
+            }
+        }
+        self.release(cid, status, cqe);
+    }
+
+    fn release(&mut self, cid: u16, status: Status, cqe: Cqe) {
         if let Some(cmd) = self.slots.get_mut(usize::from(cid)).and_then(Option::take) {
             self.free.push(cid);
             self.events.push_back(QueueEvent::Completion {

@@ -25,6 +25,14 @@ pub struct TxStats {
     pub crc_offloaded_bytes: u64,
 }
 
+impl TxStats {
+    pub fn add(&mut self, o: &TxStats) {
+        self.data_bytes += o.data_bytes;
+        self.crc_bytes += o.crc_bytes;
+        self.crc_offloaded_bytes += o.crc_offloaded_bytes;
+    }
+}
+
 struct TxPdu {
     head: [u8; HEAD_CAP],
     head_len: usize,

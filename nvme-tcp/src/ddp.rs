@@ -1,0 +1,291 @@
+//! The upper layer's half of ULP DDP, shared by host and controller: when a
+//! transfer is worth mapping, how receive hints are read, and the software
+//! path for every byte the device did not handle.
+//!
+//! Every device result is a hint this code checks: a data byte is skipped
+//! only if the device placed it, and a data digest is trusted only if the
+//! device vouched for every data byte and for the digest itself. Anything
+//! less and the bytes are copied and digested here, as without offload.
+
+use crate::wire::crc32c_append;
+use std::sync::Arc;
+use ulp_ddp::{
+    Caps, Config, DdpDevice, DdpIo, FlowId, HintFlags, IoBuf, Limits, SgEntry, SkHandle,
+};
+
+/// Scatter-gather entries are pages, as a block layer would hand them over.
+const PAGE: usize = 4096;
+
+/// What the upper layer did on its side of an offload, per queue or summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct UlpStats {
+    /// Data bytes received in data PDUs.
+    pub data_bytes: u64,
+    /// Of those, bytes copied out of the receive stream into buffers.
+    pub copy_bytes: u64,
+    /// Bytes not copied because the device had placed them.
+    pub placed_bytes: u64,
+    /// Received data bytes whose digest was computed in software.
+    pub crc_bytes: u64,
+    /// Received data bytes whose digest the device vouched for.
+    pub hw_crc_bytes: u64,
+    /// Data PDUs that should have been offloaded but needed software work.
+    pub fallback_pdus: u64,
+    /// Driver-device control calls and notices: setup, teardown,
+    /// teardown_done, resync.
+    pub control_calls: u64,
+    /// Transfers mapped for placement.
+    pub ddp_ios: u64,
+    /// Resyncs confirmed to the device.
+    pub resyncs: u64,
+}
+
+impl UlpStats {
+    pub fn add(&mut self, o: &UlpStats) {
+        self.data_bytes += o.data_bytes;
+        self.copy_bytes += o.copy_bytes;
+        self.placed_bytes += o.placed_bytes;
+        self.crc_bytes += o.crc_bytes;
+        self.hw_crc_bytes += o.hw_crc_bytes;
+        self.fallback_pdus += o.fallback_pdus;
+        self.control_calls += o.control_calls;
+        self.ddp_ios += o.ddp_ios;
+        self.resyncs += o.resyncs;
+    }
+}
+
+/// A socket the device offloads, from the upper layer's side.
+pub(crate) struct DdpSocket {
+    pub dev: Arc<dyn DdpDevice>,
+    pub sk: SkHandle,
+    pub limits: Limits,
+}
+
+impl DdpSocket {
+    /// Ask the device to offload the socket; `None` (software only) if it
+    /// will not.
+    pub fn add(dev: Arc<dyn DdpDevice>, flow: FlowId, config: &Config) -> Option<Self> {
+        let limits = dev.limits();
+        match dev.sk_add(flow, config) {
+            Ok(sk) => Some(Self { dev, sk, limits }),
+            Err(e) => {
+                tracing::debug!(error = %e, "offload refused; software only");
+                None
+            }
+        }
+    }
+
+    /// The device writes this socket's data digests.
+    pub fn tx_offload(&self) -> bool {
+        self.sk.offloads.contains(Caps::NVME_TCP_DDGST_TX)
+    }
+
+    /// Map `len` bytes of `buf` for `tag` if the transfer is worth it and
+    /// the device takes it. Returns whether it is mapped one-shot.
+    pub fn setup(
+        &self,
+        tag: u16,
+        buf: &IoBuf,
+        len: usize,
+        oneshot_ok: bool,
+        threshold: Option<u32>,
+        stats: &mut UlpStats,
+    ) -> Option<bool> {
+        let threshold = threshold.unwrap_or(self.limits.io_threshold) as usize;
+        if len < threshold.max(1) {
+            return None;
+        }
+        let active = self.dev.caps().1;
+        if !active.contains(Caps::NVME_TCP) {
+            return None;
+        }
+        let entries = len.div_ceil(PAGE);
+        if self.limits.max_ddp_sgl_len > 0 && entries > self.limits.max_ddp_sgl_len as usize {
+            return None;
+        }
+        let sgl = (0..entries)
+            .map(|i| SgEntry { buf: buf.clone(), offset: i * PAGE, len: PAGE.min(len - i * PAGE) })
+            .collect();
+        let oneshot = oneshot_ok && active.contains(Caps::NVME_TCP_ONESHOT);
+        stats.control_calls += 1;
+        match self.dev.setup(&self.sk, DdpIo { tag, sgl, oneshot }) {
+            Ok(()) => {
+                stats.ddp_ios += 1;
+                Some(oneshot)
+            }
+            Err(e) => {
+                tracing::trace!(tag, error = %e, "setup refused; software path");
+                None
+            }
+        }
+    }
+
+    pub fn teardown(&self, tag: u16, stats: &mut UlpStats) {
+        stats.control_calls += 1;
+        self.dev.teardown(&self.sk, tag);
+    }
+
+    /// Tags whose mappings the device has released.
+    pub fn teardown_done(&self, stats: &mut UlpStats) -> Vec<u16> {
+        let done = self.sk.ctx.take_teardown_done();
+        stats.control_calls += done.len() as u64;
+        done
+    }
+
+    /// A PDU header starts at stream offset `at`: confirm it if the device
+    /// asked about exactly that offset.
+    pub fn confirm_resync(&self, at: u64, stats: &mut UlpStats) {
+        if self.sk.ctx.resync_request() == Some(at) {
+            self.sk.ctx.take_resync_request();
+            self.dev.resync(&self.sk, at);
+            stats.resyncs += 1;
+            stats.control_calls += 1;
+        }
+    }
+
+    pub fn remove(&self) {
+        self.dev.sk_del(&self.sk);
+    }
+}
+
+/// Receive state of one data PDU: what the device did for it so far.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DataRx {
+    /// The device vouched for every data byte so far.
+    hw_crc: bool,
+    /// Digest computed here over the first `sw_len` data bytes.
+    sw_crc: u32,
+    sw_len: u32,
+    /// The device was expected to vouch for the digest (receive digest
+    /// offload active).
+    crc_expected: bool,
+    /// Some of this PDU's work fell to software although it was offloaded.
+    fallback: bool,
+}
+
+/// Where a data PDU's bytes go: a buffer and the buffer offset of the
+/// PDU's first data byte.
+pub(crate) type Dest<'a> = Option<(&'a IoBuf, usize)>;
+
+impl DataRx {
+    /// A data PDU on a socket with or without a device.
+    pub fn new(ddp: Option<&DdpSocket>, ddgst: bool) -> Self {
+        let crc_expected =
+            ddgst && ddp.is_some_and(|d| d.dev.caps().1.contains(Caps::NVME_TCP_DDGST_RX));
+        Self { hw_crc: ddp.is_some(), sw_crc: 0, sw_len: 0, crc_expected, fallback: false }
+    }
+
+    /// Bytes `bytes` at data offset `offset` of the PDU, stream offset `at`:
+    /// copy whatever the device did not place (when `mapped`), and digest
+    /// (when `ddgst`) whatever it did not vouch for.
+    #[allow(clippy::too_many_arguments)]
+    pub fn span(
+        &mut self,
+        ddp: Option<&DdpSocket>,
+        mapped: bool,
+        ddgst: bool,
+        dest: Dest<'_>,
+        offset: u32,
+        bytes: &[u8],
+        at: u64,
+        stats: &mut UlpStats,
+    ) {
+        let n = bytes.len();
+        stats.data_bytes += n as u64;
+        let Some(ddp) = ddp else {
+            if let Some((buf, base)) = dest {
+                copy(buf, base + offset as usize, bytes);
+                stats.copy_bytes += n as u64;
+            }
+            if ddgst {
+                self.sw(dest, offset, bytes, stats);
+            }
+            return;
+        };
+        let mut g = dest.map(|(buf, base)| (buf.lock(), base + offset as usize));
+        let (hw_crc, fallback) = (&mut self.hw_crc, &mut self.fallback);
+        ddp.sk.ctx.with_hints(at, at + n as u64, |a, b, flags| {
+            let r = (a - at) as usize..(b - at) as usize;
+            if mapped && flags.contains(HintFlags::PLACED) {
+                stats.placed_bytes += r.len() as u64;
+            } else if let Some((dst, base)) = &mut g {
+                if let Some(d) = dst.get_mut(*base + r.start..*base + r.end) {
+                    d.copy_from_slice(&bytes[r.clone()]);
+                }
+                stats.copy_bytes += r.len() as u64;
+                *fallback |= mapped;
+            }
+            if !flags.contains(HintFlags::CRC_OK) {
+                *hw_crc = false;
+            }
+        });
+        drop(g);
+        if ddgst && !self.hw_crc {
+            self.fallback |= self.crc_expected;
+            self.sw(dest, offset, bytes, stats);
+        }
+    }
+
+    /// Software digest up to the end of this span, catching up first over
+    /// earlier bytes (already in the buffer, placed or copied).
+    fn sw(&mut self, dest: Dest<'_>, offset: u32, bytes: &[u8], stats: &mut UlpStats) {
+        if self.sw_len < offset
+            && let Some((buf, base)) = dest
+        {
+            let g = buf.lock();
+            if let Some(prev) = g.get(base + self.sw_len as usize..base + offset as usize) {
+                self.sw_crc = crc32c_append(self.sw_crc, prev);
+                stats.crc_bytes += prev.len() as u64;
+            }
+            self.sw_len = offset;
+        }
+        self.sw_crc = crc32c_append(self.sw_crc, bytes);
+        self.sw_len = offset + bytes.len() as u32;
+        stats.crc_bytes += bytes.len() as u64;
+    }
+
+    /// The PDU of `len` data bytes ended at stream offset `end`. Returns
+    /// whether its data digest (if any) holds. `received` is the digest that
+    /// came with it. `offloaded` PDUs that needed software count as
+    /// fallbacks.
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish(
+        &mut self,
+        ddp: Option<&DdpSocket>,
+        ddgst: bool,
+        received: Option<u32>,
+        dest: Dest<'_>,
+        len: u32,
+        end: u64,
+        stats: &mut UlpStats,
+    ) -> bool {
+        let mut ok = true;
+        if ddgst {
+            let mut vouched = self.hw_crc && ddp.is_some();
+            if let Some(d) = ddp.filter(|_| vouched) {
+                d.sk.ctx.with_hints(end.saturating_sub(4), end, |_, _, f| {
+                    vouched &= f.contains(HintFlags::CRC_OK)
+                });
+            }
+            if vouched {
+                stats.hw_crc_bytes += u64::from(len);
+            } else {
+                self.fallback |= self.crc_expected;
+                if self.sw_len < len {
+                    self.sw(dest, len, &[], stats);
+                }
+                ok = received == Some(self.sw_crc);
+            }
+        }
+        if self.fallback {
+            stats.fallback_pdus += 1;
+        }
+        ok
+    }
+}
+
+fn copy(buf: &IoBuf, at: usize, bytes: &[u8]) {
+    if let Some(d) = buf.lock().get_mut(at..at + bytes.len()) {
+        d.copy_from_slice(bytes);
+    }
+}

@@ -1,0 +1,666 @@
+//! The ULP DDP offloads end to end, in simulated time: what the host still
+//! does with each offload on and off, identical data under every toggle and
+//! both mapping modes, toggling at run time, one-shot mismatch detection,
+//! digest errors caught with offload on, and a hostile controller that
+//! cannot make the NIC write outside a mapped buffer.
+
+use nic_backend::NicHandle;
+use nvme_ddp::app::{HostApp, IoApp};
+use nvme_ddp::demo::{self, Demo, DemoOptions};
+use nvme_ddp::userspace::{Peer, run_simulated, to_nvme};
+use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
+use nvme_tcp::controller::{Connection, Target, TargetConfig};
+use nvme_tcp::host::{Host, HostError, HostEvent, Io, IoKind, QueueError};
+use nvme_tcp::namespace::{Namespace, RamNamespace};
+use nvme_tcp::nvme::Status;
+use nvme_tcp::wire::{Digests, Direction, Event, Fes, Framer, Framing, Header, PduRepr, PduType};
+use smoltcp::time::Instant as SmolInstant;
+use smoltcp::wire::Ipv4Cidr;
+use smoltcp_glue::{Profile, Stack, StackConfig, TcpConn, VirtualWire};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use ulp_ddp::{
+    Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, IoBuf, Limits, SgEntry, SkHandle, Stats,
+};
+
+const MB: u64 = 1 << 20;
+const LIMIT: Duration = Duration::from_secs(600);
+
+fn opts(offload: Caps, ddgst: bool) -> DemoOptions {
+    DemoOptions {
+        size: 4 * MB,
+        bs: 128 << 10,
+        qd: 8,
+        queues: 2,
+        digests: Digests { header: false, data: ddgst },
+        simulated: true,
+        offload,
+        ..DemoOptions::default()
+    }
+}
+
+/// A write pass then a verified read pass; returns the demo (for its
+/// counters) after checking every byte came back.
+fn run(o: &DemoOptions) -> Demo {
+    let mut d = demo::build(o).unwrap();
+    let mut app = IoApp::new(demo::passes(o));
+    run_simulated(&mut d.host, &mut d.ctrl, &mut app, LIMIT).unwrap();
+    assert_eq!(app.error(), None);
+    let read = &app.results[1].1;
+    assert_eq!((read.bytes, read.verify_failures, read.errors), (o.size, 0, 0));
+    assert_eq!(read.verified_bytes, o.size, "identical data");
+    d
+}
+
+#[test]
+fn all_offloads_on_the_host_copies_and_digests_no_read_payload() {
+    let o = opts(Caps::ALL, true);
+    let d = run(&o);
+    let (ulp, tx) = d.host.host.stats();
+    let nic = d.host_nic.stats();
+    assert_eq!(ulp.copy_bytes, 0, "no read payload copied by the host");
+    assert_eq!(ulp.crc_bytes, 0, "no read payload digested by the host");
+    assert_eq!(ulp.placed_bytes, o.size);
+    assert_eq!(nic.nic_placed_bytes, o.size, "the NIC placed the whole payload");
+    assert_eq!(nic.nic_crc_bytes, o.size);
+    assert_eq!(ulp.hw_crc_bytes, o.size);
+    // Writes: the NIC computed the data digests the host sent.
+    assert_eq!(nic.tx_crc_offloaded_bytes, o.size);
+    assert_eq!(tx.crc_bytes, 2 * 1024, "only the I/O queues' Connect data, before offload began");
+    assert_eq!(ulp.fallback_pdus, 0);
+    // One-shot: one call per I/O, every mapping armed by its capsule and
+    // freed by its response.
+    assert_eq!(nic.oneshot_armed, ulp.ddp_ios);
+    assert_eq!(nic.oneshot_freed, ulp.ddp_ios);
+    assert_eq!(ulp.control_calls, ulp.ddp_ios);
+    assert_eq!(nic.ddp_teardown, 0);
+    // The controller's NIC placed the written data by TTAG.
+    let (cu, _) = d.ctrl.stats();
+    assert_eq!(d.ctrl_nic.stats().nic_placed_bytes, o.size);
+    assert_eq!(cu.copy_bytes, 2048, "only the Connect data");
+}
+
+#[test]
+fn offloads_off_the_host_does_all_the_work() {
+    let o = opts(Caps::NONE, true);
+    let d = run(&o);
+    let (ulp, tx) = d.host.host.stats();
+    let nic = d.host_nic.stats();
+    assert_eq!(ulp.copy_bytes, o.size);
+    assert_eq!(ulp.crc_bytes, o.size);
+    assert_eq!(tx.crc_bytes, o.size + 2048);
+    assert_eq!(nic.sk_add, 0);
+    assert_eq!(
+        nic.nic_placed_bytes + nic.nic_crc_bytes + nic.tx_crc_offloaded_bytes + nic.packets,
+        0,
+        "{nic:?}"
+    );
+    assert_eq!(ulp.control_calls, 0);
+}
+
+#[test]
+fn every_toggle_combination_and_both_mapping_modes_give_identical_data() {
+    for bits in 0..16 {
+        let caps = Caps::from_bits(bits);
+        let o = DemoOptions { size: 2 * MB, ..opts(caps, true) };
+        let d = run(&o);
+        let (ulp, tx) = d.host.host.stats();
+        let nic = d.host_nic.stats();
+        let ddp = caps.contains(Caps::NVME_TCP);
+        assert_eq!(nic.nic_placed_bytes, if ddp { o.size } else { 0 }, "{caps}");
+        assert_eq!(ulp.copy_bytes, if ddp { 0 } else { o.size }, "{caps}");
+        let crc_rx = caps.contains(Caps::NVME_TCP_DDGST_RX);
+        assert_eq!(ulp.hw_crc_bytes, if crc_rx { o.size } else { 0 }, "{caps}");
+        assert_eq!(ulp.crc_bytes, if crc_rx { 0 } else { o.size }, "{caps}");
+        let crc_tx = caps.contains(Caps::NVME_TCP_DDGST_TX);
+        assert_eq!(tx.crc_offloaded_bytes, if crc_tx { o.size } else { 0 }, "{caps}");
+        assert_eq!(ulp.fallback_pdus, 0, "{caps}");
+        if ddp {
+            let per_io = ulp.control_calls as f64 / ulp.ddp_ios as f64;
+            let expect = if caps.contains(Caps::NVME_TCP_ONESHOT) { 1.0 } else { 3.0 };
+            assert_eq!(per_io, expect, "{caps}: setup+teardown+teardown_done, or one post");
+        }
+    }
+}
+
+/// Turns the host NIC's offloads off after a few completions and back on
+/// later, through the caps operation.
+struct Toggler {
+    inner: IoApp,
+    nic: NicHandle,
+    seen: usize,
+}
+
+impl HostApp for Toggler {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_tcp::Instant) {
+        if let HostEvent::Completion { .. } = event {
+            self.seen += 1;
+            match self.seen {
+                // 64 writes come first; toggle during the reads.
+                74 => assert_eq!(self.nic.set_caps(Caps::NONE), Ok(Caps::NONE)),
+                94 => assert_eq!(self.nic.set_caps(Caps::ALL), Ok(Caps::ALL)),
+                _ => {}
+            }
+        }
+        self.inner.on_event(host, event, now);
+    }
+
+    fn on_poll(&mut self, host: &mut Host, now: nvme_tcp::Instant) {
+        self.inner.on_poll(host, now);
+    }
+
+    fn is_done(&self) -> bool {
+        self.inner.is_done()
+    }
+
+    fn error(&self) -> Option<String> {
+        self.inner.error()
+    }
+}
+
+#[test]
+fn offloads_toggle_at_run_time() {
+    let o = DemoOptions { size: 8 * MB, qd: 2, queues: 1, ..opts(Caps::ALL, true) };
+    let mut d = demo::build(&o).unwrap();
+    let spec = |rw| WorkloadSpec {
+        rw,
+        bs: o.bs,
+        limit: Limit::Bytes(o.size),
+        qd: 2,
+        verify: true,
+        seed: 5,
+    };
+    let mut app = Toggler {
+        inner: IoApp::new([spec(Rw::Write), spec(Rw::Read)]),
+        nic: d.host_nic.clone(),
+        seen: 0,
+    };
+    run_simulated(&mut d.host, &mut d.ctrl, &mut app, LIMIT).unwrap();
+    assert_eq!(app.error(), None);
+    let read = &app.inner.results[1].1;
+    assert_eq!(read.verified_bytes, o.size);
+    let (ulp, _) = d.host.host.stats();
+    // Some reads were placed, some copied, and all data is right.
+    assert!(ulp.placed_bytes > 0 && ulp.copy_bytes > 0, "{ulp:?}");
+    assert_eq!(ulp.placed_bytes + ulp.copy_bytes, o.size);
+    assert!(d.host_nic.stats().ddp_setup_fail == 0, "setup is not even tried while off");
+}
+
+/// A device that lets the test see and meddle with what the host's NIC
+/// tells it.
+#[derive(Clone)]
+struct Spy {
+    nic: NicHandle,
+    sockets: Arc<Mutex<Vec<SkHandle>>>,
+}
+
+impl DdpDevice for Spy {
+    fn limits(&self) -> Limits {
+        self.nic.limits()
+    }
+    fn caps(&self) -> (Caps, Caps) {
+        self.nic.caps()
+    }
+    fn set_caps(&self, wanted: Caps) -> Result<Caps, DdpError> {
+        self.nic.set_caps(wanted)
+    }
+    fn sk_add(&self, flow: FlowId, config: &Config) -> Result<SkHandle, DdpError> {
+        let sk = self.nic.sk_add(flow, config)?;
+        self.sockets.lock().unwrap().push(sk.clone());
+        Ok(sk)
+    }
+    fn sk_del(&self, sk: &SkHandle) {
+        self.nic.sk_del(sk)
+    }
+    fn setup(&self, sk: &SkHandle, io: DdpIo) -> Result<(), DdpError> {
+        self.nic.setup(sk, io)
+    }
+    fn teardown(&self, sk: &SkHandle, tag: u16) {
+        self.nic.teardown(sk, tag)
+    }
+    fn resync(&self, sk: &SkHandle, seq: u64) {
+        self.nic.resync(sk, seq)
+    }
+    fn stats(&self) -> Stats {
+        self.nic.stats()
+    }
+}
+
+/// Builds a demo whose host sees its NIC through a [`Spy`].
+fn spied(o: &DemoOptions) -> (Demo, Spy) {
+    let d = demo::build(o).unwrap();
+    let spy = Spy { nic: d.host_nic.clone(), sockets: Arc::default() };
+    let Demo { host, ctrl, host_nic, ctrl_nic } = d;
+    let remote = std::net::SocketAddrV4::new(demo::CONTROLLER_IP, demo::PORT);
+    let host_cfg = nvme_tcp::host::HostConfig {
+        subnqn: demo::NQN.into(),
+        digests: o.digests,
+        io_queues: o.queues,
+        queue_depth: o.qd,
+        ..Default::default()
+    };
+    let host = nvme_ddp::userspace::HostSide::new(
+        host.stack,
+        Host::new(host_cfg),
+        remote,
+        Some(Arc::new(spy.clone())),
+    );
+    (Demo { host, ctrl, host_nic, ctrl_nic }, spy)
+}
+
+/// Submits a fixed list of I/Os once the host is ready, and records what
+/// comes back.
+struct Script {
+    ios: Vec<Io>,
+    completions: Vec<(u64, Status)>,
+    failure: Option<HostError>,
+    done: bool,
+    /// Called once the I/Os are submitted.
+    after_submit: Option<Box<dyn FnMut()>>,
+}
+
+impl Script {
+    fn new(ios: Vec<Io>) -> Self {
+        Self { ios, completions: Vec::new(), failure: None, done: false, after_submit: None }
+    }
+}
+
+impl HostApp for Script {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_tcp::Instant) {
+        match event {
+            HostEvent::Ready => {
+                for io in self.ios.drain(..) {
+                    host.submit(1, io, now).unwrap();
+                }
+                if let Some(f) = &mut self.after_submit {
+                    f();
+                }
+                if host.outstanding(1) == 0 {
+                    host.shutdown(now);
+                }
+            }
+            HostEvent::Completion { tag, status, .. } => {
+                self.completions.push((tag, status));
+                if host.outstanding(1) == 0 {
+                    host.shutdown(now);
+                }
+            }
+            HostEvent::Failed(e) => {
+                self.failure = Some(e);
+                self.done = true;
+            }
+            HostEvent::Closed => self.done = true,
+            _ => {}
+        }
+    }
+    fn is_done(&self) -> bool {
+        self.done
+    }
+    fn error(&self) -> Option<String> {
+        self.failure.as_ref().map(ToString::to_string)
+    }
+}
+
+fn read(slba: u64, nlb: u32, buf: &IoBuf, tag: u64) -> Io {
+    Io { kind: IoKind::Read, nsid: 1, slba, nlb, buf: Some(buf.clone()), tag }
+}
+
+#[test]
+fn a_one_shot_free_the_host_did_not_expect_is_fatal() {
+    let o = DemoOptions { qd: 1, queues: 1, ..opts(Caps::ALL, true) };
+    let (mut d, spy) = spied(&o);
+    let buf = IoBuf::new(128 << 10);
+    let mut app = Script::new(vec![read(0, 256, &buf, 1)]);
+    // The NIC "reports" freeing a tag that is not the CID being completed.
+    let sockets = spy.sockets.clone();
+    app.after_submit = Some(Box::new(move || {
+        let sk = sockets.lock().unwrap()[0].clone();
+        sk.ctx.freed(0, 7);
+    }));
+    run_simulated(&mut d.host, &mut d.ctrl, &mut app, LIMIT).unwrap();
+    match app.failure {
+        Some(HostError::Queue {
+            qid: 1,
+            error: QueueError::OneShotMismatch { cid: 0, freed: 7 },
+        }) => {}
+        other => panic!("expected a one-shot mismatch, got {other:?}"),
+    }
+    assert!(app.completions.is_empty(), "the read does not complete as if nothing happened");
+}
+
+#[test]
+fn the_nic_refuses_mappings_it_cannot_honour() {
+    let o = DemoOptions { qd: 4, queues: 1, ..opts(Caps::ALL, true) };
+    let (mut d, spy) = spied(&o);
+    let mut app = Script::new(vec![]);
+    let nic = spy.nic.clone();
+    let sockets = spy.sockets.clone();
+    app.after_submit = Some(Box::new(move || {
+        let sk = sockets.lock().unwrap()[0].clone();
+        let buf = IoBuf::new(64 << 10);
+        let io = |tag, sgl: Vec<SgEntry>| DdpIo { tag, sgl, oneshot: false };
+        let page = |off| SgEntry { buf: buf.clone(), offset: off, len: 4096 };
+        assert_eq!(nic.setup(&sk, io(1, vec![page(0)])), Ok(()));
+        assert_eq!(
+            nic.setup(&sk, io(1, vec![page(4096)])),
+            Err(DdpError::Busy(1)),
+            "a CID reused while mapped"
+        );
+        assert_eq!(
+            nic.setup(&sk, io(99, vec![page(0)])),
+            Err(DdpError::BadTag(99)),
+            "tags stay below the queue size"
+        );
+        let far = SgEntry { buf: buf.clone(), offset: 62 << 10, len: 4096 };
+        assert_eq!(
+            nic.setup(&sk, io(2, vec![far])),
+            Err(DdpError::BadEntry(0)),
+            "an entry outside its buffer"
+        );
+        let many =
+            (0..129).map(|i| SgEntry { buf: buf.clone(), offset: i * 16, len: 16 }).collect();
+        assert_eq!(nic.setup(&sk, io(2, many)), Err(DdpError::TooManyEntries(129)));
+        nic.teardown(&sk, 1);
+        assert_eq!(sk.ctx.take_teardown_done(), vec![1]);
+        assert_eq!(nic.setup(&sk, io(1, vec![page(0)])), Ok(()), "free again after teardown");
+        nic.teardown(&sk, 1);
+    }));
+    run_simulated(&mut d.host, &mut d.ctrl, &mut app, LIMIT).unwrap();
+    let s = spy.nic.stats();
+    assert_eq!((s.ddp_setup, s.ddp_setup_fail, s.ddp_teardown), (2, 4, 2));
+}
+
+// ---- a hostile controller ----
+
+/// How a hostile controller rewrites a stream: called with each PDU header
+/// (mutable bytes) and each run of data bytes (the PDU and data offset).
+type Rewrite = Box<dyn FnMut(&PduRepr, Option<u32>, &mut [u8])>;
+
+/// Follows one direction of a connection to find PDUs to rewrite.
+struct Tamper {
+    framer: Framer,
+    rewrite: Rewrite,
+}
+
+impl Tamper {
+    fn new(dir: Direction, rewrite: Rewrite) -> Self {
+        Self { framer: Framer::new(dir), rewrite }
+    }
+
+    fn apply(&mut self, chunk: &mut [u8]) {
+        // Find the pieces first, then rewrite them.
+        let mut pieces: Vec<(PduRepr, Option<u32>, std::ops::Range<usize>)> = Vec::new();
+        let mut at = 0;
+        let mut header_start = 0;
+        loop {
+            if self.framer.at_pdu_start() {
+                header_start = at;
+            }
+            let Ok((n, ev)) = self.framer.next(&chunk[at..]) else { return };
+            match ev {
+                None => break,
+                Some(Event::Header(repr)) => {
+                    if let Header::IcReq(ic) = repr.header {
+                        self.framer.set_framing(Framing { digests: ic.digests, pda: 0 });
+                    }
+                    if let Header::IcResp(ic) = repr.header {
+                        self.framer.set_framing(Framing { digests: ic.digests, pda: 0 });
+                    }
+                    pieces.push((repr, None, header_start..at + n));
+                }
+                Some(Event::Data { offset, bytes }) => {
+                    let start = bytes.as_ptr() as usize - chunk.as_ptr() as usize;
+                    if let Some(repr) = self.framer.current().copied() {
+                        pieces.push((repr, Some(offset), start..start + bytes.len()));
+                    }
+                }
+                Some(Event::End { .. }) => {}
+            }
+            at += n;
+        }
+        for (repr, offset, range) in pieces {
+            (self.rewrite)(&repr, offset, &mut chunk[range]);
+        }
+    }
+}
+
+struct HostileConn {
+    conn: TcpConn,
+    ep: Connection,
+    inbound: Tamper,
+    outbound: Tamper,
+    pending_in: Vec<u8>,
+    pending_out: Vec<u8>,
+}
+
+/// A controller whose byte streams are rewritten on the way in and out:
+/// the real controller logic, lying where the test wants it to.
+struct Hostile<D: smoltcp_glue::Medium> {
+    stack: Stack<D>,
+    target: Arc<Target>,
+    conns: Vec<HostileConn>,
+    make: Box<dyn FnMut() -> (Rewrite, Rewrite)>,
+}
+
+impl<D: smoltcp_glue::Medium> Peer for Hostile<D> {
+    fn step(&mut self, now: SmolInstant) -> bool {
+        let t = to_nvme(now);
+        let mut progress = self.stack.poll(now);
+        while let Some(conn) = self.stack.accept() {
+            let (rin, rout) = (self.make)();
+            self.conns.push(HostileConn {
+                conn,
+                ep: Connection::new(self.target.clone(), None),
+                inbound: Tamper::new(Direction::HostToController, rin),
+                outbound: Tamper::new(Direction::ControllerToHost, rout),
+                pending_in: Vec::new(),
+                pending_out: Vec::new(),
+            });
+        }
+        for c in &mut self.conns {
+            let mut got = Vec::new();
+            self.stack.recv(&mut c.conn, |b| {
+                got.extend_from_slice(b);
+                b.len()
+            });
+            if !got.is_empty() {
+                c.inbound.apply(&mut got);
+                c.pending_in.extend_from_slice(&got);
+                progress = true;
+            }
+            let n = c.ep.handle_input(&c.pending_in, t);
+            c.pending_in.drain(..n);
+            if c.pending_out.is_empty() {
+                let mut out = vec![0u8; 1 << 20];
+                let n = c.ep.poll_transmit(&mut out);
+                out.truncate(n);
+                c.outbound.apply(&mut out);
+                c.pending_out = out;
+            }
+            let mut at = 0;
+            let sent = self.stack.send(&mut c.conn, |free| {
+                let k = free.len().min(c.pending_out.len() - at);
+                free[..k].copy_from_slice(&c.pending_out[at..at + k]);
+                at += k;
+                k
+            });
+            c.pending_out.drain(..sent);
+            progress |= sent > 0;
+            if c.ep.is_closed() && c.pending_out.is_empty() {
+                self.stack.close(&c.conn);
+            }
+        }
+        progress | self.stack.poll(now)
+    }
+
+    fn poll_at(&mut self, now: SmolInstant) -> Option<SmolInstant> {
+        self.stack.poll_at(now)
+    }
+}
+
+/// Build a host over the NIC and a hostile controller over plain smoltcp,
+/// on one wire, and run `app`.
+fn against_hostile(
+    mut make: impl FnMut() -> (Rewrite, Rewrite) + 'static,
+    app: &mut dyn HostApp,
+) -> NicHandle {
+    let o = DemoOptions { qd: 4, queues: 1, ..opts(Caps::ALL, true) };
+    let (h, c) = VirtualWire::pair(o.mtu + 14, 512);
+    let now = SmolInstant::from_secs(1);
+    let (hdev, nic) =
+        nvme_ddp::userspace::chain(h, Profile::default(), 1, None, Caps::ALL).unwrap();
+    let hstack = Stack::new(hdev, StackConfig::new(Ipv4Cidr::new(demo::HOST_IP, 24)), now);
+    let cstack = Stack::new(c, StackConfig::new(Ipv4Cidr::new(demo::CONTROLLER_IP, 24)), now);
+    let host_cfg = nvme_tcp::host::HostConfig {
+        subnqn: demo::NQN.into(),
+        digests: o.digests,
+        io_queues: 1,
+        queue_depth: o.qd,
+        ..Default::default()
+    };
+    let remote = std::net::SocketAddrV4::new(demo::CONTROLLER_IP, demo::PORT);
+    let mut host = nvme_ddp::userspace::HostSide::new(
+        hstack,
+        Host::new(host_cfg),
+        remote,
+        Some(Arc::new(nic.clone())),
+    );
+    let ns: Arc<dyn Namespace> = Arc::new(RamNamespace::new(o.size, 512).unwrap());
+    ns.write_at(0, &vec![0x5a; o.size as usize]).unwrap();
+    let target =
+        Target::new(TargetConfig { subnqn: demo::NQN.into(), ..TargetConfig::default() }, vec![ns])
+            .unwrap();
+    let mut cstack = cstack;
+    cstack.listen(demo::PORT, 4).unwrap();
+    // The admin queue connects first and is left alone; I/O queues lie.
+    let mut admin_seen = false;
+    let make = move || {
+        if std::mem::replace(&mut admin_seen, true) { make() } else { (pass(), pass()) }
+    };
+    let mut ctrl = Hostile { stack: cstack, target, conns: Vec::new(), make: Box::new(make) };
+    run_simulated(&mut host, &mut ctrl, app, LIMIT).unwrap();
+    nic
+}
+
+fn pass() -> Rewrite {
+    Box::new(|_, _, _| {})
+}
+
+/// A buffer bigger than its transfer, the rest filled with a guard value.
+fn guarded(len: usize) -> IoBuf {
+    IoBuf::from_vec(vec![0xee; len + 8192])
+}
+
+fn untouched(buf: &IoBuf) -> bool {
+    buf.to_vec().iter().all(|&b| b == 0xee)
+}
+
+fn expect_term(app: &Script, fes: Fes) {
+    match &app.failure {
+        Some(HostError::Queue { qid: 1, error: QueueError::Protocol(e) }) if e.fes() == fes => {}
+        other => panic!("expected {fes:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn c2h_data_for_an_unmapped_cid_is_refused_and_placed_nowhere() {
+    let buf = guarded(64 << 10);
+    let mut app = Script::new(vec![read(0, 128, &buf, 1)]);
+    let nic = against_hostile(
+        || {
+            let out: Rewrite = Box::new(|repr, off, bytes| {
+                // Retarget the C2HData to a CID nothing was sent with.
+                if repr.pdu_type() == PduType::C2hData && off.is_none() {
+                    bytes[8..10].copy_from_slice(&3u16.to_le_bytes());
+                }
+            });
+            (pass(), out)
+        },
+        &mut app,
+    );
+    expect_term(&app, Fes::InvalidHeaderField);
+    assert!(untouched(&buf), "no byte of the host's buffer changed");
+    assert_eq!(nic.stats().nic_placed_bytes, 0);
+}
+
+#[test]
+fn c2h_data_beyond_the_mapping_is_refused_and_placed_nowhere() {
+    let buf = guarded(64 << 10);
+    let mut app = Script::new(vec![read(0, 128, &buf, 1)]);
+    let nic = against_hostile(
+        || {
+            let inbound: Rewrite = Box::new(|repr, off, bytes| {
+                // The controller reads twice what the host asked for: NLB
+                // (CDW12) and the SGL length, so its answer is 128 KiB of
+                // C2HData for a 64 KiB mapping.
+                if let Header::CapsuleCmd(c) = repr.header
+                    && c.sqe.opcode == 0x02
+                    && off.is_none()
+                {
+                    bytes[8 + 48..8 + 50].copy_from_slice(&255u16.to_le_bytes());
+                    bytes[8 + 32..8 + 36].copy_from_slice(&(128u32 << 10).to_le_bytes());
+                }
+            });
+            (inbound, pass())
+        },
+        &mut app,
+    );
+    expect_term(&app, Fes::DataOutOfRange);
+    assert!(untouched(&buf), "neither the mapped range nor the guard changed");
+    assert_eq!(nic.stats().nic_placed_bytes, 0);
+}
+
+#[test]
+fn c2h_data_forged_for_a_write_is_refused_and_placed_nowhere() {
+    let rbuf = guarded(64 << 10);
+    let wbuf = IoBuf::from_vec(vec![0x11; 64 << 10]);
+    let write =
+        Io { kind: IoKind::Write, nsid: 1, slba: 1024, nlb: 128, buf: Some(wbuf.clone()), tag: 2 };
+    let mut app = Script::new(vec![read(0, 128, &rbuf, 1), write]);
+    let nic = against_hostile(
+        || {
+            let out: Rewrite = Box::new(|repr, off, bytes| {
+                // Address the read's data to the write's CID (1).
+                if repr.pdu_type() == PduType::C2hData && off.is_none() {
+                    bytes[8..10].copy_from_slice(&1u16.to_le_bytes());
+                }
+            });
+            (pass(), out)
+        },
+        &mut app,
+    );
+    expect_term(&app, Fes::InvalidHeaderField);
+    assert!(untouched(&rbuf));
+    assert!(wbuf.to_vec().iter().all(|&b| b == 0x11), "the write's buffer is not a target either");
+    assert_eq!(nic.stats().nic_placed_bytes, 0);
+}
+
+#[test]
+fn a_corrupted_data_byte_fails_the_read_with_offload_on() {
+    let buf = guarded(128 << 10);
+    let mut app =
+        Script::new(vec![read(0, 256, &buf, 1), read(256, 256, &IoBuf::new(128 << 10), 2)]);
+    let nic = against_hostile(
+        || {
+            let mut done = false;
+            let out: Rewrite = Box::new(move |repr, off, bytes| {
+                // Flip a byte of the first read's data, past any checksum.
+                if let (Header::C2hData(d), Some(o)) = (repr.header, off)
+                    && d.cccid == 0
+                    && o < 1000
+                    && !done
+                {
+                    bytes[0] ^= 0x40;
+                    done = true;
+                }
+            });
+            (pass(), out)
+        },
+        &mut app,
+    );
+    assert_eq!(app.failure, None, "a data digest error is not fatal");
+    app.completions.sort_by_key(|c| c.0);
+    assert_eq!(app.completions, vec![(1, Status::TRANSIENT_TRANSPORT_ERROR), (2, Status::SUCCESS)]);
+    let s = nic.stats();
+    assert_eq!(s.nic_placed_bytes, 256 << 10, "placed, but the digest did not vouch for it");
+}

@@ -1,0 +1,227 @@
+//! The mailbox of one offloaded socket: what the device tells the ULP.
+//!
+//! The device writes: receive hints, resync requests, `teardown_done`
+//! notices, and one-shot invalidations. The ULP reads them when it next
+//! processes the socket's stream. Every hint is advisory: a ULP that finds
+//! none for a byte does the work itself.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// How the device handled a range of received stream bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct HintFlags(u8);
+
+impl HintFlags {
+    pub const NONE: HintFlags = HintFlags(0);
+    /// These data bytes were written into the mapped buffer of their PDU's
+    /// tag, at their place; the ULP need not copy them.
+    pub const PLACED: HintFlags = HintFlags(1 << 0);
+    /// The device ran its data digest over these bytes from the start of
+    /// their PDU; on digest bytes, it also found the digest correct.
+    pub const CRC_OK: HintFlags = HintFlags(1 << 1);
+
+    pub const fn contains(self, other: HintFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    pub const fn union(self, other: HintFlags) -> HintFlags {
+        HintFlags(self.0 | other.0)
+    }
+}
+
+/// Stream bytes `[start, end)` were handled as `flags` say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxHint {
+    pub start: u64,
+    pub end: u64,
+    pub flags: HintFlags,
+}
+
+/// A one-shot mapping freed by the response PDU at stream offset `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Freed {
+    pub offset: u64,
+    pub tag: u16,
+}
+
+/// Hints kept before the device stops adding (and stops placing).
+const HINT_CAPACITY: usize = 16384;
+
+#[derive(Default)]
+struct Mailbox {
+    hints: VecDeque<RxHint>,
+    resync: Option<u64>,
+    done: Vec<u16>,
+    freed: VecDeque<Freed>,
+}
+
+/// Shared by the device and the ULP for one socket.
+#[derive(Default)]
+pub struct SkCtx {
+    inner: Mutex<Mailbox>,
+}
+
+impl std::fmt::Debug for SkCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = self.lock();
+        f.debug_struct("SkCtx").field("hints", &m.hints.len()).field("resync", &m.resync).finish()
+    }
+}
+
+impl SkCtx {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Mailbox> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    // ---- device side ----
+
+    /// Whether another hint fits. A device that cannot record a hint must
+    /// not place: the ULP would not know to skip the bytes.
+    pub fn has_room(&self) -> bool {
+        self.lock().hints.len() < HINT_CAPACITY
+    }
+
+    /// Record how `[start, end)` was handled; ranges must come in stream
+    /// order. Adjacent ranges with the same flags merge.
+    pub fn push_hint(&self, start: u64, end: u64, flags: HintFlags) -> bool {
+        if end <= start {
+            return true;
+        }
+        let mut m = self.lock();
+        if let Some(last) = m.hints.back_mut()
+            && last.end == start
+            && last.flags == flags
+        {
+            last.end = end;
+            return true;
+        }
+        if m.hints.len() >= HINT_CAPACITY {
+            return false;
+        }
+        m.hints.push_back(RxHint { start, end, flags });
+        true
+    }
+
+    /// Ask the ULP to confirm that a PDU header starts at stream offset
+    /// `seq` (`resync_request` with `ULP_DDP_RESYNC_PENDING`). A newer
+    /// request replaces an unanswered one.
+    pub fn request_resync(&self, seq: u64) {
+        self.lock().resync = Some(seq);
+    }
+
+    /// The mapping of `tag` is gone (`ddp_teardown_done`).
+    pub fn teardown_done(&self, tag: u16) {
+        self.lock().done.push(tag);
+    }
+
+    /// A one-shot mapping was invalidated by the response at `offset`.
+    pub fn freed(&self, offset: u64, tag: u16) {
+        self.lock().freed.push_back(Freed { offset, tag });
+    }
+
+    // ---- ULP side ----
+
+    /// The pending resync request, if any; clears it.
+    pub fn take_resync_request(&self) -> Option<u64> {
+        self.lock().resync.take()
+    }
+
+    /// A pending resync request, left in place.
+    pub fn resync_request(&self) -> Option<u64> {
+        self.lock().resync
+    }
+
+    /// Tags whose mappings were torn down since the last call.
+    pub fn take_teardown_done(&self) -> Vec<u16> {
+        std::mem::take(&mut self.lock().done)
+    }
+
+    /// The invalidation reported for the response starting at `offset`.
+    /// Reports for earlier offsets, which no response claimed, come back
+    /// first: the ULP treats any report but the one it expects as a
+    /// mismatch.
+    pub fn take_freed(&self, offset: u64) -> Option<Freed> {
+        let mut m = self.lock();
+        match m.freed.front() {
+            Some(f) if f.offset <= offset => m.freed.pop_front(),
+            _ => None,
+        }
+    }
+
+    /// Walk `[start, end)` in order as ranges with their flags (gaps the
+    /// device left unhinted come with no flags), dropping hints that end
+    /// at or before `start`: the ULP reads its stream only forward.
+    pub fn with_hints(&self, start: u64, end: u64, mut f: impl FnMut(u64, u64, HintFlags)) {
+        let mut m = self.lock();
+        while m.hints.front().is_some_and(|h| h.end <= start) {
+            m.hints.pop_front();
+        }
+        let mut at = start;
+        for h in &m.hints {
+            if at >= end || h.start >= end {
+                break;
+            }
+            if h.end <= at {
+                continue;
+            }
+            if h.start > at {
+                f(at, h.start, HintFlags::NONE);
+                at = h.start;
+            }
+            let stop = h.end.min(end);
+            f(at, stop, h.flags);
+            at = stop;
+        }
+        if at < end {
+            f(at, end, HintFlags::NONE);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn walk(ctx: &SkCtx, start: u64, end: u64) -> Vec<(u64, u64, HintFlags)> {
+        let mut v = Vec::new();
+        ctx.with_hints(start, end, |a, b, f| v.push((a, b, f)));
+        v
+    }
+
+    #[test]
+    fn hints_merge_and_cover_ranges_with_gaps() {
+        let ctx = SkCtx::new();
+        let (p, c) = (HintFlags::PLACED, HintFlags::CRC_OK);
+        ctx.push_hint(0, 10, c);
+        ctx.push_hint(10, 20, c);
+        ctx.push_hint(20, 30, p.union(c));
+        ctx.push_hint(40, 50, c);
+        assert_eq!(
+            walk(&ctx, 5, 45),
+            vec![(5, 20, c), (20, 30, p.union(c)), (30, 40, HintFlags::NONE), (40, 45, c)]
+        );
+        // Reading forward drops what is behind.
+        assert_eq!(walk(&ctx, 30, 35), vec![(30, 35, HintFlags::NONE)]);
+        assert_eq!(walk(&ctx, 60, 70), vec![(60, 70, HintFlags::NONE)]);
+    }
+
+    #[test]
+    fn upcalls_are_collected_once() {
+        let ctx = SkCtx::new();
+        ctx.request_resync(100);
+        ctx.request_resync(200);
+        assert_eq!(ctx.take_resync_request(), Some(200));
+        assert_eq!(ctx.take_resync_request(), None);
+        ctx.teardown_done(3);
+        assert_eq!(ctx.take_teardown_done(), vec![3]);
+        assert!(ctx.take_teardown_done().is_empty());
+        ctx.freed(50, 7);
+        assert_eq!(ctx.take_freed(40), None);
+        assert_eq!(ctx.take_freed(50), Some(Freed { offset: 50, tag: 7 }));
+    }
+}
