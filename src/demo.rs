@@ -51,6 +51,17 @@ pub struct DemoOptions {
     pub offload: Caps,
     /// Map transfers from this size (default: the NIC's threshold, 32 KiB).
     pub ddp_threshold: Option<u32>,
+    /// Keep alive timeout and command timeout of the host.
+    pub kato: Duration,
+    pub io_timeout: Duration,
+}
+
+impl DemoOptions {
+    /// Timeouts that survive smoltcp's recovery from loss: its minimum
+    /// retransmission timeout is 1 s and it doubles on each repeat, so a
+    /// few losses in a row outlast Linux's 5 s keep alive.
+    pub const IMPAIRED_KATO: Duration = Duration::from_secs(30);
+    pub const IMPAIRED_IO_TIMEOUT: Duration = Duration::from_secs(120);
 }
 
 impl Default for DemoOptions {
@@ -68,6 +79,8 @@ impl Default for DemoOptions {
             simulated: false,
             offload: Caps::ALL,
             ddp_threshold: None,
+            kato: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -180,6 +193,8 @@ pub fn build(o: &DemoOptions) -> Result<Demo, DemoError> {
         io_queues: o.queues,
         queue_depth: o.qd,
         ddp_threshold: o.ddp_threshold,
+        kato: o.kato,
+        command_timeout: o.io_timeout,
         ..HostConfig::default()
     };
     let remote = SocketAddrV4::new(CONTROLLER_IP, PORT);

@@ -176,6 +176,13 @@ struct DemoArgs {
     /// Map transfers from this size (default: the NIC's threshold, 32k).
     #[arg(long, value_parser = parse_threshold)]
     ddp_threshold: Option<u32>,
+    /// Keep alive timeout in seconds (default 5, or 30 with impairments:
+    /// smoltcp's 1 s minimum retransmission timeout doubles on repeats).
+    #[arg(long)]
+    kato: Option<u64>,
+    /// Seconds a command may take (default 30, or 120 with impairments).
+    #[arg(long)]
+    io_timeout: Option<u64>,
     /// Print a machine-readable JSON report.
     #[arg(long)]
     json: bool,
@@ -585,6 +592,14 @@ fn demo(a: DemoArgs) -> Result<()> {
         simulated: a.simulated,
         offload: a.offload,
         ddp_threshold: a.ddp_threshold,
+        kato: Duration::ZERO,
+        io_timeout: Duration::ZERO,
+    };
+    let impaired = !o.impair.is_clean();
+    let o = demo::DemoOptions {
+        kato: Duration::from_secs(a.kato.unwrap_or(if impaired { 30 } else { 5 })),
+        io_timeout: Duration::from_secs(a.io_timeout.unwrap_or(if impaired { 120 } else { 30 })),
+        ..o
     };
     if !(576..=65521).contains(&o.mtu) {
         bail!("--mtu {} is out of range (576..=65521)", o.mtu);

@@ -103,6 +103,12 @@ pub struct OffloadReport {
     pub hw_crc_bytes: u64,
     /// Time the software NIC spent, which hardware would.
     pub nic_ns: u64,
+    /// Share of received data bytes the NIC placed.
+    pub offload_share: f64,
+    /// Times offload stopped and resumed (a lost header and its resync),
+    /// and PDUs that passed meanwhile, on average.
+    pub offload_gaps: u64,
+    pub resync_latency_pdus: f64,
 }
 
 impl OffloadReport {
@@ -142,6 +148,9 @@ impl OffloadReport {
             data_bytes: ulp.data_bytes,
             hw_crc_bytes: ulp.hw_crc_bytes,
             nic_ns: nic.nic_ns,
+            offload_share: ulp.offload_share(),
+            offload_gaps: ulp.offload_gaps,
+            resync_latency_pdus: ulp.resync_latency_pdus(),
         }
     }
 
@@ -170,6 +179,12 @@ impl OffloadReport {
                 human_bytes(self.host_crc_bytes as f64),
                 self.fallback_pdus,
                 self.control_calls_per_io
+            ),
+            format!(
+                "{side}   {:.1}% of received data placed; offload stopped {} times, for {:.1} PDUs on average",
+                self.offload_share * 100.0,
+                self.offload_gaps,
+                self.resync_latency_pdus
             ),
         ]
     }

@@ -38,6 +38,11 @@ pub struct UlpStats {
     pub ddp_ios: u64,
     /// Resyncs confirmed to the device.
     pub resyncs: u64,
+    /// Times offload stopped (a data PDU it should have handled came with
+    /// no hint at all, as after a lost header) and then resumed, and the
+    /// PDUs of any kind that passed meanwhile.
+    pub offload_gaps: u64,
+    pub offload_gap_pdus: u64,
 }
 
 impl UlpStats {
@@ -51,6 +56,46 @@ impl UlpStats {
         self.control_calls += o.control_calls;
         self.ddp_ios += o.ddp_ios;
         self.resyncs += o.resyncs;
+        self.offload_gaps += o.offload_gaps;
+        self.offload_gap_pdus += o.offload_gap_pdus;
+    }
+
+    /// Share of received data bytes the device placed.
+    pub fn offload_share(&self) -> f64 {
+        if self.data_bytes == 0 { 0.0 } else { self.placed_bytes as f64 / self.data_bytes as f64 }
+    }
+
+    /// PDUs that passed, on average, between offload stopping and resuming.
+    pub fn resync_latency_pdus(&self) -> f64 {
+        if self.offload_gaps == 0 {
+            0.0
+        } else {
+            self.offload_gap_pdus as f64 / self.offload_gaps as f64
+        }
+    }
+}
+
+/// Counts the PDUs between offload stopping and resuming on one queue.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct GapMeter {
+    /// PDUs since the first one offload skipped, while in a gap.
+    open: Option<u64>,
+}
+
+impl GapMeter {
+    /// A PDU ended. `offloadable` is `Some(handled)` for a data PDU the
+    /// device was expected to handle, `None` otherwise.
+    pub fn pdu(&mut self, offloadable: Option<bool>, stats: &mut UlpStats) {
+        match (self.open, offloadable) {
+            (None, Some(false)) => self.open = Some(1),
+            (Some(n), Some(true)) => {
+                stats.offload_gaps += 1;
+                stats.offload_gap_pdus += n;
+                self.open = None;
+            }
+            (Some(n), _) => self.open = Some(n + 1),
+            (None, _) => {}
+        }
     }
 }
 
@@ -161,6 +206,8 @@ pub(crate) struct DataRx {
     crc_expected: bool,
     /// Some of this PDU's work fell to software although it was offloaded.
     fallback: bool,
+    /// The device left any hint on this PDU's data at all.
+    hinted: bool,
 }
 
 /// Where a data PDU's bytes go: a buffer and the buffer offset of the
@@ -172,7 +219,20 @@ impl DataRx {
     pub fn new(ddp: Option<&DdpSocket>, ddgst: bool) -> Self {
         let crc_expected =
             ddgst && ddp.is_some_and(|d| d.dev.caps().1.contains(Caps::NVME_TCP_DDGST_RX));
-        Self { hw_crc: ddp.is_some(), sw_crc: 0, sw_len: 0, crc_expected, fallback: false }
+        Self {
+            hw_crc: ddp.is_some(),
+            sw_crc: 0,
+            sw_len: 0,
+            crc_expected,
+            fallback: false,
+            hinted: false,
+        }
+    }
+
+    /// For gap accounting: `Some(handled)` when the device was expected to
+    /// handle this PDU (placement for `mapped` data, or its digest).
+    pub fn offloadable(&self, mapped: bool) -> Option<bool> {
+        (mapped || self.crc_expected).then_some(self.hinted)
     }
 
     /// Bytes `bytes` at data offset `offset` of the PDU, stream offset `at`:
@@ -203,8 +263,9 @@ impl DataRx {
             return;
         };
         let mut g = dest.map(|(buf, base)| (buf.lock(), base + offset as usize));
-        let (hw_crc, fallback) = (&mut self.hw_crc, &mut self.fallback);
+        let (hw_crc, fallback, hinted) = (&mut self.hw_crc, &mut self.fallback, &mut self.hinted);
         ddp.sk.ctx.with_hints(at, at + n as u64, |a, b, flags| {
+            *hinted |= flags != HintFlags::NONE;
             let r = (a - at) as usize..(b - at) as usize;
             if mapped && flags.contains(HintFlags::PLACED) {
                 stats.placed_bytes += r.len() as u64;

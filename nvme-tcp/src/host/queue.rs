@@ -8,7 +8,7 @@
 //! What the commands mean is the [`Host`](super::Host)'s business.
 //! Completions and fatal errors come out as [`QueueEvent`]s.
 
-use crate::ddp::{DataRx, DdpSocket, UlpStats};
+use crate::ddp::{DataRx, DdpSocket, GapMeter, UlpStats};
 use crate::nvme::{Cqe, SglDescriptor, Sqe, Status};
 use crate::time::Instant;
 use crate::wire::{
@@ -120,6 +120,7 @@ pub(crate) struct Queue {
     pdu_start: u64,
     ddp: Option<DdpSocket>,
     ddp_threshold: Option<u32>,
+    gaps: GapMeter,
     pub events: VecDeque<QueueEvent>,
     pub stats: UlpStats,
 }
@@ -146,6 +147,7 @@ impl Queue {
             pdu_start: 0,
             ddp: None,
             ddp_threshold: None,
+            gaps: GapMeter::default(),
             events: VecDeque::new(),
             stats: UlpStats::default(),
         }
@@ -493,11 +495,17 @@ impl Queue {
     }
 
     fn on_end(&mut self, data_digest: Option<u32>, end: u64) -> Result<(), PduError> {
-        let Rx::C2h { cid, datao, len, success, ddgst, mut data, .. } =
+        let Rx::C2h { cid, datao, len, success, ddgst, mapped, mut data } =
             std::mem::replace(&mut self.rx, Rx::Nothing)
         else {
+            if self.ddp.is_some() {
+                self.gaps.pdu(None, &mut self.stats);
+            }
             return Ok(());
         };
+        if self.ddp.is_some() {
+            self.gaps.pdu(data.offloadable(mapped), &mut self.stats);
+        }
         let Some(Some(cmd)) = self.slots.get_mut(usize::from(cid)) else { return Ok(()) };
         let dest = cmd.buf.as_ref().map(|b| (b, datao as usize));
         if !data.finish(self.ddp.as_ref(), ddgst, data_digest, dest, len, end, &mut self.stats) {
