@@ -1,5 +1,14 @@
 //! The NIC's data movement: copy received data into place and run the data
-//! digest over it in the same pass.
+//! digest over it.
+//!
+//! Two ways to do it, both measured by `benches/codec.rs`: a fused pass
+//! that copies and digests a block at a time while the block is in L1, and
+//! a copy followed by a digest. The NIC uses the second. By the time a
+//! segment's payload is placed, the checksum check has just read it into
+//! cache, so the fused pass saves no memory traffic; and CRC32C runs
+//! fastest over long runs (the `crc32c` crate interleaves three 8 KiB
+//! stripes), which 4 KiB blocks cut short. On a 2-vCPU Xeon the fused pass
+//! is 5-10% slower per jumbo segment, and a few percent end to end.
 
 use nvme_tcp::wire::crc32c_append;
 
@@ -17,7 +26,7 @@ pub fn copy_and_crc(dst: &mut [u8], src: &[u8], mut crc: u32) -> u32 {
     crc
 }
 
-/// The naive alternative, for comparison: copy everything, then CRC it.
+/// Copy everything, then CRC it: what the NIC does.
 #[inline]
 pub fn copy_then_crc(dst: &mut [u8], src: &[u8], crc: u32) -> u32 {
     dst.copy_from_slice(src);

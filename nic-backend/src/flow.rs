@@ -16,7 +16,7 @@
 //! until acknowledged so a retransmitted segment gets them again. A one-shot
 //! mapping goes live when its command capsule leaves.
 
-use crate::copy::copy_and_crc;
+use crate::copy::copy_then_crc;
 use nvme_tcp::wire::{Direction, Event, Framer, Framing, Header, Pdu, PduRepr, crc32c_append};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -57,7 +57,7 @@ impl Mapping {
             if let Some(dst) = g.get_mut(off + in_entry..off + in_entry + k) {
                 let s = &src[done..done + k];
                 crc = match crc {
-                    Some(c) => Some(copy_and_crc(dst, s, c)),
+                    Some(c) => Some(copy_then_crc(dst, s, c)),
                     None => {
                         dst.copy_from_slice(s);
                         None

@@ -3,11 +3,14 @@
 //! any medium, sees every frame on its way up and down, and is invisible
 //! when every offload is off.
 //!
-//! It never drops, reorders or edits a received frame: it parses it,
-//! verifies its checksums, places and digests what it may, leaves hints for
-//! the ULP, and hands the frame up unchanged. On transmit it only writes
-//! data digests the ULP left to it (and fixes the TCP checksum of a segment
-//! it wrote into).
+//! Like every NIC worth the name it offloads TCP checksums both ways
+//! (`NETIF_F_RXCSUM`, `NETIF_F_HW_CSUM`), so the stack neither verifies nor
+//! computes them. A received segment whose checksum is wrong is dropped
+//! here, as the stack would have dropped it; no other frame is dropped,
+//! reordered or edited. The NIC parses each frame, places and digests what
+//! it may, leaves hints for the ULP, and hands the frame up unchanged. On
+//! transmit it writes the data digests the ULP left to it, then the TCP
+//! checksum.
 //!
 //! [`OffloadNic`] is the device; [`NicHandle`] is the same NIC as the
 //! driver sees it, implementing [`ulp_ddp::DdpDevice`].
@@ -35,6 +38,8 @@ pub struct NicConfig {
     /// Capabilities turned on.
     pub active: Caps,
     pub limits: Limits,
+    /// TCP checksum offload, receive and transmit.
+    pub checksum: bool,
 }
 
 impl Default for NicConfig {
@@ -50,6 +55,7 @@ impl Default for NicConfig {
                 tls: false,
                 full_ccid_range: false,
             },
+            checksum: true,
         }
     }
 }
@@ -81,28 +87,50 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A frame on its way up to the stack.
-    fn on_rx(&self, frame: &[u8]) {
+    /// A frame on its way up to the stack: false drops it.
+    fn on_rx(&self, frame: &[u8]) -> bool {
+        let started = std::time::Instant::now();
         let mut st = self.lock();
-        if st.cfg.hw.is_empty() {
-            return;
+        let keep = st.rx(frame);
+        st.stats.nic_ns += started.elapsed().as_nanos() as u64;
+        keep
+    }
+
+    /// A frame the stack is sending, already written.
+    fn on_tx(&self, frame: &mut [u8]) {
+        let started = std::time::Instant::now();
+        let mut st = self.lock();
+        st.tx(frame);
+        st.stats.nic_ns += started.elapsed().as_nanos() as u64;
+    }
+}
+
+impl State {
+    fn rx(&mut self, frame: &[u8]) -> bool {
+        let Some(seg) = frame::parse_headers(frame) else { return true };
+        let verified = self.cfg.checksum;
+        if verified && !frame::verify(frame, &seg) {
+            self.stats.rx_csum_bad += 1;
+            return false;
         }
-        let Some(seg) = frame::parse_headers(frame) else { return };
+        if self.cfg.hw.is_empty() {
+            return true;
+        }
         // Our side of the connection is the destination.
         let key = (seg.dst, seg.src);
         if seg.syn {
-            if frame::verify(frame, &seg) {
-                remember(&mut st, key, |i| i.peer = Some(seg.seq));
+            if verified || frame::verify(frame, &seg) {
+                remember(self, key, |i| i.peer = Some(seg.seq));
             }
-            return;
+            return true;
         }
-        let Some(&id) = st.by_key.get(&key) else { return };
-        let started = std::time::Instant::now();
-        if !frame::verify(frame, &seg) {
-            return;
+        let Some(&id) = self.by_key.get(&key) else { return true };
+        // Nothing is placed from a segment that failed its checksum.
+        if !verified && !frame::verify(frame, &seg) {
+            return true;
         }
-        let State { flows, stats, cfg, .. } = &mut *st;
-        let Some(flow) = flows.get_mut(id) else { return };
+        let State { flows, stats, cfg, .. } = self;
+        let Some(flow) = flows.get_mut(id) else { return true };
         if let Some(ack) = seg.ack {
             let off = frame::stream_offset(ack, flow.local_isn, flow.tx_next());
             flow.tx_acked(off);
@@ -113,36 +141,38 @@ impl Shared {
             let mut env = Env { active: cfg.active, stats };
             flow.rx_segment(off, payload, &mut env);
         }
-        stats.nic_ns += started.elapsed().as_nanos() as u64;
+        true
     }
 
-    /// A frame the stack is sending, already written.
-    fn on_tx(&self, frame: &mut [u8]) {
-        let mut st = self.lock();
-        if st.cfg.hw.is_empty() {
-            return;
-        }
+    fn tx(&mut self, frame: &mut [u8]) {
         let Some(seg) = frame::parse_headers(frame) else { return };
+        let wrote = self.tx_digests(frame, &seg);
+        if wrote || self.cfg.checksum {
+            seg.fix_checksum(frame);
+        }
+    }
+
+    /// Write the data digests left to the NIC; whether any were written.
+    fn tx_digests(&mut self, frame: &mut [u8], seg: &frame::Segment) -> bool {
+        if self.cfg.hw.is_empty() {
+            return false;
+        }
         let key = (seg.src, seg.dst);
         if seg.syn {
-            remember(&mut st, key, |i| i.local = Some(seg.seq));
-            return;
+            remember(self, key, |i| i.local = Some(seg.seq));
+            return false;
         }
-        let Some(&id) = st.by_key.get(&key) else { return };
-        let State { flows, stats, cfg, .. } = &mut *st;
-        let Some(flow) = flows.get_mut(id) else { return };
+        let Some(&id) = self.by_key.get(&key) else { return false };
+        let State { flows, stats, cfg, .. } = self;
+        let Some(flow) = flows.get_mut(id) else { return false };
         let oneshot = flow.config.role == Role::Host && cfg.active.contains(Caps::NVME_TCP_ONESHOT);
         if seg.payload_len == 0 || !(flow.tx_crc || oneshot) {
-            return;
+            return false;
         }
-        let started = std::time::Instant::now();
         let off = frame::stream_offset(seg.seq, flow.local_isn, flow.tx_next());
         let mut env = Env { active: cfg.active, stats };
         let payload = &mut frame[seg.payload_at..seg.payload_at + seg.payload_len];
-        if flow.tx_segment(off, payload, &mut env) {
-            seg.fix_checksum(frame);
-        }
-        stats.nic_ns += started.elapsed().as_nanos() as u64;
+        flow.tx_segment(off, payload, &mut env)
     }
 }
 
@@ -158,6 +188,7 @@ fn remember(st: &mut State, key: (SocketAddrV4, SocketAddrV4), f: impl FnOnce(&m
 pub struct OffloadNic<D> {
     inner: D,
     shared: Arc<Shared>,
+    checksum: bool,
 }
 
 /// The NIC as its driver sees it: the ULP DDP device operations.
@@ -175,7 +206,11 @@ impl<D> OffloadNic<D> {
             by_key: HashMap::new(),
             stats: Stats::default(),
         };
-        Self { inner, shared: Arc::new(Shared { state: Mutex::new(state) }) }
+        Self {
+            inner,
+            shared: Arc::new(Shared { state: Mutex::new(state) }),
+            checksum: cfg.checksum,
+        }
     }
 
     pub fn handle(&self) -> NicHandle {
@@ -204,10 +239,8 @@ pub struct TxToken<'a, T> {
 impl<T: phy::RxToken> phy::RxToken for RxToken<'_, T> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         let shared = self.shared;
-        self.inner.consume(|frame| {
-            shared.on_rx(frame);
-            f(frame)
-        })
+        // A dropped frame goes up empty: the stack discards it unparsed.
+        self.inner.consume(|frame| if shared.on_rx(frame) { f(frame) } else { f(&[]) })
     }
 }
 
@@ -244,7 +277,11 @@ impl<D: Device> Device for OffloadNic<D> {
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
-        self.inner.capabilities()
+        let mut caps = self.inner.capabilities();
+        if self.checksum {
+            caps.checksum.tcp = phy::Checksum::None;
+        }
+        caps
     }
 }
 
@@ -407,5 +444,116 @@ impl DdpDevice for NicHandle {
 
     fn stats(&self) -> Stats {
         self.shared.lock().stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smoltcp::phy::{ChecksumCapabilities, RxToken as _, TxToken as _};
+    use smoltcp::wire::{
+        EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpAddress, IpProtocol,
+        Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+    };
+    use smoltcp_glue::VirtualWire;
+
+    const A: Ipv4Address = Ipv4Address::new(198, 18, 0, 2);
+    const B: Ipv4Address = Ipv4Address::new(198, 18, 0, 3);
+
+    /// An Ethernet/IPv4/TCP frame carrying `payload`, its TCP checksum
+    /// filled in when `checksum` is set and zero otherwise.
+    fn frame(payload: &[u8], checksum: bool) -> Vec<u8> {
+        let tcp = TcpRepr {
+            src_port: 4420,
+            dst_port: 50000,
+            control: TcpControl::Psh,
+            seq_number: TcpSeqNumber(1000),
+            ack_number: Some(TcpSeqNumber(2000)),
+            window_len: 1024,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload,
+        };
+        let ip = Ipv4Repr {
+            src_addr: A,
+            dst_addr: B,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp.header_len() + payload.len(),
+            hop_limit: 64,
+        };
+        let eth = EthernetRepr {
+            src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            ethertype: EthernetProtocol::Ipv4,
+        };
+        let mut caps = ChecksumCapabilities::default();
+        if !checksum {
+            caps.tcp = phy::Checksum::None;
+        }
+        let mut buf = vec![0u8; eth.buffer_len() + ip.buffer_len() + ip.payload_len];
+        let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
+        eth.emit(&mut f);
+        let mut p = Ipv4Packet::new_unchecked(f.payload_mut());
+        ip.emit(&mut p, &caps);
+        let mut t = TcpPacket::new_unchecked(p.payload_mut());
+        tcp.emit(&mut t, &IpAddress::Ipv4(A), &IpAddress::Ipv4(B), &caps);
+        buf
+    }
+
+    fn tcp_checksum_ok(frame: &[u8]) -> bool {
+        let eth = EthernetFrame::new_checked(frame).unwrap();
+        let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+        let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+        tcp.verify_checksum(&IpAddress::Ipv4(A), &IpAddress::Ipv4(B))
+    }
+
+    #[test]
+    fn checksum_offload_drops_bad_segments_and_fills_outgoing_ones() {
+        let now = Instant::from_millis(0);
+        let (mut peer, end) = VirtualWire::pair(1514, 8);
+        let mut nic = OffloadNic::new(end, NicConfig::default());
+        let stack_caps = nic.capabilities().checksum;
+        assert!(
+            !stack_caps.tcp.rx() && !stack_caps.tcp.tx(),
+            "the stack leaves TCP checksums to the NIC"
+        );
+
+        let good = frame(b"hello, world", true);
+        let mut bad = good.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        for f in [&bad, &good] {
+            peer.transmit(now).unwrap().consume(f.len(), |b| b.copy_from_slice(f));
+        }
+        let (rx, _) = nic.receive(now).unwrap();
+        assert!(rx.consume(|f| f.is_empty()), "a corrupted segment never reaches the stack");
+        let (rx, _) = nic.receive(now).unwrap();
+        assert_eq!(rx.consume(|f| f.to_vec()), good, "a good one goes up unchanged");
+        assert_eq!(nic.handle().stats().rx_csum_bad, 1);
+
+        // The stack sends with no checksum; what reaches the wire has one.
+        let unsummed = frame(b"odd-length payload", false);
+        assert!(!tcp_checksum_ok(&unsummed));
+        nic.transmit(now).unwrap().consume(unsummed.len(), |b| b.copy_from_slice(&unsummed));
+        let (rx, _) = peer.receive(now).unwrap();
+        let sent = rx.consume(|f| f.to_vec());
+        assert!(tcp_checksum_ok(&sent));
+        assert_eq!(sent, frame(b"odd-length payload", true));
+    }
+
+    #[test]
+    fn without_checksum_offload_the_stack_keeps_its_checksums() {
+        let now = Instant::from_millis(0);
+        let (mut peer, end) = VirtualWire::pair(1514, 8);
+        let mut nic = OffloadNic::new(end, NicConfig { checksum: false, ..NicConfig::default() });
+        let tcp = nic.capabilities().checksum.tcp;
+        assert!(tcp.rx() && tcp.tx());
+        let mut bad = frame(b"hello", true);
+        *bad.last_mut().unwrap() ^= 1;
+        peer.transmit(now).unwrap().consume(bad.len(), |b| b.copy_from_slice(&bad));
+        let (rx, _) = nic.receive(now).unwrap();
+        assert_eq!(rx.consume(|f| f.to_vec()), bad, "passed up for the stack to judge");
     }
 }

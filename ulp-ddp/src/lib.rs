@@ -275,6 +275,9 @@ pub struct Stats {
     pub oneshot_freed: u64,
     /// Digests restored into retransmitted segments.
     pub tx_digest_restored: u64,
+    /// Received segments with a bad TCP checksum, dropped by checksum
+    /// offload where the stack would have dropped them.
+    pub rx_csum_bad: u64,
     /// Time spent in the device's own processing, which hardware would do.
     pub nic_ns: u64,
 }

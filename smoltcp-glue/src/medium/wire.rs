@@ -1,13 +1,21 @@
-//! An in-process Ethernet wire: two ends joined by two bounded frame
-//! queues, usable across threads. A full queue pushes back (`transmit`
-//! returns `None`, and smoltcp keeps its data) instead of dropping.
-//! Frame buffers are recycled, so a frame costs no allocation.
+//! An in-process Ethernet wire: two ends joined by two frame queues,
+//! usable across threads. A full queue pushes back (`transmit` returns
+//! `None`, and smoltcp keeps its data) instead of dropping. Frame buffers
+//! are recycled, so a frame costs no allocation.
+//!
+//! The queues are lock-free: with host and controller on two threads, a
+//! mutex around them was contended on every frame and its futex calls cost
+//! more than the protocol work. Threads meet only when one sleeps, and a
+//! sleeper is woken once, when what it waits for has happened.
 
 use crate::Medium;
+use crossbeam_queue::ArrayQueue;
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
-use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering, fence};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::Thread;
 
 /// Frames and bytes that crossed one direction of the wire.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -16,40 +24,95 @@ pub struct WireStats {
     pub bytes: u64,
 }
 
-#[derive(Default)]
+/// One direction of the wire.
 struct Lane {
-    frames: VecDeque<Vec<u8>>,
-    stats: WireStats,
+    /// Room for replies beyond the capacity `transmit` keeps to: see
+    /// [`WireEnd::receive`].
+    frames: ArrayQueue<Vec<u8>>,
+    /// Buffers of frames received, for the sender to reuse. They cross in
+    /// batches, as a driver's page pool recycles them, because a buffer
+    /// handed across one by one costs a cache-line transfer each time.
+    free: Mutex<Vec<Vec<u8>>>,
+    sent_frames: AtomicU64,
+    sent_bytes: AtomicU64,
 }
 
+impl Lane {
+    fn new(capacity: usize) -> Self {
+        Self {
+            frames: ArrayQueue::new(capacity * 4),
+            free: Mutex::new(Vec::new()),
+            sent_frames: AtomicU64::new(0),
+            sent_bytes: AtomicU64::new(0),
+        }
+    }
+
+    fn stats(&self) -> WireStats {
+        WireStats {
+            frames: self.sent_frames.load(Ordering::Relaxed),
+            bytes: self.sent_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What an end sleeps for in [`Medium::wait`].
+const AWAKE: u8 = 0;
+/// Until a frame arrives.
+const SLEEP_RX: u8 = 1;
+/// Until a frame arrives or its full outgoing lane drains to half.
+const SLEEP_RX_OR_ROOM: u8 = 2;
+
+/// One end's side of sleeping and waking.
 #[derive(Default)]
-struct State {
-    /// Lane `i` carries frames towards end `i`.
-    lanes: [Lane; 2],
-    free: Vec<Vec<u8>>,
-    /// Threads blocked in `wait`: only then is a wake-up (a syscall) needed.
-    waiters: usize,
+struct Sleeper {
+    state: AtomicU8,
+    thread: Mutex<Option<Thread>>,
+    /// A transmit was refused since this end last slept.
+    refused: AtomicBool,
+}
+
+impl Sleeper {
+    /// Wake the end if it sleeps in `state` (one of `from`).
+    fn wake(&self, from: &[u8]) {
+        let s = self.state.load(Ordering::SeqCst);
+        if from.contains(&s)
+            && self.state.compare_exchange(s, AWAKE, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+            && let Some(t) = &*self.thread.lock().unwrap_or_else(PoisonError::into_inner)
+        {
+            t.unpark();
+        }
+    }
 }
 
 struct Shared {
-    state: Mutex<State>,
-    changed: Condvar,
+    /// Lane `i` carries frames towards end `i`.
+    lanes: [Lane; 2],
+    /// `sleepers[i]` is end `i`'s.
+    sleepers: [Sleeper; 2],
     mtu: usize,
     capacity: usize,
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// A frame was queued towards `end`: wake it if it sleeps. The fence
+    /// pairs with the sleeper's, so either it sees the frame or we see it
+    /// asleep.
+    fn arrived(&self, end: usize) {
+        fence(Ordering::SeqCst);
+        self.sleepers[end].wake(&[SLEEP_RX, SLEEP_RX_OR_ROOM]);
     }
 
-    /// Release the lock, waking waiters if there are any. Waiters register
-    /// under the same lock before sleeping, so no wake-up is lost.
-    fn release(&self, state: MutexGuard<'_, State>) {
-        let wake = state.waiters > 0;
-        drop(state);
-        if wake {
-            self.changed.notify_all();
+    /// `end` took a frame off its lane: wake the sender if it waits for room
+    /// and half the lane is free again. Waking it on every freed slot would
+    /// cost a context switch per frame; a NIC driver restarts a stopped
+    /// queue only once enough descriptors are free for the same reason.
+    fn drained(&self, end: usize) {
+        fence(Ordering::SeqCst);
+        let sender = &self.sleepers[1 - end];
+        if sender.state.load(Ordering::SeqCst) == SLEEP_RX_OR_ROOM
+            && self.lanes[end].frames.len() <= self.capacity / 2
+        {
+            sender.wake(&[SLEEP_RX_OR_ROOM]);
         }
     }
 }
@@ -61,36 +124,50 @@ impl VirtualWire {
     /// A wire for Ethernet frames of up to `mtu` bytes (IP MTU + 14), each
     /// direction holding at most `capacity` frames in flight.
     pub fn pair(mtu: usize, capacity: usize) -> (WireEnd, WireEnd) {
+        let capacity = capacity.max(1);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            changed: Condvar::new(),
+            lanes: [Lane::new(capacity), Lane::new(capacity)],
+            sleepers: Default::default(),
             mtu,
-            capacity: capacity.max(1),
+            capacity,
         });
-        (WireEnd { shared: shared.clone(), side: 0 }, WireEnd { shared, side: 1 })
+        let end = |shared, side| WireEnd {
+            shared,
+            side,
+            used: RefCell::default(),
+            spare: RefCell::default(),
+        };
+        (end(shared.clone(), 0), end(shared, 1))
     }
 }
+
+/// Buffers moved between an end and a lane's free pool at a time.
+const RECYCLE_BATCH: usize = 32;
 
 /// One end of a [`VirtualWire`].
 pub struct WireEnd {
     shared: Arc<Shared>,
     side: usize,
+    /// Buffers of frames received, not yet handed back to the sender.
+    used: RefCell<Vec<Vec<u8>>>,
+    /// Buffers taken from the free pool, to send in.
+    spare: RefCell<Vec<Vec<u8>>>,
 }
 
 impl WireEnd {
     /// Frames and bytes this end has received.
     pub fn rx_stats(&self) -> WireStats {
-        self.shared.lock().lanes[self.side].stats
+        self.shared.lanes[self.side].stats()
     }
 
     /// Frames and bytes this end has sent.
     pub fn tx_stats(&self) -> WireStats {
-        self.shared.lock().lanes[1 - self.side].stats
+        self.shared.lanes[1 - self.side].stats()
     }
 
     /// Frames waiting to be received at this end.
     pub fn queued(&self) -> usize {
-        self.shared.lock().lanes[self.side].frames.len()
+        self.shared.lanes[self.side].frames.len()
     }
 }
 
@@ -106,17 +183,29 @@ pub struct TxToken<'a> {
 impl phy::RxToken for RxToken<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         let r = f(&self.frame);
-        let mut state = self.end.shared.lock();
-        state.free.push(self.frame);
-        self.end.shared.release(state);
+        let mut used = self.end.used.borrow_mut();
+        used.push(self.frame);
+        if used.len() >= RECYCLE_BATCH {
+            let pool = &self.end.shared.lanes[self.end.side].free;
+            pool.lock().unwrap_or_else(PoisonError::into_inner).append(&mut used);
+        }
         r
     }
 }
 
 impl phy::TxToken for TxToken<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let shared = &self.end.shared;
-        let mut buf = shared.lock().free.pop().unwrap_or_default();
+        let peer = 1 - self.end.side;
+        let lane = &self.end.shared.lanes[peer];
+        let mut spare = self.end.spare.borrow_mut();
+        if spare.is_empty() {
+            std::mem::swap(
+                &mut *spare,
+                &mut *lane.free.lock().unwrap_or_else(PoisonError::into_inner),
+            );
+        }
+        let mut buf = spare.pop().unwrap_or_default();
+        drop(spare);
         // Reused buffers are not zeroed: the stack writes every byte.
         if buf.len() < len {
             buf.resize(len, 0);
@@ -124,12 +213,14 @@ impl phy::TxToken for TxToken<'_> {
             buf.truncate(len);
         }
         let r = f(&mut buf);
-        let mut state = shared.lock();
-        let lane = &mut state.lanes[1 - self.end.side];
-        lane.stats.frames += 1;
-        lane.stats.bytes += len as u64;
-        lane.frames.push_back(buf);
-        shared.release(state);
+        // Only replies can find the lane past its capacity, and never by
+        // more than the capacity again; were it ever full, the frame would
+        // be lost on the wire like any other, for TCP to recover.
+        if lane.frames.push(buf).is_ok() {
+            lane.sent_frames.fetch_add(1, Ordering::Relaxed);
+            lane.sent_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        }
+        self.end.shared.arrived(peer);
         r
     }
 }
@@ -139,14 +230,18 @@ impl Device for WireEnd {
     type TxToken<'a> = TxToken<'a>;
 
     fn receive(&mut self, _now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
-        let frame = self.shared.lock().lanes[self.side].frames.pop_front()?;
+        let frame = self.shared.lanes[self.side].frames.pop()?;
+        self.shared.drained(self.side);
         // The reply token may exceed the queue's capacity by the one frame a
         // received frame can provoke; refusing it could deadlock both ends.
         Some((RxToken { end: self, frame }, TxToken { end: self }))
     }
 
     fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
-        let full = self.shared.lock().lanes[1 - self.side].frames.len() >= self.shared.capacity;
+        let full = self.shared.lanes[1 - self.side].frames.len() >= self.shared.capacity;
+        if full {
+            self.shared.sleepers[self.side].refused.store(true, Ordering::Relaxed);
+        }
         (!full).then_some(TxToken { end: self })
     }
 
@@ -160,18 +255,28 @@ impl Device for WireEnd {
 
 impl Medium for WireEnd {
     fn wait(&self, timeout: Option<Duration>) {
-        let mut state = self.shared.lock();
-        if !state.lanes[self.side].frames.is_empty() {
+        let shared = &*self.shared;
+        let me = &shared.sleepers[self.side];
+        let refused = me.refused.swap(false, Ordering::Relaxed);
+        let ready = || {
+            !shared.lanes[self.side].frames.is_empty()
+                || (refused && shared.lanes[1 - self.side].frames.len() <= shared.capacity / 2)
+        };
+        if ready() {
             return;
         }
         let t = timeout.map_or(std::time::Duration::from_millis(100), |t| {
             std::time::Duration::from_micros(t.total_micros())
         });
-        // Any change (a frame for us, or room freed on our way out) wakes us.
-        state.waiters += 1;
-        let (mut state, _) =
-            self.shared.changed.wait_timeout(state, t).unwrap_or_else(PoisonError::into_inner);
-        state.waiters -= 1;
+        *me.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(std::thread::current());
+        me.state.store(if refused { SLEEP_RX_OR_ROOM } else { SLEEP_RX }, Ordering::SeqCst);
+        // Pairs with the waker's fence: a frame queued before we said we
+        // sleep is seen here.
+        fence(Ordering::SeqCst);
+        if !ready() {
+            std::thread::park_timeout(t);
+        }
+        me.state.store(AWAKE, Ordering::SeqCst);
     }
 }
 
@@ -211,5 +316,34 @@ mod tests {
         }
         assert!(start.elapsed() < std::time::Duration::from_secs(5));
         t.join().unwrap();
+    }
+
+    #[test]
+    fn a_blocked_sender_wakes_when_half_the_lane_is_free() {
+        let (mut a, mut b) = VirtualWire::pair(1514, 8);
+        let now = Instant::from_millis(0);
+        let woke = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = woke.clone();
+        let t = std::thread::spawn(move || {
+            while let Some(tx) = a.transmit(now) {
+                tx.consume(60, |buf| buf.fill(1));
+            }
+            a.wait(Some(Duration::from_secs(10)));
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        while b.queued() < 8 {
+            std::thread::yield_now();
+        }
+        // Let the sender fall asleep, then free one slot: not enough.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        b.receive(now).unwrap().0.consume(|_| ());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!woke.load(std::sync::atomic::Ordering::SeqCst), "woken with one slot free");
+        for _ in 0..3 {
+            b.receive(now).unwrap().0.consume(|_| ());
+        }
+        let start = std::time::Instant::now();
+        t.join().unwrap();
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "not woken at half");
     }
 }
