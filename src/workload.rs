@@ -4,6 +4,8 @@
 //! or time budget is spent, optionally verifies read data against a pattern
 //! keyed by byte address (so any block size and any I/O order agree on
 //! what a block must hold), and records latencies in an HDR histogram.
+//! Like the block layer, it splits an I/O larger than the host's largest
+//! transfer into several commands; the I/O completes with the last.
 
 use hdrhistogram::Histogram;
 use nvme_tcp::Instant;
@@ -67,15 +69,24 @@ pub enum WorkloadError {
     TooLarge { bs: u32, size: u64 },
     #[error("the controller has no namespace")]
     NoNamespace,
+    #[error(
+        "block size {bs} takes {parts} commands of at most {max} bytes, more than a queue holds ({depth})"
+    )]
+    TooManyParts { bs: u32, parts: usize, max: u64, depth: usize },
 }
 
 struct Slot {
-    buf: IoBuf,
+    /// One buffer per command.
+    bufs: Vec<IoBuf>,
     lba: u64,
     kind: IoKind,
+    qid: u16,
     start: Instant,
     /// Which I/O units held known data when this read was issued.
     check: bool,
+    /// Commands not completed yet, and the first that failed.
+    pending: usize,
+    failed: Option<Status>,
 }
 
 /// What a workload did. Latencies are in microseconds.
@@ -103,12 +114,17 @@ pub struct Workload {
     ns: NamespaceInfo,
     queues: u16,
     blocks_per_io: u32,
+    /// Blocks per command, and commands per I/O.
+    blocks_per_part: u32,
+    parts: usize,
     units: u64,
     cursor: u64,
     rng: u64,
     slots: Vec<Option<Slot>>,
     free: Vec<usize>,
-    spare: Vec<IoBuf>,
+    spare: Vec<Vec<IoBuf>>,
+    /// I/Os in flight per queue.
+    inflight: Vec<usize>,
     written: Vec<u64>,
     issued_bytes: u64,
     started: Option<Instant>,
@@ -133,6 +149,15 @@ impl Workload {
                 size: ns.blocks * u64::from(ns.block_size),
             });
         }
+        let max = host.max_transfer().unwrap_or(u64::MAX);
+        let blocks_per_part = blocks_per_io
+            .min(u32::try_from(max / u64::from(ns.block_size)).unwrap_or(u32::MAX))
+            .max(1);
+        let parts = blocks_per_io.div_ceil(blocks_per_part) as usize;
+        if parts > host.queue_depth() {
+            let depth = host.queue_depth();
+            return Err(WorkloadError::TooManyParts { bs: spec.bs, parts, max, depth });
+        }
         let assume_written = matches!(spec.rw, Rw::Read | Rw::RandRead);
         let written = vec![if assume_written { u64::MAX } else { 0 }; units.div_ceil(64) as usize];
         let hist =
@@ -143,11 +168,14 @@ impl Workload {
             ns,
             queues: host.io_queues(),
             blocks_per_io,
+            blocks_per_part,
+            parts,
             units,
             cursor: 0,
             slots: Vec::new(),
             free: Vec::new(),
             spare: Vec::new(),
+            inflight: vec![0; usize::from(host.io_queues()) + 1],
             written,
             issued_bytes: 0,
             started: None,
@@ -186,13 +214,23 @@ impl Workload {
     /// Submit I/O until every queue is at depth or the budget is spent.
     pub fn fill(&mut self, host: &mut Host, now: Instant) -> Result<(), SubmitError> {
         self.started.get_or_insert(now);
-        let depth = self.spec.qd.min(host.queue_depth()).max(1);
+        let depth = self.spec.qd.max(1);
         for qid in 1..=self.queues {
-            while host.outstanding(qid) < depth && self.more(now) {
+            while self.inflight[usize::from(qid)] < depth
+                && host.outstanding(qid) + self.parts <= host.queue_depth()
+                && self.more(now)
+            {
                 self.submit_one(host, qid, now)?;
             }
         }
         Ok(())
+    }
+
+    /// Bytes of command `part` of an I/O, and its offset in the I/O.
+    fn part(&self, part: usize) -> (usize, usize) {
+        let block = self.ns.block_size as usize;
+        let at = part * self.blocks_per_part as usize * block;
+        (at, (self.spec.bs as usize - at).min(self.blocks_per_part as usize * block))
     }
 
     fn submit_one(&mut self, host: &mut Host, qid: u16, now: Instant) -> Result<(), SubmitError> {
@@ -211,39 +249,54 @@ impl Workload {
         };
         let lba = unit * u64::from(self.blocks_per_io);
         let base = lba * u64::from(self.ns.block_size);
-        let bs = self.spec.bs as usize;
-        let buf = match self.spare.pop() {
-            Some(buf) => {
-                if kind == IoKind::Write && self.spec.verify {
-                    fill_pattern(&mut buf.lock()[..bs], self.spec.seed, base);
+        let (seed, fill) = (self.spec.seed, kind == IoKind::Write && self.spec.verify);
+        let bufs = match self.spare.pop() {
+            Some(bufs) => {
+                for (i, b) in bufs.iter().enumerate().filter(|_| fill) {
+                    fill_pattern(&mut b.lock(), seed, base + self.part(i).0 as u64);
                 }
-                buf
+                bufs
             }
-            None => {
-                let mut data = vec![0u8; bs];
-                fill_pattern(&mut data, self.spec.seed, base);
-                IoBuf::from_vec(data)
-            }
+            None => (0..self.parts)
+                .map(|i| {
+                    let (at, len) = self.part(i);
+                    let mut data = vec![0u8; len];
+                    fill_pattern(&mut data, seed, base + at as u64);
+                    IoBuf::from_vec(data)
+                })
+                .collect(),
         };
         let check = self.spec.verify && kind == IoKind::Read && self.is_written(unit);
-        let tag = self.free.pop().unwrap_or_else(|| {
+        let index = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             self.slots.len() - 1
         });
-        let io = Io {
-            kind,
-            nsid: self.ns.nsid,
-            slba: lba,
-            nlb: self.blocks_per_io,
-            buf: Some(buf.clone()),
-            tag: tag as u64,
-        };
-        if let Err(e) = host.submit(qid, io, now) {
-            self.free.push(tag);
-            self.spare.push(buf);
-            return Err(e);
+        let mut slot = Slot { bufs, lba, kind, qid, start: now, check, pending: 0, failed: None };
+        for (i, buf) in slot.bufs.iter().enumerate() {
+            let io = Io {
+                kind,
+                nsid: self.ns.nsid,
+                slba: lba + (i as u64) * u64::from(self.blocks_per_part),
+                nlb: (self.part(i).1 / self.ns.block_size as usize) as u32,
+                buf: Some(buf.clone()),
+                tag: (index * self.parts + i) as u64,
+            };
+            if let Err(e) = host.submit(qid, io, now) {
+                if slot.pending == 0 {
+                    self.free.push(index);
+                    self.spare.push(slot.bufs);
+                } else {
+                    // The parts already sent still complete; the run is over.
+                    slot.failed = Some(Status::INTERNAL_ERROR);
+                    self.slots[index] = Some(slot);
+                    self.inflight[usize::from(qid)] += 1;
+                }
+                return Err(e);
+            }
+            slot.pending += 1;
         }
-        self.slots[tag] = Some(Slot { buf, lba, kind, start: now, check });
+        self.slots[index] = Some(slot);
+        self.inflight[usize::from(qid)] += 1;
         self.issued_bytes += u64::from(self.spec.bs);
         Ok(())
     }
@@ -252,15 +305,25 @@ impl Workload {
         self.written[(unit / 64) as usize] & (1 << (unit % 64)) != 0
     }
 
-    /// An I/O of this workload completed.
+    /// A command of this workload completed.
     pub fn complete(&mut self, tag: u64, status: Status, now: Instant) {
-        let Some(slot) = self.slots.get_mut(tag as usize).and_then(Option::take) else { return };
-        self.free.push(tag as usize);
+        let index = tag as usize / self.parts;
+        let Some(slot) = self.slots.get_mut(index).and_then(Option::as_mut) else { return };
+        slot.pending = slot.pending.saturating_sub(1);
+        if !status.is_success() {
+            slot.failed.get_or_insert(status);
+        }
+        if slot.pending > 0 {
+            return;
+        }
+        let Some(slot) = self.slots[index].take() else { return };
+        self.free.push(index);
+        self.inflight[usize::from(slot.qid)] -= 1;
         let us = now.saturating_since(slot.start).as_micros() as u64;
         let _ = self.hist.record(us.max(1));
         self.stats.ios += 1;
         self.finished = Some(now);
-        if !status.is_success() {
+        if let Some(status) = slot.failed {
             self.stats.errors += 1;
             self.first_error.get_or_insert_with(|| {
                 format!("{:?} of LBA {} failed: {status}", slot.kind, slot.lba)
@@ -272,11 +335,12 @@ impl Workload {
                 IoKind::Write => self.written[(unit / 64) as usize] |= 1 << (unit % 64),
                 IoKind::Read if slot.check => {
                     let base = slot.lba * u64::from(self.ns.block_size);
-                    match check_pattern(
-                        &slot.buf.lock()[..self.spec.bs as usize],
-                        self.spec.seed,
-                        base,
-                    ) {
+                    let wrong = slot.bufs.iter().enumerate().find_map(|(i, b)| {
+                        let (at, len) = self.part(i);
+                        check_pattern(&b.lock()[..len], self.spec.seed, base + at as u64)
+                            .map(|k| at + k)
+                    });
+                    match wrong {
                         None => self.stats.verified_bytes += u64::from(self.spec.bs),
                         Some(at) => {
                             self.stats.verify_failures += 1;
@@ -289,7 +353,7 @@ impl Workload {
                 _ => {}
             }
         }
-        self.spare.push(slot.buf);
+        self.spare.push(slot.bufs);
     }
 
     /// Nothing more to issue and nothing in flight.

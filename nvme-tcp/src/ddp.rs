@@ -120,6 +120,12 @@ impl DdpSocket {
         }
     }
 
+    /// Largest transfer one mapping holds: `max_ddp_sgl_len` pages.
+    pub fn max_transfer(&self) -> Option<u64> {
+        let n = u64::from(self.limits.max_ddp_sgl_len);
+        (n > 0).then_some(n * PAGE as u64)
+    }
+
     /// The device writes this socket's data digests.
     pub fn tx_offload(&self) -> bool {
         self.sk.offloads.contains(Caps::NVME_TCP_DDGST_TX)

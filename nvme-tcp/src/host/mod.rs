@@ -450,11 +450,17 @@ impl Host {
         (rx, tx)
     }
 
-    /// Largest transfer the controller takes (MDTS), if it set one.
+    /// Largest transfer an I/O may have: what the controller takes (MDTS)
+    /// and, where a device offloads the I/O queues, what one of its
+    /// mappings holds, so that every read can be placed (Linux caps
+    /// `max_hw_sectors` the same way when it offloads a controller).
+    /// Callers split larger transfers, as the block layer does.
     pub fn max_transfer(&self) -> Option<u64> {
-        let mdts = self.ctrl.as_ref()?.mdts;
+        let mdts = self.ctrl.as_ref().map_or(0, |c| c.mdts);
         let mpsmin = (self.cap >> 48) & 0xf;
-        (mdts > 0).then(|| 1u64 << (12 + mpsmin + u64::from(mdts)).min(40))
+        let mdts = (mdts > 0).then(|| 1u64 << (12 + mpsmin + u64::from(mdts)).min(40));
+        let ddp = self.queues.iter().skip(1).filter_map(Queue::ddp_max_transfer).min();
+        [mdts, ddp].into_iter().flatten().min()
     }
 
     /// Submit an I/O on queue `qid` (1..=io_queues).

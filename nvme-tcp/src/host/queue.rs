@@ -189,6 +189,11 @@ impl Queue {
         self.ddp.is_some()
     }
 
+    /// Largest transfer the offloading device can map, if it limits it.
+    pub fn ddp_max_transfer(&self) -> Option<u64> {
+        self.ddp.as_ref().and_then(DdpSocket::max_transfer)
+    }
+
     pub fn outstanding(&self) -> usize {
         self.slots.len() - self.free.len()
     }
