@@ -3,10 +3,12 @@
 //! command line over it; `tests/` and `benches/` use it directly.
 
 pub mod app;
+pub mod bench;
 pub mod clock;
 pub mod demo;
 pub mod endpoint;
 pub mod kernel_tcp;
+pub mod plot;
 pub mod rawtcp;
 pub mod report;
 pub mod size;

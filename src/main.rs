@@ -6,10 +6,10 @@ use clap::{Args, Parser, Subcommand};
 use nvme_ddp::app::{DiscoverApp, HostApp, IdentifyApp, IoApp};
 use nvme_ddp::clock::Clock;
 use nvme_ddp::kernel_tcp::{ControllerServer, run_host};
-use nvme_ddp::report::{PhaseReport, human_bytes};
+use nvme_ddp::report::{OffloadReport, PhaseReport, human_bytes};
 use nvme_ddp::size::{format_size, parse_size};
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
-use nvme_ddp::{demo, userspace};
+use nvme_ddp::{bench, demo, plot, userspace};
 use nvme_tcp::controller::{Port, Target, TargetConfig};
 use nvme_tcp::host::{Host, HostConfig};
 use nvme_tcp::namespace::{FileNamespace, Namespace, RamNamespace};
@@ -44,6 +44,81 @@ enum Command {
     /// Create or remove a network namespace with a bridge and two TAPs for
     /// running host and controller over smoltcp (needs root).
     Net(NetArgs),
+    /// Measure what the offloads save: a matrix of workloads with and
+    /// without them, as a table, JSON and charts.
+    Bench(BenchArgs),
+}
+
+/// A comma-separated list argument.
+#[derive(Debug, Clone)]
+struct List<T>(Vec<T>);
+
+fn list<T>(s: &str, one: impl Fn(&str) -> Result<T, String>) -> Result<List<T>, String> {
+    let v: Vec<T> =
+        s.split(',').map(str::trim).filter(|w| !w.is_empty()).map(one).collect::<Result<_, _>>()?;
+    if v.is_empty() {
+        return Err("the list is empty".into());
+    }
+    Ok(List(v))
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(format!("{s:?}: use on or off")),
+    }
+}
+
+fn parse_rw(s: &str) -> Result<Rw, String> {
+    <Rw as clap::ValueEnum>::from_str(s, true)
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// Block sizes, e.g. 4k,128k (default: 512,4k,32k,128k,1M).
+    #[arg(long, value_parser = |s: &str| list(s, |w| parse_size(w).and_then(|n| u32::try_from(n).map_err(|_| format!("{w}: too large")))))]
+    bs: Option<List<u32>>,
+    /// Directions: read, write (default both).
+    #[arg(long, value_parser = |s: &str| list(s, parse_rw))]
+    rw: Option<List<Rw>>,
+    /// Queue depths (default 1,32).
+    #[arg(long, value_parser = |s: &str| list(s, |w| w.parse::<u16>().map_err(|e| format!("{w}: {e}"))))]
+    qd: Option<List<u16>>,
+    /// Data digest: on, off (default both).
+    #[arg(long, value_parser = |s: &str| list(s, parse_on_off))]
+    ddgst: Option<List<bool>>,
+    /// Offload sets: none, crc, ddp, all (default all four).
+    #[arg(long, value_parser = |s: &str| list(s, bench::OffloadSet::parse))]
+    offload: Option<List<bench::OffloadSet>>,
+    /// IP MTUs of the in-process wire (default 1500,9000).
+    #[arg(long, value_parser = |s: &str| list(s, |w| w.parse::<usize>().map_err(|e| format!("{w}: {e}"))))]
+    mtu: Option<List<usize>>,
+    /// I/O queues.
+    #[arg(long, default_value_t = 1)]
+    queues: u16,
+    /// Runs per point (reported as median and spread).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Seconds measured per run.
+    #[arg(long, default_value_t = 0.15)]
+    time: f64,
+    /// Seconds of warm-up per run.
+    #[arg(long, default_value_t = 0.05)]
+    warmup: f64,
+    /// Run over two TAP devices, HOSTTAP,CTRLTAP (e.g. tap1,tap0 after
+    /// `net up`, inside the namespace) instead of the in-process wire.
+    #[arg(long)]
+    tap: Option<String>,
+    /// Write the points as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write charts (SVG and PNG) into this directory.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Skip measuring raw TCP (reported as 0; for profiling).
+    #[arg(long)]
+    no_raw: bool,
 }
 
 /// A user-space (smoltcp) transport on a TAP device instead of kernel TCP.
@@ -332,6 +407,7 @@ fn main() -> std::process::ExitCode {
         Command::Host(a) => host(a),
         Command::Demo(a) => demo(a),
         Command::Net(a) => net(a),
+        Command::Bench(a) => bench_cmd(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -420,9 +496,15 @@ fn host_config(a: &HostArgs, subnqn: String) -> HostConfig {
     }
 }
 
-fn run(a: &HostArgs, cfg: HostConfig, app: &mut dyn HostApp, limit: Duration) -> Result<()> {
+/// Run `app` on a host; over smoltcp, also report what the NIC did.
+fn run(
+    a: &HostArgs,
+    cfg: HostConfig,
+    app: &mut dyn HostApp,
+    limit: Duration,
+) -> Result<Option<OffloadReport>> {
     let mut host = Host::new(cfg);
-    match (a.tap.cidr()?, a.tap.device(2)?) {
+    let offload = match (a.tap.cidr()?, a.tap.device(2)?) {
         (Some(cidr), Some((dev, nic))) => {
             let remote = match a.connect {
                 SocketAddr::V4(v4) => v4,
@@ -430,14 +512,19 @@ fn run(a: &HostArgs, cfg: HostConfig, app: &mut dyn HostApp, limit: Duration) ->
             };
             let clock = Clock::new();
             let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
-            let mut side = userspace::HostSide::new(stack, host, remote, Some(nic));
+            let mut side = userspace::HostSide::new(stack, host, remote, Some(nic.clone()));
             userspace::run_host(&mut side, app, &clock, limit)?;
+            let (ulp, tx) = side.host.stats();
+            Some(OffloadReport::new(nic.caps().1, nic.stats(), ulp, tx))
         }
-        _ => run_host(a.connect, &mut host, app, limit)?,
-    }
+        _ => {
+            run_host(a.connect, &mut host, app, limit)?;
+            None
+        }
+    };
     match app.error() {
         Some(e) => bail!("{e}"),
-        None => Ok(()),
+        None => Ok(offload),
     }
 }
 
@@ -551,6 +638,7 @@ fn host(a: HostArgs) -> Result<()> {
             let mut app = IoApp::new(phases);
             let result =
                 run(&a, host_config(&a, nqn), &mut app, Duration::from_secs(30 * 24 * 3600));
+            let offload = result.as_ref().ok().cloned().flatten();
             let reports: Vec<PhaseReport> = app
                 .results
                 .iter()
@@ -559,10 +647,14 @@ fn host(a: HostArgs) -> Result<()> {
                 })
                 .collect();
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&reports)?);
+                let j = serde_json::json!({ "phases": reports, "offload": offload });
+                println!("{}", serde_json::to_string_pretty(&j)?);
             } else {
                 for r in &reports {
                     println!("{}", r.line());
+                }
+                for line in offload.iter().flat_map(|o| o.lines("host")) {
+                    println!("  {line}");
                 }
             }
             result?;
@@ -714,6 +806,147 @@ fn net(a: NetArgs) -> Result<()> {
         NetAction::Down => {
             sh(&["ip", "netns", "del", ns]).with_context(|| format!("removing namespace {ns}"))?;
             println!("namespace {ns} removed");
+        }
+    }
+    Ok(())
+}
+
+fn bench_cmd(a: BenchArgs) -> Result<()> {
+    let d = bench::BenchOptions::default();
+    let tap = match &a.tap {
+        Some(t) => {
+            let (h, c) = t.split_once(',').context("--tap takes HOSTTAP,CTRLTAP")?;
+            Some((h.to_string(), c.to_string()))
+        }
+        None => None,
+    };
+    if !(a.time > 0.0 && a.warmup >= 0.0) {
+        bail!("--time must be positive and --warmup not negative");
+    }
+    let o = bench::BenchOptions {
+        bs: a.bs.map_or(d.bs, |l| l.0),
+        rw: a.rw.map_or(d.rw, |l| l.0),
+        qd: a.qd.map_or(d.qd, |l| l.0),
+        ddgst: a.ddgst.map_or(d.ddgst, |l| l.0),
+        offload: a.offload.map_or(d.offload, |l| l.0),
+        // Over TAP the interfaces decide the MTU.
+        mtu: if tap.is_some() { vec![0] } else { a.mtu.map_or(d.mtu, |l| l.0) },
+        queues: a.queues.max(1),
+        reps: a.reps.max(1),
+        warmup: Duration::from_secs_f64(a.warmup),
+        duration: Duration::from_secs_f64(a.time),
+        tap,
+    };
+    if o.bs.iter().any(|&b| b == 0 || b % 512 != 0) || o.qd.contains(&0) {
+        bail!("block sizes must be multiples of 512 and queue depths positive");
+    }
+    if o.mtu.iter().any(|&m| m != 0 && !(576..=65521).contains(&m)) {
+        bail!("MTUs must be within 576..=65521");
+    }
+    let points = bench::points(&o);
+    let bar = indicatif::ProgressBar::new((points.len() * o.reps) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} runs, {elapsed} elapsed, ~{eta} left  {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut raw = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for p in &points {
+        if let std::collections::hash_map::Entry::Vacant(e) = raw.entry(p.mtu) {
+            bar.set_message(format!("raw TCP at mtu {}", p.mtu));
+            let bps = if a.no_raw {
+                0.0
+            } else {
+                bench::raw_tcp(&o, p.mtu).map_err(anyhow::Error::msg)?
+            };
+            e.insert(bps);
+        }
+        bar.set_message(format!(
+            "{} bs={} qd={} mtu={} ddgst={} offload={}",
+            p.rw.name(),
+            format_size(u64::from(p.bs)),
+            p.qd,
+            p.mtu,
+            on_off(p.ddgst),
+            p.offload.name()
+        ));
+        out.push(bench::run_point(p, &o, raw[&p.mtu], || bar.inc(1)).map_err(anyhow::Error::msg)?);
+    }
+    bar.finish_and_clear();
+    println!(
+        "{:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>8} | {:>8} {:>8} {:>8} {:>8} {:>5} | {:>9}",
+        "rw",
+        "bs",
+        "qd",
+        "mtu",
+        "ddgst",
+        "offload",
+        "MB/s",
+        "+-%",
+        "IOPS",
+        "p50 us",
+        "p99 us",
+        "host ns/IO",
+        "NIC ns/IO",
+        "copy/IO",
+        "crc/IO",
+        "placed/IO",
+        "nicCRC/IO",
+        "calls",
+        "raw MB/s"
+    );
+    for p in &out {
+        println!(
+            "{:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>8.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>5.1} | {:>9.1}",
+            p.rw,
+            format_size(u64::from(p.bs)),
+            p.qd,
+            p.mtu,
+            on_off(p.ddgst),
+            p.offload,
+            p.bytes_per_sec / 1e6,
+            p.bytes_per_sec_spread * 100.0,
+            p.iops,
+            p.lat_p50_us,
+            p.lat_p99_us,
+            p.host_cpu_ns_per_io,
+            p.nic_cpu_ns_per_io,
+            p.host_copy_bytes_per_io,
+            p.host_crc_bytes_per_io,
+            p.nic_placed_bytes_per_io,
+            p.nic_crc_bytes_per_io,
+            p.control_calls_per_io,
+            p.raw_tcp_bytes_per_sec / 1e6,
+        );
+    }
+    let targets = bench::check_targets(&out);
+    if !targets.is_empty() {
+        println!();
+        for t in &targets {
+            println!(
+                "target {}: {} (measured {:.2}x) {}",
+                t.what,
+                t.limit,
+                t.measured,
+                if t.met { "met" } else { "MISSED" }
+            );
+        }
+    }
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&out)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(dir) = &a.plot {
+        let files = plot::charts(&out, dir).map_err(anyhow::Error::msg)?;
+        if !files.iter().any(|f| f.extension().is_some_and(|e| e == "png")) {
+            eprintln!(
+                "note: no TrueType font found (install fonts-dejavu-core); PNG charts skipped, SVG written"
+            );
+        }
+        for f in files {
+            println!("chart: {}", f.display());
         }
     }
     Ok(())

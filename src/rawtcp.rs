@@ -1,82 +1,94 @@
-//! Raw smoltcp TCP throughput over the in-process wire: one stack sends,
-//! the other takes the bytes out of its receive ring without copying them.
-//! The ceiling NVMe/TCP on the same wire is measured against.
+//! Raw smoltcp TCP throughput: one stack sends for a while, the other takes
+//! the bytes out of its receive ring without copying them. The ceiling
+//! NVMe/TCP on the same medium is measured against.
 
 use crate::clock::Clock;
 use crate::userspace::to_smol;
 use smoltcp::wire::Ipv4Cidr;
-use smoltcp_glue::{Stack, StackConfig, VirtualWire};
+use smoltcp_glue::{Medium, Stack, StackConfig, VirtualWire};
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// Bytes per second of a one-way transfer of `bytes` at IP MTU `mtu`, each
-/// stack on its own thread, in real time.
-pub fn throughput(mtu: usize, bytes: u64) -> Result<f64, String> {
+const SENDER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
+const RECEIVER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+const PORT: u16 = 5001;
+
+/// Bytes per second over a fresh in-process wire at IP MTU `mtu`.
+pub fn wire_throughput(mtu: usize, duration: Duration) -> Result<f64, String> {
     let (a, b) = VirtualWire::pair(mtu + 14, 512);
+    throughput(a, b, duration)
+}
+
+/// Bytes per second from a stack on `tx` to one on `rx`, each on its own
+/// thread, measured over `duration` once connected.
+pub fn throughput<M: Medium + Send + 'static>(
+    tx: M,
+    rx: M,
+    duration: Duration,
+) -> Result<f64, String> {
     let clock = Clock::new();
     let now = to_smol(clock.now());
-    let rx_ip = Ipv4Addr::new(198, 18, 0, 2);
-    let mut receiver = Stack::new(b, StackConfig::new(Ipv4Cidr::new(rx_ip, 24)), now);
-    let mut sender =
-        Stack::new(a, StackConfig::new(Ipv4Cidr::new(Ipv4Addr::new(198, 18, 0, 3), 24)), now);
-    receiver.listen(5001, 1).map_err(|e| e.to_string())?;
-    let deadline = Duration::from_secs(120);
-    let rx = std::thread::spawn(move || -> Result<(), String> {
+    let mut receiver = Stack::new(rx, StackConfig::new(Ipv4Cidr::new(RECEIVER, 24)), now);
+    let mut sender = Stack::new(tx, StackConfig::new(Ipv4Cidr::new(SENDER, 24)), now);
+    receiver.listen(PORT, 1).map_err(|e| e.to_string())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let rx = std::thread::spawn(move || {
         let mut conn = None;
-        let mut got = 0u64;
-        while got < bytes {
+        while !flag.load(Ordering::Relaxed) {
             let now = to_smol(clock.now());
-            if now.total_micros() as u128 > deadline.as_micros() {
-                return Err("receiver timed out".into());
-            }
             let mut progress = receiver.poll(now);
             if conn.is_none() {
                 conn = receiver.accept();
             }
             if let Some(c) = &mut conn {
-                let n = receiver.recv(c, |b| b.len());
-                got += n as u64;
-                progress |= n > 0;
+                progress |= receiver.recv(c, |b| b.len()) > 0;
             }
             progress |= receiver.poll(now);
             if !progress {
-                let at = receiver.poll_at(now);
+                let at = receiver
+                    .poll_at(now)
+                    .map(|t| t.min(now + smoltcp::time::Duration::from_millis(10)));
                 receiver.wait(now, at);
             }
         }
-        Ok(())
     });
-    let mut conn = sender.connect(SocketAddrV4::new(rx_ip, 5001)).map_err(|e| e.to_string())?;
-    let mut sent = 0u64;
+    let mut conn = sender.connect(SocketAddrV4::new(RECEIVER, PORT)).map_err(|e| e.to_string())?;
     let mut started = None;
-    while sent < bytes {
-        let now = to_smol(clock.now());
-        if now.total_micros() as u128 > deadline.as_micros() {
-            return Err("sender timed out".into());
+    let mut sent = 0u64;
+    let give_up = clock.now() + Duration::from_secs(30);
+    let result = loop {
+        let t = clock.now();
+        if t > give_up {
+            break Err("no connection".to_string());
         }
+        if let Some((t0, acked0)) = started
+            && t.saturating_since(t0) >= duration
+        {
+            // Count what the receiver has, not what sits in our ring.
+            let acked = sent - sender.send_queue(&conn) as u64;
+            break Ok((acked - acked0) as f64 / t.saturating_since(t0).as_secs_f64());
+        }
+        let now = to_smol(t);
         let mut progress = sender.poll(now);
         if sender.is_established(&conn) {
-            started.get_or_insert(clock.now());
-            let n = sender.send(&mut conn, |free| free.len().min((bytes - sent) as usize));
+            if started.is_none() {
+                started = Some((t, sent - sender.send_queue(&conn) as u64));
+            }
+            let n = sender.send(&mut conn, |free| free.len());
             sent += n as u64;
             progress |= n > 0;
         }
         progress |= sender.poll(now);
         if !progress {
-            let at = sender.poll_at(now);
+            let at =
+                sender.poll_at(now).map(|t| t.min(now + smoltcp::time::Duration::from_millis(10)));
             sender.wait(now, at);
         }
-    }
-    // Let the last bytes drain while the receiver counts them.
-    while !rx.is_finished() {
-        let now = to_smol(clock.now());
-        if !sender.poll(now) {
-            let at = sender.poll_at(now);
-            sender.wait(now, at.map(|t| t.min(now + smoltcp::time::Duration::from_millis(1))));
-        }
-    }
-    rx.join().map_err(|_| "receiver panicked".to_string())??;
-    let start = started.ok_or("never connected")?;
-    let secs = clock.now().saturating_since(start).as_secs_f64();
-    Ok(bytes as f64 / secs)
+    };
+    stop.store(true, Ordering::Relaxed);
+    rx.join().map_err(|_| "receiver panicked".to_string())?;
+    result
 }

@@ -69,10 +69,6 @@ pub enum WorkloadError {
     TooLarge { bs: u32, size: u64 },
     #[error("the controller has no namespace")]
     NoNamespace,
-    #[error(
-        "block size {bs} takes {parts} commands of at most {max} bytes, more than a queue holds ({depth})"
-    )]
-    TooManyParts { bs: u32, parts: usize, max: u64, depth: usize },
 }
 
 struct Slot {
@@ -84,7 +80,9 @@ struct Slot {
     start: Instant,
     /// Which I/O units held known data when this read was issued.
     check: bool,
-    /// Commands not completed yet, and the first that failed.
+    /// Commands submitted, those not completed yet, and the first that
+    /// failed.
+    sent: usize,
     pending: usize,
     failed: Option<Status>,
 }
@@ -123,8 +121,10 @@ pub struct Workload {
     slots: Vec<Option<Slot>>,
     free: Vec<usize>,
     spare: Vec<Vec<IoBuf>>,
-    /// I/Os in flight per queue.
+    /// I/Os in flight per queue, and the one whose commands are not all
+    /// submitted yet (the queue was full).
     inflight: Vec<usize>,
+    partial: Vec<Option<usize>>,
     written: Vec<u64>,
     issued_bytes: u64,
     started: Option<Instant>,
@@ -154,10 +154,6 @@ impl Workload {
             .min(u32::try_from(max / u64::from(ns.block_size)).unwrap_or(u32::MAX))
             .max(1);
         let parts = blocks_per_io.div_ceil(blocks_per_part) as usize;
-        if parts > host.queue_depth() {
-            let depth = host.queue_depth();
-            return Err(WorkloadError::TooManyParts { bs: spec.bs, parts, max, depth });
-        }
         let assume_written = matches!(spec.rw, Rw::Read | Rw::RandRead);
         let written = vec![if assume_written { u64::MAX } else { 0 }; units.div_ceil(64) as usize];
         let hist =
@@ -176,6 +172,7 @@ impl Workload {
             free: Vec::new(),
             spare: Vec::new(),
             inflight: vec![0; usize::from(host.io_queues()) + 1],
+            partial: vec![None; usize::from(host.io_queues()) + 1],
             written,
             issued_bytes: 0,
             started: None,
@@ -216,8 +213,13 @@ impl Workload {
         self.started.get_or_insert(now);
         let depth = self.spec.qd.max(1);
         for qid in 1..=self.queues {
-            while self.inflight[usize::from(qid)] < depth
-                && host.outstanding(qid) + self.parts <= host.queue_depth()
+            let q = usize::from(qid);
+            if let Some(index) = self.partial[q] {
+                self.submit_parts(host, index, now)?;
+            }
+            while self.partial[q].is_none()
+                && self.inflight[q] < depth
+                && host.outstanding(qid) < host.queue_depth()
                 && self.more(now)
             {
                 self.submit_one(host, qid, now)?;
@@ -271,34 +273,64 @@ impl Workload {
             self.slots.push(None);
             self.slots.len() - 1
         });
-        let mut slot = Slot { bufs, lba, kind, qid, start: now, check, pending: 0, failed: None };
-        for (i, buf) in slot.bufs.iter().enumerate() {
+        self.slots[index] = Some(Slot {
+            bufs,
+            lba,
+            kind,
+            qid,
+            start: now,
+            check,
+            sent: 0,
+            pending: 0,
+            failed: None,
+        });
+        self.inflight[usize::from(qid)] += 1;
+        self.issued_bytes += u64::from(self.spec.bs);
+        self.submit_parts(host, index, now)
+    }
+
+    /// Submit the commands of I/O `index` that fit in its queue; the rest
+    /// wait for room.
+    fn submit_parts(
+        &mut self,
+        host: &mut Host,
+        index: usize,
+        now: Instant,
+    ) -> Result<(), SubmitError> {
+        let Some(slot) = self.slots[index].as_ref() else { return Ok(()) };
+        let (qid, kind, lba) = (slot.qid, slot.kind, slot.lba);
+        let mut sent = slot.sent;
+        let mut result = Ok(());
+        while sent < self.parts && host.outstanding(qid) < host.queue_depth() {
             let io = Io {
                 kind,
                 nsid: self.ns.nsid,
-                slba: lba + (i as u64) * u64::from(self.blocks_per_part),
-                nlb: (self.part(i).1 / self.ns.block_size as usize) as u32,
-                buf: Some(buf.clone()),
-                tag: (index * self.parts + i) as u64,
+                slba: lba + (sent as u64) * u64::from(self.blocks_per_part),
+                nlb: (self.part(sent).1 / self.ns.block_size as usize) as u32,
+                buf: self.slots[index].as_ref().map(|s| s.bufs[sent].clone()),
+                tag: (index * self.parts + sent) as u64,
             };
             if let Err(e) = host.submit(qid, io, now) {
-                if slot.pending == 0 {
-                    self.free.push(index);
-                    self.spare.push(slot.bufs);
-                } else {
-                    // The parts already sent still complete; the run is over.
-                    slot.failed = Some(Status::INTERNAL_ERROR);
-                    self.slots[index] = Some(slot);
-                    self.inflight[usize::from(qid)] += 1;
-                }
-                return Err(e);
+                result = Err(e);
+                break;
             }
-            slot.pending += 1;
+            sent += 1;
         }
-        self.slots[index] = Some(slot);
-        self.inflight[usize::from(qid)] += 1;
-        self.issued_bytes += u64::from(self.spec.bs);
-        Ok(())
+        let q = usize::from(qid);
+        let Some(slot) = self.slots[index].as_mut() else { return result };
+        slot.pending += sent - slot.sent;
+        slot.sent = sent;
+        self.partial[q] = (sent < self.parts).then_some(index);
+        if result.is_err() {
+            // What was sent still completes; nothing more will be.
+            slot.failed.get_or_insert(Status::INTERNAL_ERROR);
+            slot.sent = self.parts;
+            self.partial[q] = None;
+            if slot.pending == 0 {
+                self.retire(index, now);
+            }
+        }
+        result
     }
 
     fn is_written(&self, unit: u64) -> bool {
@@ -313,9 +345,14 @@ impl Workload {
         if !status.is_success() {
             slot.failed.get_or_insert(status);
         }
-        if slot.pending > 0 {
+        if slot.pending > 0 || slot.sent < self.parts {
             return;
         }
+        self.retire(index, now);
+    }
+
+    /// I/O `index` is over: account for it.
+    fn retire(&mut self, index: usize, now: Instant) {
         let Some(slot) = self.slots[index].take() else { return };
         self.free.push(index);
         self.inflight[usize::from(slot.qid)] -= 1;

@@ -84,14 +84,17 @@ fn all_offloads_on_the_host_copies_and_digests_no_read_payload() {
 fn ios_larger_than_a_mapping_are_split_and_placed_whole() {
     // 128 SG entries of 4 KiB hold 512 KiB: a 1 MiB read goes out as two
     // commands, each mapped, as Linux caps max_hw_sectors for offload.
-    let o = DemoOptions { bs: 1 << 20, ..opts(Caps::ALL, true) };
-    let d = run(&o);
-    let (ulp, _) = d.host.host.stats();
-    let nic = d.host_nic.stats();
-    let ios = o.size / u64::from(o.bs);
-    assert_eq!(ulp.ddp_ios, 2 * ios, "two mapped commands per read");
-    assert_eq!(nic.nic_placed_bytes, o.size, "every byte placed");
-    assert_eq!(ulp.copy_bytes, 0);
+    // At queue depth 1 the second command waits for the first.
+    for qd in [8, 1] {
+        let o = DemoOptions { bs: 1 << 20, qd, ..opts(Caps::ALL, true) };
+        let d = run(&o);
+        let (ulp, _) = d.host.host.stats();
+        let nic = d.host_nic.stats();
+        let ios = o.size / u64::from(o.bs);
+        assert_eq!(ulp.ddp_ios, 2 * ios, "two mapped commands per read (qd {qd})");
+        assert_eq!(nic.nic_placed_bytes, o.size, "every byte placed (qd {qd})");
+        assert_eq!(ulp.copy_bytes, 0);
+    }
 }
 
 #[test]

@@ -1,0 +1,626 @@
+//! `nvme-ddp bench`: what do the offloads save?
+//!
+//! A matrix of workloads (block size, direction, queue depth, data digest,
+//! offload set, MTU), each point run `reps` times on fresh stacks over the
+//! in-process wire (or a pair of TAP devices), host and controller on a
+//! thread each. Per run: a warm-up, then a measured phase during which the
+//! host thread's CPU time is read from the kernel and the software NIC's
+//! own time is taken out of it (hardware would do that work). Points are
+//! reported as medians with their spread.
+
+use crate::app::HostApp;
+use crate::clock::Clock;
+use crate::rawtcp;
+use crate::userspace::{ControllerSide, HostSide, chain, run_host, serve, to_smol};
+use crate::workload::{IoStats, Limit, Rw, Workload, WorkloadSpec};
+use nic_backend::NicHandle;
+use nvme_tcp::UlpStats;
+use nvme_tcp::controller::{Target, TargetConfig};
+use nvme_tcp::host::{Host, HostConfig, HostEvent};
+use nvme_tcp::namespace::{Namespace, RamNamespace};
+use nvme_tcp::wire::{Digests, TxStats};
+use serde::Serialize;
+use smoltcp::wire::Ipv4Cidr;
+use smoltcp_glue::{Medium, Profile, Stack, StackConfig, Tap, VirtualWire};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+use ulp_ddp::{Caps, DdpDevice, Stats};
+
+const HOST_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
+const CONTROLLER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+const NQN: &str = "nqn.2026-11.io.nvme-ddp:bench";
+const PORT: u16 = 4420;
+
+/// The offload sets the bench compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffloadSet {
+    None,
+    /// Data digest offload both ways.
+    Crc,
+    /// Direct data placement only.
+    Ddp,
+    /// Everything, one-shot mappings included.
+    All,
+}
+
+impl OffloadSet {
+    pub const ALL: [OffloadSet; 4] =
+        [OffloadSet::None, OffloadSet::Crc, OffloadSet::Ddp, OffloadSet::All];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OffloadSet::None => "none",
+            OffloadSet::Crc => "crc",
+            OffloadSet::Ddp => "ddp",
+            OffloadSet::All => "all",
+        }
+    }
+
+    pub fn caps(self) -> Caps {
+        match self {
+            OffloadSet::None => Caps::NONE,
+            OffloadSet::Crc => Caps::NVME_TCP_DDGST_RX.union(Caps::NVME_TCP_DDGST_TX),
+            OffloadSet::Ddp => Caps::NVME_TCP,
+            OffloadSet::All => Caps::ALL,
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|o| o.name() == s)
+            .ok_or_else(|| format!("{s:?}: use none, crc, ddp or all"))
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub bs: Vec<u32>,
+    pub rw: Vec<Rw>,
+    pub qd: Vec<u16>,
+    pub ddgst: Vec<bool>,
+    pub offload: Vec<OffloadSet>,
+    pub mtu: Vec<usize>,
+    pub queues: u16,
+    pub reps: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// Run over these TAP devices (host's, controller's) instead of the
+    /// in-process wire; their MTU is the interfaces'.
+    pub tap: Option<(String, String)>,
+}
+
+impl Default for BenchOptions {
+    /// The default matrix: a few minutes on two cores.
+    fn default() -> Self {
+        Self {
+            bs: vec![512, 4 << 10, 32 << 10, 128 << 10, 1 << 20],
+            rw: vec![Rw::Read, Rw::Write],
+            qd: vec![1, 32],
+            ddgst: vec![true, false],
+            offload: OffloadSet::ALL.to_vec(),
+            mtu: vec![1500, 9000],
+            queues: 1,
+            reps: 3,
+            warmup: Duration::from_millis(50),
+            duration: Duration::from_millis(150),
+            tap: None,
+        }
+    }
+}
+
+/// One point of the matrix: what ran and the medians of what it did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    pub bs: u32,
+    pub rw: &'static str,
+    pub qd: u16,
+    pub mtu: usize,
+    pub ddgst: bool,
+    pub offload: &'static str,
+    pub iops: f64,
+    pub bytes_per_sec: f64,
+    pub lat_p50_us: f64,
+    pub lat_p99_us: f64,
+    /// Host thread CPU time per I/O, minus the time spent in the software NIC.
+    pub host_cpu_ns_per_io: f64,
+    pub nic_cpu_ns_per_io: f64,
+    /// Data bytes the host copied (into buffers on receive, into the send
+    /// ring on transmit) and digested, per I/O.
+    pub host_copy_bytes_per_io: f64,
+    pub host_crc_bytes_per_io: f64,
+    pub nic_placed_bytes_per_io: f64,
+    /// Receive and transmit data bytes the NIC digested, per I/O.
+    pub nic_crc_bytes_per_io: f64,
+    pub control_calls_per_io: f64,
+    /// Raw smoltcp TCP throughput on the same medium and MTU.
+    pub raw_tcp_bytes_per_sec: f64,
+    pub offload_share: f64,
+    pub resync_latency_pdus: f64,
+    pub reps: usize,
+    /// (max - min) / median over the repetitions.
+    pub bytes_per_sec_spread: f64,
+    pub host_cpu_spread: f64,
+}
+
+/// One run of one point.
+#[derive(Debug, Clone, Default)]
+struct Sample {
+    iops: f64,
+    bytes_per_sec: f64,
+    lat_p50_us: f64,
+    lat_p99_us: f64,
+    host_cpu_ns_per_io: f64,
+    nic_cpu_ns_per_io: f64,
+    host_copy_bytes_per_io: f64,
+    host_crc_bytes_per_io: f64,
+    nic_placed_bytes_per_io: f64,
+    nic_crc_bytes_per_io: f64,
+    control_calls_per_io: f64,
+    offload_share: f64,
+    resync_latency_pdus: f64,
+}
+
+/// The CPU time this thread has used, in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Counters at one moment of the host thread.
+#[derive(Clone, Copy)]
+struct Mark {
+    cpu: u64,
+    nic: Stats,
+    ulp: UlpStats,
+    tx: TxStats,
+}
+
+impl Mark {
+    fn take(host: &Host, nic: &NicHandle) -> Self {
+        let (ulp, tx) = host.stats();
+        Mark { cpu: thread_cpu_ns(), nic: nic.stats(), ulp, tx }
+    }
+}
+
+enum Phase {
+    Warmup(Workload),
+    Measure(Workload, Box<Mark>),
+    Over,
+}
+
+/// Warm up, then measure one workload, then shut down.
+struct BenchApp {
+    nic: NicHandle,
+    spec: WorkloadSpec,
+    warmup: Duration,
+    phase: Phase,
+    sample: Option<Sample>,
+    error: Option<String>,
+    done: bool,
+}
+
+impl BenchApp {
+    fn pump(&mut self, host: &mut Host, now: nvme_tcp::Instant) {
+        let w = match &mut self.phase {
+            Phase::Warmup(w) | Phase::Measure(w, _) => w,
+            Phase::Over => return,
+        };
+        if let Err(e) = w.fill(host, now) {
+            self.error.get_or_insert(format!("submit failed: {e}"));
+            self.phase = Phase::Over;
+            return host.shutdown(now);
+        }
+        if !w.done(now) {
+            return;
+        }
+        match std::mem::replace(&mut self.phase, Phase::Over) {
+            Phase::Warmup(w) => {
+                if let Some(e) = w.first_error() {
+                    self.error.get_or_insert(e.to_string());
+                    return host.shutdown(now);
+                }
+                match Workload::new(self.spec.clone(), host) {
+                    Ok(m) => {
+                        self.phase = Phase::Measure(m, Box::new(Mark::take(host, &self.nic)));
+                        self.pump(host, now);
+                    }
+                    Err(e) => {
+                        self.error.get_or_insert(e.to_string());
+                        host.shutdown(now);
+                    }
+                }
+            }
+            Phase::Measure(w, start) => {
+                let end = Mark::take(host, &self.nic);
+                if let Some(e) = w.first_error() {
+                    self.error.get_or_insert(e.to_string());
+                }
+                self.sample = Some(sample(&w.stats(), &start, &end));
+                host.shutdown(now);
+            }
+            Phase::Over => {}
+        }
+    }
+}
+
+fn sample(s: &IoStats, a: &Mark, b: &Mark) -> Sample {
+    let ios = s.ios.max(1) as f64;
+    let nic_ns = (b.nic.nic_ns - a.nic.nic_ns) as f64;
+    let d = |f: fn(&UlpStats) -> u64| (f(&b.ulp) - f(&a.ulp)) as f64;
+    let mut ulp = b.ulp;
+    ulp.data_bytes -= a.ulp.data_bytes;
+    ulp.placed_bytes -= a.ulp.placed_bytes;
+    ulp.offload_gaps -= a.ulp.offload_gaps;
+    ulp.offload_gap_pdus -= a.ulp.offload_gap_pdus;
+    Sample {
+        iops: s.iops,
+        bytes_per_sec: s.bytes_per_sec,
+        lat_p50_us: s.lat_p50_us as f64,
+        lat_p99_us: s.lat_p99_us as f64,
+        host_cpu_ns_per_io: ((b.cpu - a.cpu) as f64 - nic_ns).max(0.0) / ios,
+        nic_cpu_ns_per_io: nic_ns / ios,
+        host_copy_bytes_per_io: (d(|u| u.copy_bytes) + (b.tx.data_bytes - a.tx.data_bytes) as f64)
+            / ios,
+        host_crc_bytes_per_io: (d(|u| u.crc_bytes) + (b.tx.crc_bytes - a.tx.crc_bytes) as f64)
+            / ios,
+        nic_placed_bytes_per_io: (b.nic.nic_placed_bytes - a.nic.nic_placed_bytes) as f64 / ios,
+        nic_crc_bytes_per_io: ((b.nic.nic_crc_bytes - a.nic.nic_crc_bytes)
+            + (b.nic.tx_crc_offloaded_bytes - a.nic.tx_crc_offloaded_bytes))
+            as f64
+            / ios,
+        control_calls_per_io: d(|u| u.control_calls) / ios,
+        offload_share: ulp.offload_share(),
+        resync_latency_pdus: ulp.resync_latency_pdus(),
+    }
+}
+
+impl HostApp for BenchApp {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_tcp::Instant) {
+        match event {
+            HostEvent::Ready => match Workload::new(
+                WorkloadSpec { limit: Limit::Time(self.warmup), ..self.spec.clone() },
+                host,
+            ) {
+                Ok(w) => {
+                    self.phase = Phase::Warmup(w);
+                    self.pump(host, now);
+                }
+                Err(e) => {
+                    self.error = Some(e.to_string());
+                    host.shutdown(now);
+                }
+            },
+            HostEvent::Completion { tag, status, .. } => {
+                if let Phase::Warmup(w) | Phase::Measure(w, _) = &mut self.phase {
+                    w.complete(tag, status, now);
+                }
+                self.pump(host, now);
+            }
+            HostEvent::Closed => self.done = true,
+            HostEvent::Failed(e) => {
+                self.error.get_or_insert(e.to_string());
+                self.done = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn on_poll(&mut self, host: &mut Host, now: nvme_tcp::Instant) {
+        self.pump(host, now);
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn error(&self) -> Option<String> {
+        self.error.clone()
+    }
+}
+
+/// The point being run.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    pub bs: u32,
+    pub rw: Rw,
+    pub qd: u16,
+    pub mtu: usize,
+    pub ddgst: bool,
+    pub offload: OffloadSet,
+}
+
+fn fresh_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// One run of `p` over a pair of media (host's, controller's).
+fn run_once<M: Medium + Send + 'static>(
+    host_m: M,
+    ctrl_m: M,
+    p: &Spec,
+    o: &BenchOptions,
+) -> Result<Sample, String> {
+    let size = (64u64 << 20).max(u64::from(p.bs) * u64::from(p.qd) * u64::from(o.queues) * 4);
+    let ns: Arc<dyn Namespace> = Arc::new(RamNamespace::new(size, 512).map_err(|e| e.to_string())?);
+    let cfg = TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() };
+    let target = Target::new(cfg, vec![ns]).map_err(|e| e.to_string())?;
+    let caps = p.offload.caps();
+    let (hdev, hnic) =
+        chain(host_m, Profile::default(), 1, None, caps).map_err(|e| e.to_string())?;
+    let (cdev, cnic) =
+        chain(ctrl_m, Profile::default(), 2, None, caps).map_err(|e| e.to_string())?;
+    let clock = Clock::new();
+    let now = to_smol(clock.now());
+    let seed = fresh_seed();
+    let hcfg = StackConfig {
+        seed,
+        rx_buffer: 8 << 20,
+        tx_buffer: 8 << 20,
+        ..StackConfig::new(Ipv4Cidr::new(HOST_IP, 24))
+    };
+    let ccfg = StackConfig {
+        seed: seed ^ 0x5a5a,
+        rx_buffer: 8 << 20,
+        tx_buffer: 8 << 20,
+        ..StackConfig::new(Ipv4Cidr::new(CONTROLLER_IP, 24))
+    };
+    let hstack = Stack::new(hdev, hcfg, now);
+    let cstack = Stack::new(cdev, ccfg, now);
+    let host_cfg = HostConfig {
+        subnqn: NQN.into(),
+        digests: Digests { header: false, data: p.ddgst },
+        io_queues: o.queues,
+        queue_depth: p.qd,
+        ..HostConfig::default()
+    };
+    let hddp: Arc<dyn DdpDevice> = Arc::new(hnic.clone());
+    let cddp: Arc<dyn DdpDevice> = Arc::new(cnic);
+    let mut host = HostSide::new(
+        hstack,
+        Host::new(host_cfg),
+        SocketAddrV4::new(CONTROLLER_IP, PORT),
+        Some(hddp),
+    );
+    let mut ctrl =
+        ControllerSide::new(cstack, target, PORT, Some(cddp)).map_err(|e| e.to_string())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("bench-ctrl".into())
+        .spawn(move || serve(&mut ctrl, &clock, &flag))
+        .map_err(|e| e.to_string())?;
+    let spec = WorkloadSpec {
+        rw: p.rw,
+        bs: p.bs,
+        limit: Limit::Time(o.duration),
+        qd: usize::from(p.qd),
+        verify: false,
+        seed: 1,
+    };
+    let mut app = BenchApp {
+        nic: hnic,
+        spec,
+        warmup: o.warmup,
+        phase: Phase::Over,
+        sample: None,
+        error: None,
+        done: false,
+    };
+    let result = run_host(&mut host, &mut app, &clock, Duration::from_secs(120));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = thread.join();
+    result.map_err(|e| e.to_string())?;
+    if let Some(e) = app.error {
+        return Err(e);
+    }
+    app.sample.ok_or_else(|| "no measurement".into())
+}
+
+/// A fresh pair of media for one run.
+fn media(o: &BenchOptions, mtu: usize) -> Result<Media, String> {
+    match &o.tap {
+        None => {
+            let (h, c) = VirtualWire::pair(mtu + 14, 512);
+            Ok(Media::Wire(h, c))
+        }
+        Some((h, c)) => {
+            let h = Tap::open(h, None).map_err(|e| e.to_string())?;
+            let c = Tap::open(c, None).map_err(|e| e.to_string())?;
+            Ok(Media::Tap(h, c))
+        }
+    }
+}
+
+enum Media {
+    Wire(smoltcp_glue::WireEnd, smoltcp_glue::WireEnd),
+    Tap(Tap, Tap),
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn spread(v: &[f64]) -> f64 {
+    let m = median(v.to_vec());
+    let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    if m > 0.0 { (hi - lo) / m } else { 0.0 }
+}
+
+/// Every point of the matrix, in order.
+pub fn points(o: &BenchOptions) -> Vec<Spec> {
+    let mut v = Vec::new();
+    for &rw in &o.rw {
+        for &ddgst in &o.ddgst {
+            for &mtu in &o.mtu {
+                for &qd in &o.qd {
+                    for &bs in &o.bs {
+                        for &offload in &o.offload {
+                            v.push(Spec { bs, rw, qd, mtu, ddgst, offload });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Raw TCP throughput on the bench's medium at `mtu`, through the same NIC
+/// (checksum offload, no ULP offload), median of `reps`.
+pub fn raw_tcp(o: &BenchOptions, mtu: usize) -> Result<f64, String> {
+    fn through_nic<M: Medium + Send + 'static>(a: M, b: M, d: Duration) -> Result<f64, String> {
+        let (a, _) =
+            chain(a, Profile::default(), 1, None, Caps::NONE).map_err(|e| e.to_string())?;
+        let (b, _) =
+            chain(b, Profile::default(), 2, None, Caps::NONE).map_err(|e| e.to_string())?;
+        rawtcp::throughput(a, b, d)
+    }
+    let d = o.duration.max(Duration::from_millis(100));
+    let mut v = Vec::new();
+    for _ in 0..o.reps.max(1) {
+        v.push(match media(o, mtu)? {
+            Media::Wire(a, b) => through_nic(a, b, d)?,
+            Media::Tap(a, b) => through_nic(a, b, d)?,
+        });
+    }
+    Ok(median(v))
+}
+
+/// Run one point `reps` times; `tick` is called after each run.
+pub fn run_point(
+    p: &Spec,
+    o: &BenchOptions,
+    raw: f64,
+    mut tick: impl FnMut(),
+) -> Result<Point, String> {
+    let mut samples = Vec::new();
+    for _ in 0..o.reps.max(1) {
+        let s = match media(o, p.mtu)? {
+            Media::Wire(h, c) => run_once(h, c, p, o),
+            Media::Tap(h, c) => run_once(h, c, p, o),
+        }
+        .map_err(|e| {
+            format!(
+                "{} bs={} qd={} mtu={} ddgst={} offload={}: {e}",
+                p.rw.name(),
+                p.bs,
+                p.qd,
+                p.mtu,
+                p.ddgst,
+                p.offload.name()
+            )
+        })?;
+        samples.push(s);
+        tick();
+    }
+    let m = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
+    let thr: Vec<f64> = samples.iter().map(|s| s.bytes_per_sec).collect();
+    let cpu: Vec<f64> = samples.iter().map(|s| s.host_cpu_ns_per_io).collect();
+    Ok(Point {
+        bs: p.bs,
+        rw: p.rw.name(),
+        qd: p.qd,
+        mtu: p.mtu,
+        ddgst: p.ddgst,
+        offload: p.offload.name(),
+        iops: m(|s| s.iops),
+        bytes_per_sec: m(|s| s.bytes_per_sec),
+        lat_p50_us: m(|s| s.lat_p50_us),
+        lat_p99_us: m(|s| s.lat_p99_us),
+        host_cpu_ns_per_io: m(|s| s.host_cpu_ns_per_io),
+        nic_cpu_ns_per_io: m(|s| s.nic_cpu_ns_per_io),
+        host_copy_bytes_per_io: m(|s| s.host_copy_bytes_per_io),
+        host_crc_bytes_per_io: m(|s| s.host_crc_bytes_per_io),
+        nic_placed_bytes_per_io: m(|s| s.nic_placed_bytes_per_io),
+        nic_crc_bytes_per_io: m(|s| s.nic_crc_bytes_per_io),
+        control_calls_per_io: m(|s| s.control_calls_per_io),
+        raw_tcp_bytes_per_sec: raw,
+        offload_share: m(|s| s.offload_share),
+        resync_latency_pdus: m(|s| s.resync_latency_pdus),
+        reps: samples.len(),
+        bytes_per_sec_spread: spread(&thr),
+        host_cpu_spread: spread(&cpu),
+    })
+}
+
+/// A target from the issue, checked against measured points.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetCheck {
+    pub what: String,
+    pub limit: String,
+    pub measured: f64,
+    pub met: bool,
+}
+
+/// Check the offload targets wherever the matrix has the points they need.
+pub fn check_targets(points: &[Point]) -> Vec<TargetCheck> {
+    let find = |rw: &str, offload: &str, qd: u16, mtu: usize| {
+        points.iter().find(|p| {
+            p.rw == rw
+                && p.bs == 128 << 10
+                && p.ddgst
+                && p.offload == offload
+                && p.qd == qd
+                && p.mtu == mtu
+        })
+    };
+    let mut out = Vec::new();
+    let mut settings: Vec<(u16, usize)> = points.iter().map(|p| (p.qd, p.mtu)).collect();
+    settings.sort_unstable();
+    settings.dedup();
+    for (qd, mtu) in settings {
+        let at = format!("128k, data digest, qd {qd}, mtu {mtu}");
+        if let (Some(all), Some(none)) =
+            (find("read", "all", qd, mtu), find("read", "none", qd, mtu))
+        {
+            let cpu = all.host_cpu_ns_per_io / none.host_cpu_ns_per_io.max(1.0);
+            out.push(TargetCheck {
+                what: format!("read host CPU/IO, all vs none ({at})"),
+                limit: "<= 0.4x".into(),
+                measured: cpu,
+                met: cpu <= 0.4,
+            });
+            let thr = all.bytes_per_sec / none.bytes_per_sec.max(1.0);
+            out.push(TargetCheck {
+                what: format!("read throughput, all vs none ({at})"),
+                limit: ">= 1.2x".into(),
+                measured: thr,
+                met: thr >= 1.2,
+            });
+            if all.raw_tcp_bytes_per_sec > 0.0 {
+                let raw = all.bytes_per_sec / all.raw_tcp_bytes_per_sec;
+                out.push(TargetCheck {
+                    what: format!("read throughput with all offloads vs raw TCP ({at})"),
+                    limit: ">= 0.8x".into(),
+                    measured: raw,
+                    met: raw >= 0.8,
+                });
+            }
+        }
+        if let (Some(crc), Some(none)) =
+            (find("write", "crc", qd, mtu), find("write", "none", qd, mtu))
+        {
+            let cpu = crc.host_cpu_ns_per_io / none.host_cpu_ns_per_io.max(1.0);
+            out.push(TargetCheck {
+                what: format!("write host CPU/IO, crc vs none ({at})"),
+                limit: "<= 0.6x".into(),
+                measured: cpu,
+                met: cpu <= 0.6,
+            });
+        }
+    }
+    out
+}

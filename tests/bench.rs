@@ -1,0 +1,129 @@
+//! `nvme-ddp bench` end to end on a small matrix: every point is measured,
+//! the JSON carries the fields users script against with values that make
+//! sense for each offload set, the charts are written, and bad arguments
+//! are refused with a message.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn exe() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_nvme-ddp"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nvme-ddp-bench-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const FIELDS: [&str; 16] = [
+    "bs",
+    "rw",
+    "qd",
+    "mtu",
+    "ddgst",
+    "offload",
+    "iops",
+    "bytes_per_sec",
+    "lat_p50_us",
+    "lat_p99_us",
+    "host_cpu_ns_per_io",
+    "nic_cpu_ns_per_io",
+    "host_copy_bytes_per_io",
+    "host_crc_bytes_per_io",
+    "nic_placed_bytes_per_io",
+    "raw_tcp_bytes_per_sec",
+];
+
+#[test]
+fn a_small_matrix_gives_json_charts_and_a_table() {
+    let dir = scratch("matrix");
+    let json = dir.join("points.json");
+    let plots = dir.join("charts");
+    let out = exe()
+        .args(["bench", "--bs", "4k,128k", "--rw", "read,write", "--qd", "4", "--ddgst", "on"])
+        .args([
+            "--offload",
+            "none,all",
+            "--mtu",
+            "9000",
+            "--reps",
+            "2",
+            "--time",
+            "0.05",
+            "--warmup",
+            "0.01",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&plots)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("host ns/IO"), "a table: {stdout}");
+    assert!(stdout.contains("target read host CPU/IO"), "targets checked: {stdout}");
+
+    let points: Vec<Value> = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(points.len(), 2 * 2 * 2, "every point of the matrix");
+    for p in &points {
+        for f in FIELDS {
+            assert!(p.get(f).is_some(), "{f} missing from {p}");
+        }
+        let num = |f: &str| p[f].as_f64().unwrap();
+        let (bs, rw, offload) =
+            (num("bs"), p["rw"].as_str().unwrap(), p["offload"].as_str().unwrap());
+        assert!(num("iops") > 0.0 && num("bytes_per_sec") > 0.0, "{p}");
+        assert!(
+            (num("bytes_per_sec") / num("iops") - bs).abs() < 1.0,
+            "throughput is IOPS x block size: {p}"
+        );
+        assert!(num("lat_p99_us") >= num("lat_p50_us"), "{p}");
+        assert!(num("host_cpu_ns_per_io") > 0.0 && num("raw_tcp_bytes_per_sec") > 0.0, "{p}");
+        match (rw, offload) {
+            ("read", "none") | ("write", "none") => {
+                assert_eq!(num("host_copy_bytes_per_io"), bs, "{p}");
+                assert_eq!(num("host_crc_bytes_per_io"), bs, "{p}");
+                assert_eq!(num("nic_placed_bytes_per_io"), 0.0, "{p}");
+            }
+            ("read", "all") if bs >= 32768.0 => {
+                assert_eq!(num("host_copy_bytes_per_io"), 0.0, "{p}");
+                assert_eq!(num("host_crc_bytes_per_io"), 0.0, "{p}");
+                assert_eq!(num("nic_placed_bytes_per_io"), bs, "{p}");
+                assert!(num("nic_cpu_ns_per_io") > 0.0, "{p}");
+            }
+            ("write", "all") => {
+                // The host still copies into the send ring; the NIC digests.
+                assert_eq!(num("host_copy_bytes_per_io"), bs, "{p}");
+                assert_eq!(num("host_crc_bytes_per_io"), 0.0, "{p}");
+            }
+            _ => {}
+        }
+    }
+    for name in ["read-throughput", "read-host-cpu", "write-throughput", "write-host-cpu"] {
+        let svg = std::fs::read_to_string(plots.join(format!("{name}.svg"))).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("all") && svg.contains("none"), "{name}.svg");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_arguments_are_refused_with_a_message() {
+    for (args, says) in [
+        (&["--bs", "1000"][..], "multiples of 512"),
+        (&["--offload", "turbo"], "use none, crc, ddp or all"),
+        (&["--ddgst", "maybe"], "use on or off"),
+        (&["--qd", "0"], "positive"),
+        (&["--mtu", "100"], "576"),
+        (&["--time", "0"], "--time"),
+        (&["--bs", ""], "empty"),
+    ] {
+        let out = exe().arg("bench").args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
