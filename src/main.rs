@@ -401,7 +401,12 @@ fn main() -> std::process::ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
     let result = match cli.command {
         Command::Controller(a) => controller(a),
         Command::Host(a) => host(a),
@@ -454,13 +459,17 @@ fn controller(a: ControllerArgs) -> Result<()> {
         let clock = Clock::new();
         let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
         let mut side =
-            userspace::ControllerSide::new(stack, target.clone(), first.port(), Some(nic))?;
+            userspace::ControllerSide::new(stack, target.clone(), first.port(), Some(nic.clone()))?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
             .context("cannot install the Ctrl-C handler")?;
         tracing::info!(tap = ?a.tap.tap, ip = %cidr, port = first.port(), nqn = %target.subnqn(), "listening on smoltcp");
         userspace::serve(&mut side, &clock, &stop);
+        let (ulp, tx) = side.stats();
+        for line in OffloadReport::new(nic.caps().1, nic.stats(), ulp, tx).lines("controller") {
+            tracing::info!("{line}");
+        }
         return Ok(());
     }
     let port =

@@ -335,6 +335,70 @@ fn write_zeroes_and_deallocate_clear_data() {
     assert!(got[6144..].iter().all(|&b| b == 0));
 }
 
+/// Rewrite the Dataset Management capsule on queue 1 to carry `data_len`
+/// bytes of in-capsule data (the range, then zeros, or the range cut short).
+fn resize_dsm(data_len: usize) -> Filter {
+    Box::new(move |qid, bytes| {
+        // CapsuleCmd, no digests: 8-byte header, 64-byte SQE, data.
+        if qid != 1 || bytes.len() < 72 + 16 || bytes[0] != 0x04 || bytes[8] != 0x09 {
+            return;
+        }
+        bytes.truncate(72);
+        let mut data = vec![0u8; data_len];
+        let range: Vec<u8> = [0u32.to_le_bytes(), 4u32.to_le_bytes()]
+            .concat()
+            .into_iter()
+            .chain(104u64.to_le_bytes())
+            .collect();
+        let n = data_len.min(16);
+        data[..n].copy_from_slice(&range[..n]);
+        bytes.extend_from_slice(&data);
+        let plen = bytes.len() as u32;
+        bytes[4..8].copy_from_slice(&plen.to_le_bytes());
+        // SGL length: DPTR at SQE byte 24, its length at byte 8 of it.
+        bytes[8 + 32..8 + 36].copy_from_slice(&(data_len as u32).to_le_bytes());
+    })
+}
+
+#[test]
+fn dataset_management_takes_a_page_of_ranges_as_linux_sends_it() {
+    // Linux sends Deallocate a zeroed page of ranges whatever NR says; the
+    // SGL may be longer than the data (SGLS bit 18), never shorter.
+    let mut p = Pair::nvm(HostConfig::default());
+    p.ready();
+    let data = pattern(16 * 512, 5);
+    assert_eq!(
+        p.io(1, IoKind::Write, 100, 16, Some(IoBuf::from_vec(data.clone()))),
+        Status::SUCCESS
+    );
+    assert_ne!(p.host.controller().unwrap().sgls & (1 << 18), 0, "SGLS bit 18 advertised");
+    p.h2c_filter = Some(resize_dsm(4096));
+    assert_eq!(p.io(1, IoKind::Deallocate, 104, 4, None), Status::SUCCESS);
+    p.h2c_filter = Some(resize_dsm(8));
+    assert_eq!(p.io(1, IoKind::Deallocate, 104, 4, None), Status::DATA_SGL_LENGTH_INVALID);
+    p.h2c_filter = None;
+    let buf = IoBuf::new(16 * 512);
+    assert_eq!(p.io(1, IoKind::Read, 100, 16, Some(buf.clone())), Status::SUCCESS);
+    let got = buf.to_vec();
+    assert_eq!(&got[..2048], &data[..2048]);
+    assert!(got[2048..4096].iter().all(|&b| b == 0), "blocks 104..108 deallocated");
+    assert_eq!(&got[4096..], &data[4096..]);
+    assert!(p.failure().is_none());
+}
+
+#[test]
+fn the_discovery_controller_takes_linux_default_queue_size() {
+    // Linux asks discovery controllers for 128 entries and warns when
+    // clamped; the discovery controller offers what the subsystem does.
+    let t = target(TargetConfig::default(), 1 << 20, 512);
+    let mut p = Pair::new(HostConfig { subnqn: DISCOVERY_NQN.into(), ..Default::default() }, t);
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Closed | HostEvent::Failed(_))));
+    assert!(p.failure().is_none(), "{:?}", p.events);
+    assert!(p.events.iter().any(|e| matches!(e, HostEvent::Discovered(_))), "{:?}", p.events);
+    assert_eq!(p.host.capabilities() & 0xffff, 127, "CAP.MQES");
+    assert_eq!(p.host.controller().map(|c| c.maxcmd), Some(128));
+}
+
 #[test]
 fn discovery_lists_the_subsystem() {
     let port = Port { traddr: "0.0.0.0".into(), trsvcid: "4420".into(), portid: 1 };

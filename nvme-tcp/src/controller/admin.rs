@@ -19,8 +19,8 @@ const DISCOVERY_KATO: Duration = Duration::from_secs(120);
 const KAS: u16 = 10;
 /// Asynchronous Event Requests a host may have outstanding, 0-based (AERL).
 const AERL: u8 = 3;
-/// Admin queue entries for discovery controllers (ASQSZ).
-const DISCOVERY_ASQSZ: u16 = 32;
+/// The fewest admin queue entries a port may offer (ASQSZ).
+const MIN_ASQSZ: u16 = 32;
 /// CAP.TO: worst-case enable time, in 500 ms units.
 const CAP_TO: u8 = 15;
 
@@ -99,11 +99,7 @@ impl Connection {
             return Outcome::status(Status::CONNECT_INVALID_HOST);
         }
         let size = u32::from(sqsize) + 1;
-        let max = if discovery {
-            u32::from(DISCOVERY_ASQSZ)
-        } else {
-            u32::from(self.target.config().queue_size)
-        };
+        let max = u32::from(self.queue_size(discovery));
         if sqsize == 0 || size > max {
             return invalid_param(false, 44);
         }
@@ -165,6 +161,15 @@ impl Connection {
         result(u64::from(cntlid))
     }
 
+    /// Entries a queue may have (CAP.MQES + 1, MAXCMD). A discovery
+    /// controller offers the subsystem's size, as Linux's nvmet does, so a
+    /// host asking for its default 128 need not be clamped; never fewer
+    /// than the 32 an admin queue must allow.
+    fn queue_size(&self, discovery: bool) -> u16 {
+        let size = self.target.config().queue_size;
+        if discovery { size.max(MIN_ASQSZ) } else { size }
+    }
+
     fn admin_queue(&self) -> Option<&Queue> {
         self.queue.as_ref().filter(|q| q.qid == 0)
     }
@@ -172,7 +177,7 @@ impl Connection {
     fn property_get(&mut self, size: PropertySize, offset: u32) -> Outcome {
         let Some(q) = self.admin_queue() else { return Outcome::status(Status::INVALID_OPCODE) };
         let a = lock(&q.assoc);
-        let mqes = if a.discovery { DISCOVERY_ASQSZ } else { self.target.config().queue_size } - 1;
+        let mqes = self.queue_size(a.discovery) - 1;
         match (offset, size) {
             (property::CAP, PropertySize::Eight) => result(property::cap(mqes, CAP_TO)),
             (property::VS, PropertySize::Four) => result(u64::from(property::VS_1_3)),
@@ -334,8 +339,9 @@ impl Connection {
             kas: KAS,
             aerl: AERL,
             elpe: 63,
-            // Bit 0: byte-aligned SGLs; bit 20: in-capsule data offsets.
-            sgls: 1 | (1 << 20),
+            // Bit 0: byte-aligned SGLs; bit 18: SGLs longer than the
+            // transfer are fine; bit 20: in-capsule data offsets.
+            sgls: 1 | (1 << 18) | (1 << 20),
             icdoff: 0,
             msdbd: 1,
             ..IdentifyController::default()
@@ -344,7 +350,7 @@ impl Connection {
             id.cntrltype = identify::CNTRLTYPE_DISCOVERY;
             id.subnqn = DISCOVERY_NQN.into();
             id.lpa = 1 << 2;
-            id.maxcmd = DISCOVERY_ASQSZ;
+            id.maxcmd = self.queue_size(true);
             return id;
         }
         IdentifyController {
@@ -487,7 +493,7 @@ impl Connection {
             treq: log::TREQ_DISABLE_SQFLOW,
             portid: port.portid,
             cntlid: 0xffff,
-            asqsz: DISCOVERY_ASQSZ,
+            asqsz: self.queue_size(true),
             trsvcid: port.trsvcid.clone(),
             subnqn: self.target.subnqn().into(),
             traddr,

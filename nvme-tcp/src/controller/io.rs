@@ -66,7 +66,7 @@ impl Connection {
             }
             _ => return Outcome::status(Status::SGL_DESCRIPTOR_TYPE_INVALID),
         }
-        if sqe.sgl.len as usize != len {
+        if (sqe.sgl.len as usize) < len {
             return Outcome::status(Status::DATA_SGL_LENGTH_INVALID);
         }
         let buf = self.pool.get(len);
@@ -155,17 +155,16 @@ fn block_range(ns: &dyn Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), St
 }
 
 /// The host data a command needs: in the capsule, or (None) still to be
-/// fetched with R2T. The SGL must describe exactly `len` bytes.
+/// fetched with R2T. The SGL must describe at least `len` bytes; the rest
+/// is ignored (SGLS bit 18). Linux sends Dataset Management a whole page of
+/// ranges whatever the number of ranges, as Linux's nvmet accepts.
 fn host_data(sqe: &Sqe, data: Data, len: usize) -> Result<Option<ulp_ddp::IoBuf>, Status> {
+    let sgl_len = sqe.sgl.len as usize;
     match (sqe.sgl.kind(), data) {
         (SglType::InCapsule, _) if sqe.sgl.addr != 0 => Err(Status::SGL_OFFSET_INVALID),
-        (SglType::InCapsule, Some((buf, n))) if n == len && sqe.sgl.len as usize == len => {
-            Ok(Some(buf))
-        }
+        (SglType::InCapsule, Some((buf, n))) if n == sgl_len && n >= len => Ok(Some(buf)),
         (SglType::InCapsule, _) => Err(Status::DATA_SGL_LENGTH_INVALID),
-        (SglType::Transport, _) if sqe.sgl.len as usize != len => {
-            Err(Status::DATA_SGL_LENGTH_INVALID)
-        }
+        (SglType::Transport, _) if sgl_len < len => Err(Status::DATA_SGL_LENGTH_INVALID),
         (SglType::Transport, Some((buf, n))) if n == len => Ok(Some(buf)),
         (SglType::Transport, Some(_)) => Err(Status::INVALID_FIELD),
         (SglType::Transport, None) => Ok(None),

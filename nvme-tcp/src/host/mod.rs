@@ -417,6 +417,11 @@ impl Host {
         self.vs
     }
 
+    /// Controller capabilities (CAP).
+    pub fn capabilities(&self) -> u64 {
+        self.cap
+    }
+
     pub fn namespaces(&self) -> &[NamespaceInfo] {
         &self.namespaces
     }

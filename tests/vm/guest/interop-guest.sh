@@ -1,0 +1,123 @@
+#!/bin/sh
+# Guest half of tests/vm/interop.sh (busybox sh inside the VM).
+#
+# 1. The Linux NVMe/TCP host against our controllers, one per address in
+#    $TARGETS (name=address pairs), each without and with header and data
+#    digests: nvme discover, connect, list, id-ctrl, fio writes verified over
+#    4 jobs x $FIO_SIZE at QD 32 in 4 KiB and 128 KiB blocks, a discard that
+#    must read back as zeros, disconnect, and no complaint in the kernel log.
+# 2. The Linux NVMe/TCP target (nvmet-tcp through configfs, a RAM-backed
+#    null_blk namespace) on $GUEST_ADDR:$PORT for our host; GUEST-TARGET-READY
+#    says it is up, and the host's connection to $SIGNAL_PORT that it is done.
+#
+# Every step prints a line starting with "ok" or "FAIL"; the first failure
+# ends the script with status 1.
+. /test/lib.sh
+
+NQN=${NQN:?}
+PORT=${PORT:-4420}
+SIGNAL_PORT=${SIGNAL_PORT:-7777}
+FIO_SIZE=${FIO_SIZE:-16M}
+TARGET_NQN=${TARGET_NQN:-nqn.2026-11.org.linux:nvmet-ram}
+[ -n "$GUEST_ADDR" ] || fail "no guest address"
+
+ok() { echo "ok   $*"; }
+
+# Kernel messages since the last call that say an NVMe driver was unhappy
+# (the host's nvme/nvme-tcp or the target's nvmet/nvmet-tcp), or nothing.
+kernel_complaints() {
+	dmesg -c 2>/dev/null | grep -iE 'nvme' | grep -iE 'error|fail|invalid|timeout|reset|reconnect|unexpected|bad|warn' || true
+}
+
+# The block device of the controller just connected: the only nvme disk.
+namespace_dev() {
+	_i=0
+	while [ $_i -lt 100 ]; do
+		_ns=$(ls /sys/block | grep -E '^nvme[0-9]+n[0-9]+$' | head -n1)
+		[ -n "$_ns" ] && [ -e "/dev/$_ns" ] && { echo "/dev/$_ns"; return 0; }
+		sleep 0.1
+		_i=$((_i + 1))
+	done
+	return 1
+}
+
+modprobe nvme-tcp || fail "modprobe nvme-tcp"
+dmesg -c >/dev/null 2>&1
+
+for target in $TARGETS; do
+	name=${target%%=*}
+	addr=${target#*=}
+	for digests in none hdgst+ddgst; do
+		what="$name $addr digests=$digests"
+		flags=
+		[ "$digests" = none ] || flags="--hdr-digest --data-digest"
+
+		out=$(nvme discover -t tcp -a "$addr" -s "$PORT" 2>&1) || { echo "$out"; fail "$what: nvme discover"; }
+		echo "$out" | grep -q "subnqn: *$NQN" || { echo "$out"; fail "$what: discovery log lacks $NQN"; }
+		ok "$what: nvme discover lists $NQN"
+
+		# shellcheck disable=SC2086
+		out=$(nvme connect -t tcp -a "$addr" -s "$PORT" -n "$NQN" $flags 2>&1) ||
+			{ echo "$out"; fail "$what: nvme connect"; }
+		dev=$(namespace_dev) || fail "$what: no namespace after connect"
+		ctrl=/sys/class/nvme/${dev#/dev/}
+		ctrl=${ctrl%n[0-9]*}
+		ok "$what: nvme connect -> $dev ($(cat "$ctrl/transport" 2>/dev/null) $(cat "$ctrl/address" 2>/dev/null | tr ',' ' '))"
+
+		out=$(nvme list 2>&1) || { echo "$out"; fail "$what: nvme list"; }
+		echo "$out" | grep -q "$dev" || { echo "$out"; fail "$what: nvme list lacks $dev"; }
+		ok "$what: nvme list shows $dev"
+
+		out=$(nvme id-ctrl "$dev" 2>&1) || { echo "$out"; fail "$what: nvme id-ctrl"; }
+		echo "$out" | grep -q "subnqn *: *$NQN" || { echo "$out"; fail "$what: id-ctrl subnqn"; }
+		echo "$out" | grep -qE "^mn *: *[^ ]" || { echo "$out"; fail "$what: id-ctrl mn"; }
+		ok "$what: nvme id-ctrl: $(echo "$out" | grep -E '^(mn|ver|mdts|ioccsz) ' | tr -s ' ' | tr '\n' ';')"
+
+		for bs in 4k 128k; do
+			out=$(fio --name=interop --filename="$dev" --ioengine=libaio --direct=1 \
+				--rw=randwrite --bs="$bs" --iodepth=32 --numjobs=4 --size="$FIO_SIZE" \
+				--offset_increment="$FIO_SIZE" --verify=crc32c --do_verify=1 --verify_fatal=1 \
+				--group_reporting --eta=never 2>&1) || { echo "$out"; fail "$what: fio bs=$bs"; }
+			echo "$out" | grep -qiE "verify.*(fail|bad)|err= *[1-9]" && { echo "$out"; fail "$what: fio bs=$bs reported errors"; }
+			ok "$what: fio randwrite+verify bs=$bs 4 jobs x $FIO_SIZE qd32: $(echo "$out" | grep -E '^ *(write|read):' | tr -s ' ' | tr '\n' ';')"
+		done
+
+		# Discard: the kernel sends Dataset Management a page of ranges.
+		out=$(fio --name=trim --filename="$dev" --ioengine=libaio --direct=1 --rw=trim \
+			--bs=64k --iodepth=8 --size=8M --eta=never 2>&1) || { echo "$out"; fail "$what: fio trim"; }
+		dd if="$dev" of=/tmp/trimmed bs=1M count=8 iflag=direct 2>/dev/null || fail "$what: read after trim"
+		head -c 8388608 /dev/zero >/tmp/zeros
+		cmp -s /tmp/trimmed /tmp/zeros || fail "$what: trimmed blocks do not read back as zeros"
+		rm -f /tmp/trimmed /tmp/zeros
+		ok "$what: discard of 8 MiB in 64 KiB pieces reads back as zeros"
+
+		out=$(nvme disconnect -n "$NQN" 2>&1) || { echo "$out"; fail "$what: nvme disconnect"; }
+		echo "$out" | grep -q "disconnected 1 controller" || { echo "$out"; fail "$what: disconnect said: $out"; }
+		i=0
+		while [ -e "$dev" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+		[ -e "$dev" ] && fail "$what: $dev still there after disconnect"
+		ok "$what: nvme disconnect"
+		complaints=$(kernel_complaints)
+		[ -z "$complaints" ] || { echo "$complaints"; fail "$what: the kernel complained"; }
+		ok "$what: no complaints from the kernel"
+	done
+done
+
+dev=$(nullb_create nullb0 64) || fail "null_blk"
+nvmet_subsys "$TARGET_NQN" || fail "nvmet subsystem"
+nvmet_ns "$TARGET_NQN" 1 "$dev" || fail "nvmet namespace"
+nvmet_port 1 "$GUEST_ADDR" "$PORT" tcp || fail "nvmet port"
+nvmet_link 1 "$TARGET_NQN" || fail "nvmet link"
+ok "nvmet: $TARGET_NQN ns 1 = $dev (RAM) on tcp $GUEST_ADDR:$PORT"
+echo "GUEST-TARGET-READY"
+
+msg=$(wait_signal "$SIGNAL_PORT" "${SIGNAL_TIMEOUT:-900}") || fail "no word from the host"
+echo "host: $msg"
+complaints=$(kernel_complaints)
+[ -z "$complaints" ] || { echo "$complaints"; fail "nvmet complained about our host"; }
+ok "nvmet: no complaints from the kernel about our host"
+nvmet_teardown || fail "nvmet teardown"
+case $msg in
+done*) ok "nvmet torn down" ;;
+*) fail "the host reported: $msg" ;;
+esac
