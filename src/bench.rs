@@ -565,6 +565,16 @@ pub struct TargetCheck {
     pub met: bool,
 }
 
+impl TargetCheck {
+    fn at_most(what: String, measured: f64, limit: f64) -> Self {
+        Self { what, limit: format!("<= {limit}x"), measured, met: measured <= limit }
+    }
+
+    fn at_least(what: String, measured: f64, limit: f64) -> Self {
+        Self { what, limit: format!(">= {limit}x"), measured, met: measured >= limit }
+    }
+}
+
 /// Check the offload targets wherever the matrix has the points they need.
 pub fn check_targets(points: &[Point]) -> Vec<TargetCheck> {
     let find = |rw: &str, offload: &str, qd: u16, mtu: usize| {
@@ -587,39 +597,32 @@ pub fn check_targets(points: &[Point]) -> Vec<TargetCheck> {
             (find("read", "all", qd, mtu), find("read", "none", qd, mtu))
         {
             let cpu = all.host_cpu_ns_per_io / none.host_cpu_ns_per_io.max(1.0);
-            out.push(TargetCheck {
-                what: format!("read host CPU/IO, all vs none ({at})"),
-                limit: "<= 0.4x".into(),
-                measured: cpu,
-                met: cpu <= 0.4,
-            });
+            out.push(TargetCheck::at_most(
+                format!("read host CPU/IO, all vs none ({at})"),
+                cpu,
+                0.4,
+            ));
             let thr = all.bytes_per_sec / none.bytes_per_sec.max(1.0);
-            out.push(TargetCheck {
-                what: format!("read throughput, all vs none ({at})"),
-                limit: ">= 1.2x".into(),
-                measured: thr,
-                met: thr >= 1.2,
-            });
+            out.push(TargetCheck::at_least(
+                format!("read throughput, all vs none ({at})"),
+                thr,
+                1.2,
+            ));
             if all.raw_tcp_bytes_per_sec > 0.0 {
                 let raw = all.bytes_per_sec / all.raw_tcp_bytes_per_sec;
-                out.push(TargetCheck {
-                    what: format!("read throughput with all offloads vs raw TCP ({at})"),
-                    limit: ">= 0.8x".into(),
-                    measured: raw,
-                    met: raw >= 0.8,
-                });
+                let what = format!("read throughput with all offloads vs raw TCP ({at})");
+                out.push(TargetCheck::at_least(what, raw, 0.8));
             }
         }
         if let (Some(crc), Some(none)) =
             (find("write", "crc", qd, mtu), find("write", "none", qd, mtu))
         {
             let cpu = crc.host_cpu_ns_per_io / none.host_cpu_ns_per_io.max(1.0);
-            out.push(TargetCheck {
-                what: format!("write host CPU/IO, crc vs none ({at})"),
-                limit: "<= 0.6x".into(),
-                measured: cpu,
-                met: cpu <= 0.6,
-            });
+            out.push(TargetCheck::at_most(
+                format!("write host CPU/IO, crc vs none ({at})"),
+                cpu,
+                0.6,
+            ));
         }
     }
     out
