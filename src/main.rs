@@ -825,6 +825,14 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
     let tap = match &a.tap {
         Some(t) => {
             let (h, c) = t.split_once(',').context("--tap takes HOSTTAP,CTRLTAP")?;
+            for name in [h, c] {
+                // Opening a TAP that does not exist would create a new, unwired one.
+                if !std::path::Path::new("/sys/class/net").join(name).exists() {
+                    bail!(
+                        "no network interface {name:?} here (`nvme-ddp net up` makes tap0 and tap1; run inside its namespace)"
+                    );
+                }
+            }
             Some((h.to_string(), c.to_string()))
         }
         None => None,
@@ -839,7 +847,13 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
         ddgst: a.ddgst.map_or(d.ddgst, |l| l.0),
         offload: a.offload.map_or(d.offload, |l| l.0),
         // Over TAP the interfaces decide the MTU.
-        mtu: if tap.is_some() { vec![0] } else { a.mtu.map_or(d.mtu, |l| l.0) },
+        mtu: match &tap {
+            Some((h, _)) => {
+                let dev = Tap::open(h, None).with_context(|| format!("opening TAP {h}"))?;
+                vec![smoltcp::phy::Device::capabilities(&dev).max_transmission_unit - 14]
+            }
+            None => a.mtu.map_or(d.mtu, |l| l.0),
+        },
         queues: a.queues.max(1),
         reps: a.reps.max(1),
         warmup: Duration::from_secs_f64(a.warmup),
@@ -849,7 +863,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
     if o.bs.iter().any(|&b| b == 0 || b % 512 != 0) || o.qd.contains(&0) {
         bail!("block sizes must be multiples of 512 and queue depths positive");
     }
-    if o.mtu.iter().any(|&m| m != 0 && !(576..=65521).contains(&m)) {
+    if o.tap.is_none() && o.mtu.iter().any(|&m| !(576..=65521).contains(&m)) {
         bail!("MTUs must be within 576..=65521");
     }
     let points = bench::points(&o);

@@ -120,6 +120,8 @@ fn bad_arguments_are_refused_with_a_message() {
         (&["--mtu", "100"], "576"),
         (&["--time", "0"], "--time"),
         (&["--bs", ""], "empty"),
+        (&["--tap", "tap0"], "HOSTTAP,CTRLTAP"),
+        (&["--tap", "nvmeddp-none0,nvmeddp-none1"], "no network interface"),
     ] {
         let out = exe().arg("bench").args(args).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
