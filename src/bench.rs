@@ -252,12 +252,7 @@ impl BenchApp {
 fn sample(s: &IoStats, a: &Mark, b: &Mark) -> Sample {
     let ios = s.ios.max(1) as f64;
     let nic_ns = (b.nic.nic_ns - a.nic.nic_ns) as f64;
-    let d = |f: fn(&UlpStats) -> u64| (f(&b.ulp) - f(&a.ulp)) as f64;
-    let mut ulp = b.ulp;
-    ulp.data_bytes -= a.ulp.data_bytes;
-    ulp.placed_bytes -= a.ulp.placed_bytes;
-    ulp.offload_gaps -= a.ulp.offload_gaps;
-    ulp.offload_gap_pdus -= a.ulp.offload_gap_pdus;
+    let ulp = b.ulp.since(&a.ulp);
     Sample {
         iops: s.iops,
         bytes_per_sec: s.bytes_per_sec,
@@ -265,16 +260,14 @@ fn sample(s: &IoStats, a: &Mark, b: &Mark) -> Sample {
         lat_p99_us: s.lat_p99_us as f64,
         host_cpu_ns_per_io: ((b.cpu - a.cpu) as f64 - nic_ns).max(0.0) / ios,
         nic_cpu_ns_per_io: nic_ns / ios,
-        host_copy_bytes_per_io: (d(|u| u.copy_bytes) + (b.tx.data_bytes - a.tx.data_bytes) as f64)
-            / ios,
-        host_crc_bytes_per_io: (d(|u| u.crc_bytes) + (b.tx.crc_bytes - a.tx.crc_bytes) as f64)
-            / ios,
+        host_copy_bytes_per_io: ((ulp.copy_bytes + b.tx.data_bytes - a.tx.data_bytes) as f64) / ios,
+        host_crc_bytes_per_io: ((ulp.crc_bytes + b.tx.crc_bytes - a.tx.crc_bytes) as f64) / ios,
         nic_placed_bytes_per_io: (b.nic.nic_placed_bytes - a.nic.nic_placed_bytes) as f64 / ios,
         nic_crc_bytes_per_io: ((b.nic.nic_crc_bytes - a.nic.nic_crc_bytes)
             + (b.nic.tx_crc_offloaded_bytes - a.nic.tx_crc_offloaded_bytes))
             as f64
             / ios,
-        control_calls_per_io: d(|u| u.control_calls) / ios,
+        control_calls_per_io: ulp.control_calls as f64 / ios,
         offload_share: ulp.offload_share(),
         resync_latency_pdus: ulp.resync_latency_pdus(),
     }

@@ -44,22 +44,19 @@ fn headline<'a>(points: &'a [Point], rw: &str) -> Vec<&'a Point> {
 type Series = Vec<(String, Vec<(f64, f64)>)>;
 
 fn series(points: &[&Point], value: fn(&Point) -> f64) -> Series {
-    let mut names: Vec<&str> = points.iter().map(|p| p.offload).collect();
-    names.dedup();
-    let mut seen = Vec::new();
-    for n in names {
-        if seen.iter().any(|(s, _): &(String, _)| s == n) {
-            continue;
+    // One line per offload set, in the order the sets first appear.
+    let mut lines: Series = Vec::new();
+    for p in points {
+        let xy = ((p.bs as f64).log2(), value(p));
+        match lines.iter_mut().find(|(name, _)| name == p.offload) {
+            Some((_, pts)) => pts.push(xy),
+            None => lines.push((p.offload.to_string(), vec![xy])),
         }
-        let mut pts: Vec<(f64, f64)> = points
-            .iter()
-            .filter(|p| p.offload == n)
-            .map(|p| ((p.bs as f64).log2(), value(p)))
-            .collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        seen.push((n.to_string(), pts));
     }
-    seen
+    for (_, pts) in &mut lines {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    lines
 }
 
 fn draw<DB: DrawingBackend>(

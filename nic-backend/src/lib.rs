@@ -188,6 +188,8 @@ fn remember(st: &mut State, key: (SocketAddrV4, SocketAddrV4), f: impl FnOnce(&m
 pub struct OffloadNic<D> {
     inner: D,
     shared: Arc<Shared>,
+    /// `NicConfig::checksum`, fixed at creation; kept here because smoltcp
+    /// asks for the capabilities on every poll and they need no lock.
     checksum: bool,
 }
 

@@ -60,6 +60,24 @@ impl UlpStats {
         self.offload_gap_pdus += o.offload_gap_pdus;
     }
 
+    /// What was counted since `earlier`, a reading of the same counters.
+    pub fn since(&self, earlier: &UlpStats) -> UlpStats {
+        let d = |now: u64, then: u64| now.saturating_sub(then);
+        UlpStats {
+            data_bytes: d(self.data_bytes, earlier.data_bytes),
+            copy_bytes: d(self.copy_bytes, earlier.copy_bytes),
+            placed_bytes: d(self.placed_bytes, earlier.placed_bytes),
+            crc_bytes: d(self.crc_bytes, earlier.crc_bytes),
+            hw_crc_bytes: d(self.hw_crc_bytes, earlier.hw_crc_bytes),
+            fallback_pdus: d(self.fallback_pdus, earlier.fallback_pdus),
+            control_calls: d(self.control_calls, earlier.control_calls),
+            ddp_ios: d(self.ddp_ios, earlier.ddp_ios),
+            resyncs: d(self.resyncs, earlier.resyncs),
+            offload_gaps: d(self.offload_gaps, earlier.offload_gaps),
+            offload_gap_pdus: d(self.offload_gap_pdus, earlier.offload_gap_pdus),
+        }
+    }
+
     /// Share of received data bytes the device placed.
     pub fn offload_share(&self) -> f64 {
         if self.data_bytes == 0 { 0.0 } else { self.placed_bytes as f64 / self.data_bytes as f64 }

@@ -253,8 +253,8 @@ pub struct Stats {
     pub ddp_setup: u64,
     pub ddp_setup_fail: u64,
     pub ddp_teardown: u64,
-    /// Packets dropped for fatal errors (never happens here: the device
-    /// never drops a frame; kept for the Linux name).
+    /// Packets dropped for fatal errors (never happens here; kept for the
+    /// Linux name). Segments failing their checksum count in `rx_csum_bad`.
     pub drop: u64,
     /// Resync requests sent to the ULP.
     pub resync: u64,
