@@ -2,10 +2,12 @@
 //!
 //! A matrix of workloads (block size, direction, queue depth, data digest,
 //! offload set, MTU), each point run `reps` times on fresh stacks over the
-//! in-process wire (or a pair of TAP devices), host and controller on a
-//! thread each. Per run: a warm-up, then a measured phase during which the
-//! host thread's CPU time is read from the kernel and the software NIC's
-//! own time is taken out of it (hardware would do that work). Points are
+//! in-process wire (or a pair of TAP devices). The host, the host's NIC and
+//! the controller (with its NIC) each run on a thread of their own. Per
+//! run: a warm-up, then a measured phase over which each thread's CPU time
+//! is read from the kernel: the host's is what a host with this NIC pays,
+//! the NIC's is what hardware would do instead. The process's CPU time is
+//! read too, as a check that the threads account for all of it. Points are
 //! reported as medians with their spread.
 
 use crate::app::HostApp;
@@ -13,7 +15,7 @@ use crate::clock::Clock;
 use crate::rawtcp;
 use crate::userspace::{ControllerSide, HostSide, chain, run_host, serve, to_smol};
 use crate::workload::{IoStats, Limit, Rw, Workload, WorkloadSpec};
-use nic_backend::NicHandle;
+use nic_backend::{NicHandle, NicThread, thread_cpu_ns};
 use nvme_tcp::UlpStats;
 use nvme_tcp::controller::{Target, TargetConfig};
 use nvme_tcp::host::{Host, HostConfig, HostEvent};
@@ -125,9 +127,15 @@ pub struct Point {
     pub bytes_per_sec: f64,
     pub lat_p50_us: f64,
     pub lat_p99_us: f64,
-    /// Host thread CPU time per I/O, minus the time spent in the software NIC.
+    /// CPU time per I/O of the host's thread (the NIC's work is not on it).
     pub host_cpu_ns_per_io: f64,
+    /// CPU time per I/O of the host's NIC thread.
     pub nic_cpu_ns_per_io: f64,
+    /// CPU time per I/O of the controller's thread, NIC included.
+    pub controller_cpu_ns_per_io: f64,
+    /// CPU time per I/O of the whole process: the three above and anything
+    /// else that ran (it should be nothing much).
+    pub process_cpu_ns_per_io: f64,
     /// Data bytes the host copied (into buffers on receive, into the send
     /// ring on transmit) and digested, per I/O.
     pub host_copy_bytes_per_io: f64,
@@ -155,6 +163,8 @@ struct Sample {
     lat_p99_us: f64,
     host_cpu_ns_per_io: f64,
     nic_cpu_ns_per_io: f64,
+    controller_cpu_ns_per_io: f64,
+    process_cpu_ns_per_io: f64,
     host_copy_bytes_per_io: f64,
     host_crc_bytes_per_io: f64,
     nic_placed_bytes_per_io: f64,
@@ -164,27 +174,55 @@ struct Sample {
     resync_latency_pdus: f64,
 }
 
-/// The CPU time this thread has used, in nanoseconds.
-pub fn thread_cpu_ns() -> u64 {
+/// CPU time used so far by this thread or this process, in nanoseconds.
+pub fn cpu_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The threads a run's CPU time is read from, besides the host's own.
+struct Threads {
+    nic: NicThread,
+    controller: std::thread::JoinHandle<()>,
+}
+
+/// CPU time in nanoseconds of the host's thread, the host's NIC, the
+/// controller and the process, at one moment.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    host: u64,
+    nic: u64,
+    controller: u64,
+    process: u64,
+}
+
+impl Threads {
+    /// Read on the host's thread.
+    fn cpu(&self) -> Cpu {
+        Cpu {
+            host: cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID),
+            nic: self.nic.cpu_ns(),
+            controller: thread_cpu_ns(&self.controller).unwrap_or(0),
+            process: cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID),
+        }
+    }
 }
 
 /// Counters at one moment of the host thread.
 #[derive(Clone, Copy)]
 struct Mark {
-    cpu: u64,
+    cpu: Cpu,
     nic: Stats,
     ulp: UlpStats,
     tx: TxStats,
 }
 
 impl Mark {
-    fn take(host: &Host, nic: &NicHandle) -> Self {
+    fn take(host: &Host, nic: &NicHandle, threads: &Threads) -> Self {
         let (ulp, tx) = host.stats();
-        Mark { cpu: thread_cpu_ns(), nic: nic.stats(), ulp, tx }
+        Mark { cpu: threads.cpu(), nic: nic.stats(), ulp, tx }
     }
 }
 
@@ -195,8 +233,9 @@ enum Phase {
 }
 
 /// Warm up, then measure one workload, then shut down.
-struct BenchApp {
+struct BenchApp<'a> {
     nic: NicHandle,
+    threads: &'a Threads,
     spec: WorkloadSpec,
     warmup: Duration,
     phase: Phase,
@@ -205,7 +244,7 @@ struct BenchApp {
     done: bool,
 }
 
-impl BenchApp {
+impl BenchApp<'_> {
     fn pump(&mut self, host: &mut Host, now: nvme_tcp::Instant) {
         let w = match &mut self.phase {
             Phase::Warmup(w) | Phase::Measure(w, _) => w,
@@ -227,7 +266,8 @@ impl BenchApp {
                 }
                 match Workload::new(self.spec.clone(), host) {
                     Ok(m) => {
-                        self.phase = Phase::Measure(m, Box::new(Mark::take(host, &self.nic)));
+                        let mark = Mark::take(host, &self.nic, self.threads);
+                        self.phase = Phase::Measure(m, Box::new(mark));
                         self.pump(host, now);
                     }
                     Err(e) => {
@@ -237,7 +277,7 @@ impl BenchApp {
                 }
             }
             Phase::Measure(w, start) => {
-                let end = Mark::take(host, &self.nic);
+                let end = Mark::take(host, &self.nic, self.threads);
                 if let Some(e) = w.first_error() {
                     self.error.get_or_insert(e.to_string());
                 }
@@ -251,15 +291,17 @@ impl BenchApp {
 
 fn sample(s: &IoStats, a: &Mark, b: &Mark) -> Sample {
     let ios = s.ios.max(1) as f64;
-    let nic_ns = (b.nic.nic_ns - a.nic.nic_ns) as f64;
     let ulp = b.ulp.since(&a.ulp);
+    let cpu = |f: fn(&Cpu) -> u64| f(&b.cpu).saturating_sub(f(&a.cpu)) as f64 / ios;
     Sample {
         iops: s.iops,
         bytes_per_sec: s.bytes_per_sec,
         lat_p50_us: s.lat_p50_us as f64,
         lat_p99_us: s.lat_p99_us as f64,
-        host_cpu_ns_per_io: ((b.cpu - a.cpu) as f64 - nic_ns).max(0.0) / ios,
-        nic_cpu_ns_per_io: nic_ns / ios,
+        host_cpu_ns_per_io: cpu(|c| c.host),
+        nic_cpu_ns_per_io: cpu(|c| c.nic),
+        controller_cpu_ns_per_io: cpu(|c| c.controller),
+        process_cpu_ns_per_io: cpu(|c| c.process),
         host_copy_bytes_per_io: ((ulp.copy_bytes + b.tx.data_bytes - a.tx.data_bytes) as f64) / ios,
         host_crc_bytes_per_io: ((ulp.crc_bytes + b.tx.crc_bytes - a.tx.crc_bytes) as f64) / ios,
         nic_placed_bytes_per_io: (b.nic.nic_placed_bytes - a.nic.nic_placed_bytes) as f64 / ios,
@@ -273,7 +315,7 @@ fn sample(s: &IoStats, a: &Mark, b: &Mark) -> Sample {
     }
 }
 
-impl HostApp for BenchApp {
+impl HostApp for BenchApp<'_> {
     fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_tcp::Instant) {
         match event {
             HostEvent::Ready => match Workload::new(
@@ -365,7 +407,9 @@ fn run_once<M: Medium + Send + 'static>(
         tx_buffer: 8 << 20,
         ..StackConfig::new(Ipv4Cidr::new(CONTROLLER_IP, 24))
     };
-    let hstack = Stack::new(hdev, hcfg, now);
+    // The host's NIC on its own thread; the host's stack on its ring.
+    let (ring, nic) = NicThread::spawn(hdev).map_err(|e| e.to_string())?;
+    let hstack = Stack::new(ring, hcfg, now);
     let cstack = Stack::new(cdev, ccfg, now);
     let host_cfg = HostConfig {
         subnqn: NQN.into(),
@@ -386,10 +430,11 @@ fn run_once<M: Medium + Send + 'static>(
         ControllerSide::new(cstack, target, PORT, Some(cddp)).map_err(|e| e.to_string())?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
-    let thread = std::thread::Builder::new()
+    let controller = std::thread::Builder::new()
         .name("bench-ctrl".into())
         .spawn(move || serve(&mut ctrl, &clock, &flag))
         .map_err(|e| e.to_string())?;
+    let threads = Threads { nic, controller };
     let spec = WorkloadSpec {
         rw: p.rw,
         bs: p.bs,
@@ -400,6 +445,7 @@ fn run_once<M: Medium + Send + 'static>(
     };
     let mut app = BenchApp {
         nic: hnic,
+        threads: &threads,
         spec,
         warmup: o.warmup,
         phase: Phase::Over,
@@ -408,13 +454,14 @@ fn run_once<M: Medium + Send + 'static>(
         done: false,
     };
     let result = run_host(&mut host, &mut app, &clock, Duration::from_secs(120));
+    let (error, sample) = (app.error, app.sample);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = thread.join();
+    let _ = threads.controller.join();
     result.map_err(|e| e.to_string())?;
-    if let Some(e) = app.error {
+    if let Some(e) = error {
         return Err(e);
     }
-    app.sample.ok_or_else(|| "no measurement".into())
+    sample.ok_or_else(|| "no measurement".into())
 }
 
 /// A fresh pair of media for one run.
@@ -474,12 +521,14 @@ pub fn points(o: &BenchOptions) -> Vec<Spec> {
 /// Raw TCP throughput on the bench's medium at `mtu`, through the same NIC
 /// (checksum offload, no ULP offload), median of `reps`.
 pub fn raw_tcp(o: &BenchOptions, mtu: usize) -> Result<f64, String> {
+    // As in the NVMe runs: the receiver (the host) has its NIC on a thread.
     fn through_nic<M: Medium + Send + 'static>(a: M, b: M, d: Duration) -> Result<f64, String> {
         let (a, _) =
             chain(a, Profile::default(), 1, None, Caps::NONE).map_err(|e| e.to_string())?;
         let (b, _) =
             chain(b, Profile::default(), 2, None, Caps::NONE).map_err(|e| e.to_string())?;
-        rawtcp::throughput(a, b, d)
+        let (ring, _nic) = NicThread::spawn(b).map_err(|e| e.to_string())?;
+        rawtcp::throughput(a, ring, d)
     }
     let d = o.duration.max(Duration::from_millis(100));
     let mut v = Vec::new();
@@ -535,6 +584,8 @@ pub fn run_point(
         lat_p99_us: m(|s| s.lat_p99_us),
         host_cpu_ns_per_io: m(|s| s.host_cpu_ns_per_io),
         nic_cpu_ns_per_io: m(|s| s.nic_cpu_ns_per_io),
+        controller_cpu_ns_per_io: m(|s| s.controller_cpu_ns_per_io),
+        process_cpu_ns_per_io: m(|s| s.process_cpu_ns_per_io),
         host_copy_bytes_per_io: m(|s| s.host_copy_bytes_per_io),
         host_crc_bytes_per_io: m(|s| s.host_crc_bytes_per_io),
         nic_placed_bytes_per_io: m(|s| s.nic_placed_bytes_per_io),

@@ -23,9 +23,9 @@ pub fn wire_throughput(mtu: usize, duration: Duration) -> Result<f64, String> {
 
 /// Bytes per second from a stack on `tx` to one on `rx`, each on its own
 /// thread, measured over `duration` once connected.
-pub fn throughput<M: Medium + Send + 'static>(
-    tx: M,
-    rx: M,
+pub fn throughput<T: Medium, R: Medium + Send + 'static>(
+    tx: T,
+    rx: R,
     duration: Duration,
 ) -> Result<f64, String> {
     let clock = Clock::new();

@@ -101,8 +101,8 @@ pub struct OffloadReport {
     /// Received data bytes, and those the NIC vouched the digest for.
     pub data_bytes: u64,
     pub hw_crc_bytes: u64,
-    /// Time the software NIC spent, which hardware would.
-    pub nic_ns: u64,
+    /// Received segments with a bad TCP checksum, withheld from the stack.
+    pub rx_csum_bad: u64,
     /// Share of received data bytes the NIC placed.
     pub offload_share: f64,
     /// Times offload stopped and resumed (a lost header and its resync),
@@ -147,7 +147,7 @@ impl OffloadReport {
             tx_digest_restored: nic.tx_digest_restored,
             data_bytes: ulp.data_bytes,
             hw_crc_bytes: ulp.hw_crc_bytes,
-            nic_ns: nic.nic_ns,
+            rx_csum_bad: nic.rx_csum_bad,
             offload_share: ulp.offload_share(),
             offload_gaps: ulp.offload_gaps,
             resync_latency_pdus: ulp.resync_latency_pdus(),
@@ -158,7 +158,7 @@ impl OffloadReport {
     pub fn lines(&self, side: &str) -> Vec<String> {
         vec![
             format!(
-                "{side} offload [{}]: sk_add {} (fail {}), ddp_setup {} (fail {}), teardown {}, resync {} (confirmed {}), {} packets / {} offloaded",
+                "{side} offload [{}]: sk_add {} (fail {}), ddp_setup {} (fail {}), teardown {}, resync {} (confirmed {}), {} packets / {} offloaded, drop {} (bad TCP checksum {})",
                 self.caps,
                 self.sk_add,
                 self.sk_add_fail,
@@ -168,7 +168,9 @@ impl OffloadReport {
                 self.resync,
                 self.resync_confirmed,
                 self.packets,
-                human_bytes(self.bytes as f64)
+                human_bytes(self.bytes as f64),
+                self.drop,
+                self.rx_csum_bad
             ),
             format!(
                 "{side}   NIC placed {} and digested {} rx / {} tx; software copied {} and digested {}; {} fallback PDUs; {:.2} control calls per mapped I/O",

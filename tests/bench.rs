@@ -129,3 +129,52 @@ fn bad_arguments_are_refused_with_a_message() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// The host's and the NIC's CPU are CPU time of their own threads, so they
+/// stay positive and apart when other threads keep both cores busy, and
+/// with the controller's they account for the whole process's CPU time.
+#[test]
+fn cpu_accounting_holds_with_both_cores_busy() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let give_up = std::time::Instant::now() + std::time::Duration::from_secs(300);
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < give_up {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    let dir = scratch("busy");
+    let json = dir.join("points.json");
+    let out = exe()
+        .args(["bench", "--bs", "128k", "--rw", "read,write", "--qd", "8", "--ddgst", "on"])
+        .args(["--offload", "none,all", "--mtu", "9000", "--reps", "1"])
+        .args(["--time", "0.2", "--warmup", "0.05", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for t in busy {
+        t.join().unwrap();
+    }
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let points: Vec<Value> = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(points.len(), 4);
+    for p in &points {
+        let num = |f: &str| p[f].as_f64().unwrap();
+        let (host, nic, ctrl) =
+            (num("host_cpu_ns_per_io"), num("nic_cpu_ns_per_io"), num("controller_cpu_ns_per_io"));
+        assert!(host > 0.0 && nic > 0.0 && ctrl > 0.0, "{p}");
+        // The three threads are all that works during the measurement;
+        // the per-thread and the process clocks are read a moment apart.
+        let share = (host + nic + ctrl) / num("process_cpu_ns_per_io");
+        assert!((0.9..=1.05).contains(&share), "threads account for {share:.3} of the CPU: {p}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -62,6 +62,10 @@ fn all_offloads_on_the_host_copies_and_digests_no_read_payload() {
     assert_eq!(ulp.crc_bytes, 0, "no read payload digested by the host");
     assert_eq!(ulp.placed_bytes, o.size);
     assert_eq!(nic.nic_placed_bytes, o.size, "the NIC placed the whole payload");
+    assert_eq!(
+        nic.nic_zero_copy_bytes, o.size,
+        "and kept all of it out of the stack's receive ring: written once"
+    );
     assert_eq!(nic.nic_crc_bytes, o.size);
     assert_eq!(ulp.hw_crc_bytes, o.size);
     // Writes: the NIC computed the data digests the host sent.
@@ -77,7 +81,21 @@ fn all_offloads_on_the_host_copies_and_digests_no_read_payload() {
     // The controller's NIC placed the written data by TTAG.
     let (cu, _) = d.ctrl.stats();
     assert_eq!(d.ctrl_nic.stats().nic_placed_bytes, o.size);
+    assert_eq!(d.ctrl_nic.stats().nic_zero_copy_bytes, o.size);
     assert_eq!(cu.copy_bytes, 2048, "only the Connect data");
+}
+
+#[test]
+fn without_header_data_split_placed_bytes_also_reach_the_ring() {
+    let o = opts(Caps::ALL, true);
+    let mut d = demo::build(&o).unwrap();
+    d.host_nic.set_zero_copy(false);
+    let mut app = IoApp::new(demo::passes(&o));
+    run_simulated(&mut d.host, &mut d.ctrl, &mut app, LIMIT).unwrap();
+    assert_eq!(app.results[1].1.verified_bytes, o.size);
+    let nic = d.host_nic.stats();
+    assert_eq!(nic.nic_placed_bytes, o.size);
+    assert_eq!(nic.nic_zero_copy_bytes, 0);
 }
 
 #[test]
@@ -209,6 +227,9 @@ fn offloads_toggle_at_run_time() {
 struct Spy {
     nic: NicHandle,
     sockets: Arc<Mutex<Vec<SkHandle>>>,
+    /// A faulty NIC: mappings go to a buffer of its own, so the host's
+    /// buffer never gets the bytes the NIC says it placed.
+    misplace: bool,
 }
 
 impl DdpDevice for Spy {
@@ -229,7 +250,13 @@ impl DdpDevice for Spy {
     fn sk_del(&self, sk: &SkHandle) {
         self.nic.sk_del(sk)
     }
-    fn setup(&self, sk: &SkHandle, io: DdpIo) -> Result<(), DdpError> {
+    fn setup(&self, sk: &SkHandle, mut io: DdpIo) -> Result<(), DdpError> {
+        if self.misplace {
+            let elsewhere = IoBuf::new(io.sgl.iter().map(|e| e.offset + e.len).max().unwrap_or(0));
+            for e in &mut io.sgl {
+                e.buf = elsewhere.clone();
+            }
+        }
         self.nic.setup(sk, io)
     }
     fn teardown(&self, sk: &SkHandle, tag: u16) {
@@ -246,8 +273,18 @@ impl DdpDevice for Spy {
 /// Builds a demo whose host sees its NIC through a [`Spy`].
 fn spied(o: &DemoOptions) -> (Demo, Spy) {
     let d = demo::build(o).unwrap();
-    let spy = Spy { nic: d.host_nic.clone(), sockets: Arc::default() };
+    let spy = Spy { nic: d.host_nic.clone(), sockets: Arc::default(), misplace: false };
     let Demo { host, ctrl, host_nic, ctrl_nic } = d;
+    let host = rebuild_host(host, o, Arc::new(spy.clone()));
+    (Demo { host, ctrl, host_nic, ctrl_nic }, spy)
+}
+
+/// The demo's host again, on the same stack, seeing its NIC as `dev`.
+fn rebuild_host(
+    host: nvme_ddp::userspace::HostSide<demo::DemoDevice>,
+    o: &DemoOptions,
+    dev: Arc<dyn DdpDevice>,
+) -> nvme_ddp::userspace::HostSide<demo::DemoDevice> {
     let remote = std::net::SocketAddrV4::new(demo::CONTROLLER_IP, demo::PORT);
     let host_cfg = nvme_tcp::host::HostConfig {
         subnqn: demo::NQN.into(),
@@ -256,13 +293,7 @@ fn spied(o: &DemoOptions) -> (Demo, Spy) {
         queue_depth: o.qd,
         ..Default::default()
     };
-    let host = nvme_ddp::userspace::HostSide::new(
-        host.stack,
-        Host::new(host_cfg),
-        remote,
-        Some(Arc::new(spy.clone())),
-    );
-    (Demo { host, ctrl, host_nic, ctrl_nic }, spy)
+    nvme_ddp::userspace::HostSide::new(host.stack, Host::new(host_cfg), remote, Some(dev))
 }
 
 /// Submits a fixed list of I/Os once the host is ready, and records what
@@ -320,6 +351,28 @@ impl HostApp for Script {
 
 fn read(slba: u64, nlb: u32, buf: &IoBuf, tag: u64) -> Io {
     Io { kind: IoKind::Read, nsid: 1, slba, nlb, buf: Some(buf.clone()), tag }
+}
+
+#[test]
+fn a_nic_that_places_wrong_bytes_without_vouching_fails_the_read() {
+    // Placement without receive digest offload: the host checks each
+    // digest itself. The faulty NIC says it placed the data but the host's
+    // buffer holds other bytes, while the stream still carries the right
+    // ones (no header/data split): a digest taken over the stream would
+    // pass; one taken over the buffer, as it must be, fails.
+    let o = DemoOptions { qd: 1, queues: 1, ..opts(Caps::NVME_TCP, true) };
+    let (mut d, mut spy) = spied(&o);
+    spy.misplace = true;
+    d.host_nic.set_zero_copy(false);
+    let faulty = Arc::new(spy);
+    d.host = rebuild_host(d.host, &o, faulty.clone());
+    // Whatever the buffer held before (the namespace reads as zeros).
+    let buf = IoBuf::from_vec(vec![0xee; 128 << 10]);
+    let mut app = Script::new(vec![read(0, 256, &buf, 1)]);
+    run_simulated(&mut d.host, &mut d.ctrl, &mut app, LIMIT).unwrap();
+    assert_eq!(app.failure, None, "a data digest error is not fatal");
+    assert_eq!(app.completions, vec![(1, Status::TRANSIENT_TRANSPORT_ERROR)]);
+    assert_eq!(faulty.stats().nic_placed_bytes, 128 << 10, "the NIC claimed the bytes");
 }
 
 #[test]

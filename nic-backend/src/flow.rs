@@ -18,6 +18,7 @@
 
 use crate::copy::copy_then_crc;
 use nvme_tcp::wire::{Direction, Event, Framer, Framing, Header, Pdu, PduRepr, crc32c_append};
+use smoltcp::phy::PlacedRanges;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use ulp_ddp::{Caps, Config, HintFlags, IoBuf, Role, SkCtx, Stats};
@@ -41,11 +42,16 @@ pub(crate) struct Mapping {
 
 impl Mapping {
     /// Write `src` at byte `pos` of the mapping, continuing `crc` over it
-    /// when `crc` is given. The caller made sure `pos + src.len() <= len`.
-    fn place(&self, pos: usize, src: &[u8], mut crc: Option<u32>) -> Option<u32> {
+    /// when `crc` is given. `None` if the bytes do not fit: the caller
+    /// checked at the PDU header that they do, so that is a bug, and the
+    /// bytes are then left to the ULP as unplaced.
+    fn place(&self, pos: usize, src: &[u8], mut crc: Option<u32>) -> Option<Option<u32>> {
         let mut entry_start = 0;
         let mut done = 0;
         for (buf, off, len) in &self.entries {
+            if done == src.len() {
+                break;
+            }
             let at = pos + done;
             if at >= entry_start + len {
                 entry_start += len;
@@ -54,23 +60,19 @@ impl Mapping {
             let in_entry = at - entry_start;
             let k = (len - in_entry).min(src.len() - done);
             let mut g = buf.lock();
-            if let Some(dst) = g.get_mut(off + in_entry..off + in_entry + k) {
-                let s = &src[done..done + k];
-                crc = match crc {
-                    Some(c) => Some(copy_then_crc(dst, s, c)),
-                    None => {
-                        dst.copy_from_slice(s);
-                        None
-                    }
-                };
-            }
+            let dst = g.get_mut(off + in_entry..off + in_entry + k)?;
+            let s = &src[done..done + k];
+            crc = match crc {
+                Some(c) => Some(copy_then_crc(dst, s, c)),
+                None => {
+                    dst.copy_from_slice(s);
+                    None
+                }
+            };
             done += k;
             entry_start += len;
-            if done == src.len() {
-                break;
-            }
         }
-        crc
+        (done == src.len()).then_some(crc)
     }
 }
 
@@ -122,6 +124,56 @@ struct TxTrack {
 pub(crate) struct Env<'a> {
     pub active: Caps,
     pub stats: &'a mut Stats,
+    /// Where the NIC records the payload it placed, for the stack.
+    pub placed: &'a mut Placed,
+}
+
+/// Payload of one received segment that the NIC placed, as ranges of its
+/// TCP payload: the stack does not copy these bytes (`PacketMeta::placed`).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Placed {
+    /// Stream offset of the segment's first payload byte.
+    pub base: u64,
+    /// Where the payload starts in the frame.
+    pub frame_at: usize,
+    pub ranges: PlacedRanges,
+    /// Placed bytes may be kept out of the ring.
+    pub zero_copy: bool,
+}
+
+impl Placed {
+    /// Copy `frame` into `dst`, which is as long, except the bytes placed:
+    /// the DMA of a device that splits header from data.
+    pub fn dma(&self, dst: &mut [u8], frame: &[u8]) {
+        let mut at = 0;
+        for r in self.ranges.iter() {
+            let (start, end) = (self.frame_at + r.start, self.frame_at + r.end);
+            dst[at..start].copy_from_slice(&frame[at..start]);
+            at = end;
+        }
+        dst[at..].copy_from_slice(&frame[at..]);
+    }
+
+    /// The metadata that tells the stack what not to copy.
+    pub fn meta(&self) -> smoltcp::phy::PacketMeta {
+        let mut meta = smoltcp::phy::PacketMeta::default();
+        meta.placed = self.ranges;
+        meta
+    }
+}
+
+impl Placed {
+    /// Stream bytes `[start, end)` were placed and the ULP was told so.
+    /// Ranges that do not fit are left out: the stack copies them too,
+    /// which the ULP never reads, and which is always correct.
+    fn push(&mut self, start: u64, end: u64) -> bool {
+        let (Ok(a), Ok(b)) = (u16::try_from(start - self.base), u16::try_from(end - self.base))
+        else {
+            debug_assert!(false, "a segment payload is shorter than 64 KiB");
+            return false;
+        };
+        self.zero_copy && self.ranges.push(a, b)
+    }
 }
 
 pub(crate) struct Flow {
@@ -384,13 +436,26 @@ impl Flow {
         });
         match mapping {
             Some((m, pos)) if self.ctx.has_room() => {
-                let crc = m.place(pos, bytes, pdu.crc_on.then_some(pdu.crc));
+                let Some(crc) = m.place(pos, bytes, pdu.crc_on.then_some(pdu.crc)) else {
+                    debug_assert!(false, "placement past the end of mapping {:?}", pdu.place);
+                    pdu.trusted = false;
+                    return;
+                };
                 if let Some(c) = crc {
                     pdu.crc = c;
                     env.stats.nic_crc_bytes += n;
                 }
                 env.stats.nic_placed_bytes += n;
                 flags = flags.union(HintFlags::PLACED);
+                if pdu.crc_on && pdu.intact {
+                    flags = flags.union(HintFlags::CRC_OK);
+                }
+                // The stack may skip these bytes only if the ULP learns that
+                // they were placed.
+                if self.ctx.push_hint(at, at + n, flags) && env.placed.push(at, at + n) {
+                    env.stats.nic_zero_copy_bytes += n;
+                }
+                return;
             }
             _ if pdu.crc_on => {
                 pdu.crc = crc32c_append(pdu.crc, bytes);

@@ -5,28 +5,42 @@
 //!
 //! Like every NIC worth the name it offloads TCP checksums both ways
 //! (`NETIF_F_RXCSUM`, `NETIF_F_HW_CSUM`), so the stack neither verifies nor
-//! computes them. A received segment whose checksum is wrong is dropped
-//! here, as the stack would have dropped it; no other frame is dropped,
-//! reordered or edited. The NIC parses each frame, places and digests what
-//! it may, leaves hints for the ULP, and hands the frame up unchanged. On
-//! transmit it writes the data digests the ULP left to it, then the TCP
-//! checksum.
+//! computes them. The one kind of frame it withholds is a received segment
+//! whose checksum is wrong, which the stack would have dropped; it counts
+//! it (`drop`, `rx_csum_bad`). No frame is reordered or edited. The NIC
+//! parses each frame, places and digests what it may, leaves hints for the
+//! ULP, and hands the frame up. On transmit it writes the data digests the
+//! ULP left to it, then the TCP checksum.
+//!
+//! Placement is zero-copy end to end. While a socket may be placed into,
+//! the NIC copies each received frame into a buffer of its own before the
+//! stack sees it, as a device DMAs into its receive ring, and splits
+//! header from data as it does: payload it placed is written once, into
+//! the ULP's buffer, and neither into that ring buffer nor (through
+//! `PacketMeta::placed`) into smoltcp's socket ring. Otherwise frames go
+//! up in the medium's own buffer.
 //!
 //! [`OffloadNic`] is the device; [`NicHandle`] is the same NIC as the
-//! driver sees it, implementing [`ulp_ddp::DdpDevice`].
+//! driver sees it, implementing [`ulp_ddp::DdpDevice`]; [`NicThread`] runs
+//! the NIC on a thread of its own, so its work is CPU time apart from the
+//! host's.
 
 mod copy;
 mod flow;
 mod frame;
+mod thread;
 
 pub use copy::{copy_and_crc, copy_then_crc};
+pub use thread::{NicThread, thread_cpu_ns};
 
-use flow::{Env, Flow, Mapping};
-use smoltcp::phy::{self, Device, DeviceCapabilities};
+use flow::{Env, Flow, Mapping, Placed};
+use smoltcp::phy::{self, Device, DeviceCapabilities, PacketMeta};
 use smoltcp::time::Instant;
-use smoltcp_glue::Medium;
+use smoltcp_glue::{Medium, WireEnd};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use ulp_ddp::{Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, Limits, Role, SkHandle, Stats};
 
@@ -40,6 +54,9 @@ pub struct NicConfig {
     pub limits: Limits,
     /// TCP checksum offload, receive and transmit.
     pub checksum: bool,
+    /// Keep placed bytes out of the stack's receive ring (header/data
+    /// split). Off, placed bytes reach the ring too, and are written twice.
+    pub zero_copy: bool,
 }
 
 impl Default for NicConfig {
@@ -56,6 +73,7 @@ impl Default for NicConfig {
                 full_ccid_range: false,
             },
             checksum: true,
+            zero_copy: true,
         }
     }
 }
@@ -80,6 +98,8 @@ struct State {
 
 struct Shared {
     state: Mutex<State>,
+    /// Some socket may have data placed: received frames take the DMA path.
+    placing: AtomicBool,
 }
 
 impl Shared {
@@ -87,30 +107,35 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A frame on its way up to the stack: false drops it.
-    fn on_rx(&self, frame: &[u8]) -> bool {
-        let started = std::time::Instant::now();
+    /// A frame on its way up to the stack: `None` withholds it, otherwise
+    /// the payload the NIC placed. `split`: the frame is being copied into
+    /// the NIC's ring, so placed bytes may be left out of it.
+    fn on_rx(&self, frame: &[u8], split: bool) -> Option<Placed> {
         let mut st = self.lock();
-        let keep = st.rx(frame);
-        st.stats.nic_ns += started.elapsed().as_nanos() as u64;
-        keep
+        let mut placed = Placed { zero_copy: split && st.cfg.zero_copy, ..Placed::default() };
+        st.rx(frame, &mut placed).then_some(placed)
     }
 
     /// A frame the stack is sending, already written.
     fn on_tx(&self, frame: &mut [u8]) {
-        let started = std::time::Instant::now();
-        let mut st = self.lock();
-        st.tx(frame);
-        st.stats.nic_ns += started.elapsed().as_nanos() as u64;
+        self.lock().tx(frame);
+    }
+
+    /// After a change of sockets or capabilities.
+    fn update_placing(&self, st: &State) {
+        let placing =
+            st.cfg.zero_copy && st.cfg.active.contains(Caps::NVME_TCP) && !st.flows.is_empty();
+        self.placing.store(placing, Ordering::Relaxed);
     }
 }
 
 impl State {
-    fn rx(&mut self, frame: &[u8]) -> bool {
+    fn rx(&mut self, frame: &[u8], placed: &mut Placed) -> bool {
         let Some(seg) = frame::parse_headers(frame) else { return true };
         let verified = self.cfg.checksum;
         if verified && !frame::verify(frame, &seg) {
             self.stats.rx_csum_bad += 1;
+            self.stats.drop += 1;
             return false;
         }
         if self.cfg.hw.is_empty() {
@@ -138,8 +163,10 @@ impl State {
         if seg.payload_len > 0 {
             let off = frame::stream_offset(seg.seq, flow.peer_isn, flow.rx_next());
             let payload = &frame[seg.payload_at..seg.payload_at + seg.payload_len];
-            let mut env = Env { active: cfg.active, stats };
+            placed.base = off;
+            let mut env = Env { active: cfg.active, stats, placed };
             flow.rx_segment(off, payload, &mut env);
+            placed.frame_at = seg.payload_at;
         }
         true
     }
@@ -170,7 +197,8 @@ impl State {
             return false;
         }
         let off = frame::stream_offset(seg.seq, flow.local_isn, flow.tx_next());
-        let mut env = Env { active: cfg.active, stats };
+        let mut unused = Placed::default();
+        let mut env = Env { active: cfg.active, stats, placed: &mut unused };
         let payload = &mut frame[seg.payload_at..seg.payload_at + seg.payload_len];
         flow.tx_segment(off, payload, &mut env)
     }
@@ -191,6 +219,8 @@ pub struct OffloadNic<D> {
     /// `NicConfig::checksum`, fixed at creation; kept here because smoltcp
     /// asks for the capabilities on every poll and they need no lock.
     checksum: bool,
+    /// Receive buffers, recycled: the NIC's receive ring.
+    ring: RefCell<Vec<Vec<u8>>>,
 }
 
 /// The NIC as its driver sees it: the ULP DDP device operations.
@@ -210,8 +240,9 @@ impl<D> OffloadNic<D> {
         };
         Self {
             inner,
-            shared: Arc::new(Shared { state: Mutex::new(state) }),
+            shared: Arc::new(Shared { state: Mutex::new(state), placing: AtomicBool::new(false) }),
             checksum: cfg.checksum,
+            ring: RefCell::default(),
         }
     }
 
@@ -228,9 +259,46 @@ impl<D> OffloadNic<D> {
     }
 }
 
-pub struct RxToken<'a, T> {
-    inner: T,
-    shared: &'a Shared,
+impl<D: Device> OffloadNic<D> {
+    /// Move one received frame through the NIC into `slot`, a transmit
+    /// token of the ring towards the host. False when the medium had none.
+    pub(crate) fn receive_into<T: phy::TxToken>(&mut self, now: Instant, mut slot: T) -> bool {
+        let Some((rx, _)) = self.inner.receive(now) else { return false };
+        self.shared.receive(rx, |frame| {
+            if let Some((frame, placed)) = frame {
+                slot.set_meta(placed.meta());
+                slot.consume(frame.len(), |dst| placed.dma(dst, frame));
+            }
+        });
+        true
+    }
+}
+
+impl Shared {
+    /// Take frame `rx` through the NIC's receive path and give it to
+    /// `deliver` with what was placed of it, or `None` if it was withheld.
+    fn receive<R>(
+        &self,
+        rx: impl phy::RxToken,
+        deliver: impl FnOnce(Option<(&[u8], &Placed)>) -> R,
+    ) -> R {
+        rx.consume(|frame| match self.on_rx(frame, true) {
+            Some(placed) => deliver(Some((frame, &placed))),
+            None => deliver(None),
+        })
+    }
+}
+
+/// A received frame on its way to the stack.
+pub struct RxToken<'a, T>(Rx<'a, T>);
+
+enum Rx<'a, T> {
+    /// In the medium's buffer, the NIC's work done as it goes up (nothing
+    /// is placed, so nothing needs saying before the stack looks).
+    Through { inner: T, shared: &'a Shared },
+    /// In the NIC's receive ring, with what was placed of it; empty if
+    /// withheld.
+    Ring { frame: Vec<u8>, meta: PacketMeta, ring: &'a RefCell<Vec<Vec<u8>>> },
 }
 
 pub struct TxToken<'a, T> {
@@ -239,14 +307,38 @@ pub struct TxToken<'a, T> {
 }
 
 impl<T: phy::RxToken> phy::RxToken for RxToken<'_, T> {
+    fn meta(&self) -> PacketMeta {
+        match &self.0 {
+            Rx::Through { inner, .. } => inner.meta(),
+            Rx::Ring { meta, .. } => *meta,
+        }
+    }
+
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        let shared = self.shared;
-        // A dropped frame goes up empty: the stack discards it unparsed.
-        self.inner.consume(|frame| if shared.on_rx(frame) { f(frame) } else { f(&[]) })
+        match self.0 {
+            // A withheld frame goes up empty: the stack discards it unparsed.
+            Rx::Through { inner, shared } => {
+                inner.consume(
+                    |frame| if shared.on_rx(frame, false).is_some() { f(frame) } else { f(&[]) },
+                )
+            }
+            Rx::Ring { frame, ring, .. } => {
+                let r = f(&frame);
+                let mut ring = ring.borrow_mut();
+                if ring.len() < RING_BUFFERS {
+                    ring.push(frame);
+                }
+                r
+            }
+        }
     }
 }
 
 impl<T: phy::TxToken> phy::TxToken for TxToken<'_, T> {
+    fn set_meta(&mut self, meta: PacketMeta) {
+        self.inner.set_meta(meta)
+    }
+
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         let shared = self.shared;
         self.inner.consume(len, |frame| {
@@ -256,6 +348,9 @@ impl<T: phy::TxToken> phy::TxToken for TxToken<'_, T> {
         })
     }
 }
+
+/// Receive buffers the ring keeps at most.
+const RING_BUFFERS: usize = 64;
 
 impl<D: Device> Device for OffloadNic<D> {
     type RxToken<'a>
@@ -268,9 +363,30 @@ impl<D: Device> Device for OffloadNic<D> {
         Self: 'a;
 
     fn receive(&mut self, now: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
-        let shared = &*self.shared;
-        let (rx, tx) = self.inner.receive(now)?;
-        Some((RxToken { inner: rx, shared }, TxToken { inner: tx, shared }))
+        if !self.shared.placing.load(Ordering::Relaxed) {
+            let shared = &*self.shared;
+            let (rx, tx) = self.inner.receive(now)?;
+            return Some((
+                RxToken(Rx::Through { inner: rx, shared }),
+                TxToken { inner: tx, shared },
+            ));
+        }
+        let OffloadNic { inner, shared, ring, .. } = self;
+        let shared = &**shared;
+        let (rx, tx) = inner.receive(now)?;
+        let mut frame = ring.borrow_mut().pop().unwrap_or_default();
+        let meta = shared.receive(rx, |got| match got {
+            Some((bytes, placed)) => {
+                frame.resize(bytes.len(), 0);
+                placed.dma(&mut frame, bytes);
+                placed.meta()
+            }
+            None => {
+                frame.clear();
+                PacketMeta::default()
+            }
+        });
+        Some((RxToken(Rx::Ring { frame, meta, ring }), TxToken { inner: tx, shared }))
     }
 
     fn transmit(&mut self, now: Instant) -> Option<Self::TxToken<'_>> {
@@ -295,6 +411,10 @@ impl<D: Medium> Medium for OffloadNic<D> {
     fn wait(&self, timeout: Option<smoltcp::time::Duration>) {
         self.inner.wait(timeout)
     }
+
+    fn wait_with(&self, also: &WireEnd, timeout: Option<smoltcp::time::Duration>) {
+        self.inner.wait_with(also, timeout)
+    }
 }
 
 impl NicHandle {
@@ -307,6 +427,13 @@ impl NicHandle {
     /// Offloaded sockets.
     pub fn sockets(&self) -> usize {
         self.shared.lock().flows.len()
+    }
+
+    /// Turn header/data split on or off ([`NicConfig::zero_copy`]).
+    pub fn set_zero_copy(&self, on: bool) {
+        let mut st = self.shared.lock();
+        st.cfg.zero_copy = on;
+        self.shared.update_placing(&st);
     }
 }
 
@@ -327,6 +454,7 @@ impl DdpDevice for NicHandle {
             return Err(DdpError::Unsupported(missing));
         }
         st.cfg.active = wanted;
+        self.shared.update_placing(&st);
         Ok(wanted)
     }
 
@@ -359,6 +487,7 @@ impl DdpDevice for NicHandle {
                 if tx_crc { st.cfg.active } else { st.cfg.active.without(Caps::NVME_TCP_DDGST_TX) };
             Ok(SkHandle { id: slot as u32, ctx, offloads: granted })
         })();
+        self.shared.update_placing(&st);
         match &result {
             Ok(_) => st.stats.sk_add += 1,
             Err(e) => {
@@ -375,6 +504,7 @@ impl DdpDevice for NicHandle {
             st.flows.remove(sk.id as usize);
             st.by_key.retain(|_, v| *v != sk.id as usize);
             st.stats.sk_del += 1;
+            self.shared.update_placing(&st);
         }
     }
 

@@ -6,6 +6,13 @@
 //! only if the device placed it, and a data digest is trusted only if the
 //! device vouched for every data byte and for the digest itself. Anything
 //! less and the bytes are copied and digested here, as without offload.
+//!
+//! Placed bytes are not in the receive stream (the stack does not copy
+//! them: zero-copy placement), so a digest computed here is computed over
+//! the destination buffer, as Linux recomputes it over the request's
+//! pages. A device that placed wrong bytes without vouching for them is
+//! caught by it; bytes placed for a PDU this side did not map are lost,
+//! and fail that PDU.
 
 use crate::wire::crc32c_append;
 use std::sync::Arc;
@@ -232,6 +239,9 @@ pub(crate) struct DataRx {
     fallback: bool,
     /// The device left any hint on this PDU's data at all.
     hinted: bool,
+    /// The device placed bytes of this PDU that this side had no mapping
+    /// for: they are in no buffer and not in the stream.
+    lost: bool,
 }
 
 /// Where a data PDU's bytes go: a buffer and the buffer offset of the
@@ -250,6 +260,7 @@ impl DataRx {
             crc_expected,
             fallback: false,
             hinted: false,
+            lost: false,
         }
     }
 
@@ -287,15 +298,21 @@ impl DataRx {
             return;
         };
         let mut g = dest.map(|(buf, base)| (buf.lock(), base + offset as usize));
-        let (hw_crc, fallback, hinted) = (&mut self.hw_crc, &mut self.fallback, &mut self.hinted);
+        let (hw_crc, fallback, hinted, lost) =
+            (&mut self.hw_crc, &mut self.fallback, &mut self.hinted, &mut self.lost);
         ddp.sk.ctx.with_hints(at, at + n as u64, |a, b, flags| {
             *hinted |= flags != HintFlags::NONE;
             let r = (a - at) as usize..(b - at) as usize;
-            if mapped && flags.contains(HintFlags::PLACED) {
-                stats.placed_bytes += r.len() as u64;
+            if flags.contains(HintFlags::PLACED) {
+                if mapped && g.is_some() {
+                    stats.placed_bytes += r.len() as u64;
+                } else {
+                    *lost = true;
+                }
             } else if let Some((dst, base)) = &mut g {
-                if let Some(d) = dst.get_mut(*base + r.start..*base + r.end) {
-                    d.copy_from_slice(&bytes[r.clone()]);
+                match dst.get_mut(*base + r.start..*base + r.end) {
+                    Some(d) => d.copy_from_slice(&bytes[r.clone()]),
+                    None => debug_assert!(false, "data past the end of its buffer"),
                 }
                 stats.copy_bytes += r.len() as u64;
                 *fallback |= mapped;
@@ -307,7 +324,11 @@ impl DataRx {
         drop(g);
         if ddgst && !self.hw_crc {
             self.fallback |= self.crc_expected;
-            self.sw(dest, offset, bytes, stats);
+            match dest {
+                // Placed or copied, the span is in the buffer now.
+                Some(_) => self.sw(dest, offset + n as u32, &[], stats),
+                None => self.sw(dest, offset, bytes, stats),
+            }
         }
     }
 
@@ -365,12 +386,17 @@ impl DataRx {
         if self.fallback {
             stats.fallback_pdus += 1;
         }
-        ok
+        if self.lost {
+            tracing::warn!("the device placed data of a PDU that was not mapped");
+        }
+        ok && !self.lost
     }
 }
 
+/// The callers checked the PDU's range against the command's buffer.
 fn copy(buf: &IoBuf, at: usize, bytes: &[u8]) {
-    if let Some(d) = buf.lock().get_mut(at..at + bytes.len()) {
-        d.copy_from_slice(bytes);
+    match buf.lock().get_mut(at..at + bytes.len()) {
+        Some(d) => d.copy_from_slice(bytes),
+        None => debug_assert!(false, "data past the end of its buffer"),
     }
 }

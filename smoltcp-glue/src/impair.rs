@@ -7,7 +7,7 @@
 //! overtake it. Corruption flips one bit past the Ethernet header, which the
 //! IP or TCP checksum catches, as on a real link.
 
-use crate::Medium;
+use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities, RxToken as _, TxToken as _};
 use smoltcp::time::{Duration, Instant};
 use std::collections::BTreeMap;
@@ -280,6 +280,17 @@ impl<D: Device> Device for Impairments<D> {
     }
 }
 
+impl<D> Impairments<D> {
+    /// Held frames only move when polled: a sleep ends in time for them.
+    fn timeout(&self, timeout: Option<Duration>) -> Option<Duration> {
+        let own = [self.rx.next_release(), self.tx.next_release()].into_iter().flatten().min();
+        match own {
+            Some(_) => Some(timeout.map_or(REORDER_WINDOW, |t| t.min(REORDER_WINDOW))),
+            None => timeout,
+        }
+    }
+}
+
 impl<D: Medium> Medium for Impairments<D> {
     fn poll_at(&self) -> Option<Instant> {
         [self.rx.next_release(), self.tx.next_release(), self.inner.poll_at()]
@@ -289,13 +300,11 @@ impl<D: Medium> Medium for Impairments<D> {
     }
 
     fn wait(&self, timeout: Option<Duration>) {
-        // Held frames only move when polled; wake up in time for them.
-        let own = [self.rx.next_release(), self.tx.next_release()].into_iter().flatten().min();
-        let timeout = match own {
-            Some(_) => Some(timeout.map_or(REORDER_WINDOW, |t| t.min(REORDER_WINDOW))),
-            None => timeout,
-        };
-        self.inner.wait(timeout)
+        self.inner.wait(self.timeout(timeout))
+    }
+
+    fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>) {
+        self.inner.wait_with(also, self.timeout(timeout))
     }
 }
 

@@ -13,7 +13,7 @@ pub mod stack;
 
 pub use impair::{ImpairStats, Impairments, Profile};
 pub use medium::tap::Tap;
-pub use medium::wire::{VirtualWire, WireEnd, WireStats};
+pub use medium::wire::{VirtualWire, Wake, WireEnd, WireStats};
 pub use pcap::{PcapFile, capture};
 pub use stack::{Stack, StackConfig, TcpConn};
 
@@ -32,6 +32,10 @@ pub trait Medium: Device {
     /// or `timeout` passed. Real-time drivers call this when idle;
     /// simulated-time drivers never do.
     fn wait(&self, timeout: Option<Duration>);
+
+    /// Like [`wait`](Self::wait), but a frame arriving at `also`, another
+    /// end the same thread serves (a NIC's ring to its host), wakes it too.
+    fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>);
 }
 
 impl<D: Medium, S: smoltcp::phy::PcapSink> Medium for smoltcp::phy::PcapWriter<D, S> {
@@ -41,5 +45,9 @@ impl<D: Medium, S: smoltcp::phy::PcapSink> Medium for smoltcp::phy::PcapWriter<D
 
     fn wait(&self, timeout: Option<Duration>) {
         self.get_ref().wait(timeout)
+    }
+
+    fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>) {
+        self.get_ref().wait_with(also, timeout)
     }
 }

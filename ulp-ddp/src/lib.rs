@@ -253,8 +253,9 @@ pub struct Stats {
     pub ddp_setup: u64,
     pub ddp_setup_fail: u64,
     pub ddp_teardown: u64,
-    /// Packets dropped for fatal errors (never happens here; kept for the
-    /// Linux name). Segments failing their checksum count in `rx_csum_bad`.
+    /// Received frames the device withheld from the stack. The only kind
+    /// it withholds is a segment whose TCP checksum is wrong (receive
+    /// checksum offload), so this equals `rx_csum_bad`.
     pub drop: u64,
     /// Resync requests sent to the ULP.
     pub resync: u64,
@@ -264,6 +265,10 @@ pub struct Stats {
     pub bytes: u64,
     /// Data bytes written into mapped buffers.
     pub nic_placed_bytes: u64,
+    /// Of those, bytes the device kept out of the stack's receive ring
+    /// (header/data split): written once, into the buffer. The rest were
+    /// written to the ring as well.
+    pub nic_zero_copy_bytes: u64,
     /// Received data bytes whose digest the device computed.
     pub nic_crc_bytes: u64,
     /// Transmitted data bytes whose digest the device computed.
@@ -278,8 +283,6 @@ pub struct Stats {
     /// Received segments with a bad TCP checksum, dropped by checksum
     /// offload where the stack would have dropped them.
     pub rx_csum_bad: u64,
-    /// Time spent in the device's own processing, which hardware would do.
-    pub nic_ns: u64,
 }
 
 /// The device operations (`ulp_ddp_dev_ops`).

@@ -4,13 +4,14 @@
 //! frame), readiness through `poll(2)`. Opening needs CAP_NET_ADMIN or a
 //! persistent TAP owned by the user, in the caller's network namespace.
 
-use crate::Medium;
+use crate::{Medium, Wake, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
+use std::sync::Arc;
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TAP: libc::c_short = 0x0002;
@@ -57,6 +58,9 @@ pub struct Tap {
     rx_len: usize,
     tx: Vec<u8>,
     stats: TapStats,
+    /// Rung by another end this thread serves, while it sleeps on the TAP
+    /// ([`Medium::wait_with`]).
+    bell: Arc<OwnedFd>,
 }
 
 impl Tap {
@@ -81,7 +85,15 @@ impl Tap {
             None => interface_mtu(name)?,
         };
         let frame = ip_mtu + ETHERNET_HEADER;
+        // SAFETY: eventfd returns a new descriptor or -1.
+        let bell = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if bell < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `bell` is a descriptor we just opened and nobody else owns.
+        let bell = Arc::new(unsafe { OwnedFd::from_raw_fd(bell) });
         Ok(Self {
+            bell,
             file,
             name: name.into(),
             mtu: frame,
@@ -189,11 +201,31 @@ impl Device for Tap {
     }
 }
 
+fn poll_in(fds: &mut [libc::pollfd], timeout: Option<Duration>) {
+    let ms = timeout.map_or(100, |t| t.total_millis().min(i32::MAX as u64) as i32);
+    // SAFETY: pollfds we own.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+}
+
 impl Medium for Tap {
     fn wait(&self, timeout: Option<Duration>) {
-        let mut pfd = libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 };
-        let ms = timeout.map_or(100, |t| t.total_millis().min(i32::MAX as u64) as i32);
-        // SAFETY: one pollfd we own.
-        unsafe { libc::poll(&mut pfd, 1, ms) };
+        poll_in(&mut [libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 }], timeout);
+    }
+
+    fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>) {
+        if !also.arm(&Wake::EventFd(self.bell.clone())) {
+            let bell = self.bell.as_raw_fd();
+            poll_in(
+                &mut [
+                    libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 },
+                    libc::pollfd { fd: bell, events: libc::POLLIN, revents: 0 },
+                ],
+                timeout,
+            );
+            let mut count = [0u8; 8];
+            // SAFETY: an 8-byte read from our non-blocking eventfd.
+            unsafe { libc::read(bell, count.as_mut_ptr().cast(), count.len()) };
+        }
+        also.disarm();
     }
 }

@@ -7,12 +7,19 @@
 //! mutex around them was contended on every frame and its futex calls cost
 //! more than the protocol work. Threads meet only when one sleeps, and a
 //! sleeper is woken once, when what it waits for has happened.
+//!
+//! Each frame travels with its smoltcp `PacketMeta`, so a wire also serves
+//! as the descriptor ring between a NIC and its host: the NIC's receive
+//! metadata (what it placed) reaches the stack with the frame. One thread
+//! may sleep on two ends at once ([`Medium::wait_with`]), as a NIC serving
+//! its host ring and its port does.
 
 use crate::Medium;
 use crossbeam_queue::ArrayQueue;
-use smoltcp::phy::{self, Device, DeviceCapabilities};
+use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, PacketMeta};
 use smoltcp::time::{Duration, Instant};
 use std::cell::RefCell;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::Thread;
@@ -28,7 +35,7 @@ pub struct WireStats {
 struct Lane {
     /// Room for replies beyond the capacity `transmit` keeps to: see
     /// [`WireEnd::receive`].
-    frames: ArrayQueue<Vec<u8>>,
+    frames: ArrayQueue<(Vec<u8>, PacketMeta)>,
     /// Buffers of frames received, for the sender to reuse. They cross in
     /// batches, as a driver's page pool recycles them, because a buffer
     /// handed across one by one costs a cache-line transfer each time.
@@ -62,11 +69,33 @@ const SLEEP_RX: u8 = 1;
 /// Until a frame arrives or its full outgoing lane drains to half.
 const SLEEP_RX_OR_ROOM: u8 = 2;
 
+/// How a sleeping end is woken.
+#[derive(Clone)]
+pub enum Wake {
+    /// The sleeping thread is parked.
+    Thread(Thread),
+    /// The sleeping thread polls this eventfd (with other descriptors).
+    EventFd(Arc<OwnedFd>),
+}
+
+impl Wake {
+    fn wake(&self) {
+        match self {
+            Wake::Thread(t) => t.unpark(),
+            Wake::EventFd(fd) => {
+                let one = 1u64.to_ne_bytes();
+                // SAFETY: an 8-byte write to an eventfd we hold open.
+                unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+            }
+        }
+    }
+}
+
 /// One end's side of sleeping and waking.
 #[derive(Default)]
 struct Sleeper {
     state: AtomicU8,
-    thread: Mutex<Option<Thread>>,
+    wake: Mutex<Option<Wake>>,
     /// A transmit was refused since this end last slept.
     refused: AtomicBool,
 }
@@ -77,9 +106,9 @@ impl Sleeper {
         let s = self.state.load(Ordering::SeqCst);
         if from.contains(&s)
             && self.state.compare_exchange(s, AWAKE, Ordering::SeqCst, Ordering::SeqCst).is_ok()
-            && let Some(t) = &*self.thread.lock().unwrap_or_else(PoisonError::into_inner)
+            && let Some(w) = &*self.wake.lock().unwrap_or_else(PoisonError::into_inner)
         {
-            t.unpark();
+            w.wake();
         }
     }
 }
@@ -91,6 +120,8 @@ struct Shared {
     sleepers: [Sleeper; 2],
     mtu: usize,
     capacity: usize,
+    /// Checksums the stacks at the ends leave to the device.
+    checksum: ChecksumCapabilities,
 }
 
 impl Shared {
@@ -124,12 +155,19 @@ impl VirtualWire {
     /// A wire for Ethernet frames of up to `mtu` bytes (IP MTU + 14), each
     /// direction holding at most `capacity` frames in flight.
     pub fn pair(mtu: usize, capacity: usize) -> (WireEnd, WireEnd) {
+        Self::ring(mtu, capacity, ChecksumCapabilities::default())
+    }
+
+    /// A pair whose ends tell their stacks that `checksum` is taken care
+    /// of: the ring between a NIC that offloads checksums and its host.
+    pub fn ring(mtu: usize, capacity: usize, checksum: ChecksumCapabilities) -> (WireEnd, WireEnd) {
         let capacity = capacity.max(1);
         let shared = Arc::new(Shared {
             lanes: [Lane::new(capacity), Lane::new(capacity)],
             sleepers: Default::default(),
             mtu,
             capacity,
+            checksum,
         });
         let end = |shared, side| WireEnd {
             shared,
@@ -174,13 +212,19 @@ impl WireEnd {
 pub struct RxToken<'a> {
     end: &'a WireEnd,
     frame: Vec<u8>,
+    meta: PacketMeta,
 }
 
 pub struct TxToken<'a> {
     end: &'a WireEnd,
+    meta: PacketMeta,
 }
 
 impl phy::RxToken for RxToken<'_> {
+    fn meta(&self) -> PacketMeta {
+        self.meta
+    }
+
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         let r = f(&self.frame);
         let mut used = self.end.used.borrow_mut();
@@ -194,6 +238,10 @@ impl phy::RxToken for RxToken<'_> {
 }
 
 impl phy::TxToken for TxToken<'_> {
+    fn set_meta(&mut self, meta: PacketMeta) {
+        self.meta = meta;
+    }
+
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         let peer = 1 - self.end.side;
         let lane = &self.end.shared.lanes[peer];
@@ -216,7 +264,7 @@ impl phy::TxToken for TxToken<'_> {
         // Only replies can find the lane past its capacity, and never by
         // more than the capacity again; were it ever full, the frame would
         // be lost on the wire like any other, for TCP to recover.
-        if lane.frames.push(buf).is_ok() {
+        if lane.frames.push((buf, self.meta)).is_ok() {
             lane.sent_frames.fetch_add(1, Ordering::Relaxed);
             lane.sent_bytes.fetch_add(len as u64, Ordering::Relaxed);
         }
@@ -230,11 +278,12 @@ impl Device for WireEnd {
     type TxToken<'a> = TxToken<'a>;
 
     fn receive(&mut self, _now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
-        let frame = self.shared.lanes[self.side].frames.pop()?;
+        let (frame, meta) = self.shared.lanes[self.side].frames.pop()?;
         self.shared.drained(self.side);
         // The reply token may exceed the queue's capacity by the one frame a
         // received frame can provoke; refusing it could deadlock both ends.
-        Some((RxToken { end: self, frame }, TxToken { end: self }))
+        let reply = TxToken { end: self, meta: PacketMeta::default() };
+        Some((RxToken { end: self, frame, meta }, reply))
     }
 
     fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
@@ -242,19 +291,24 @@ impl Device for WireEnd {
         if full {
             self.shared.sleepers[self.side].refused.store(true, Ordering::Relaxed);
         }
-        (!full).then_some(TxToken { end: self })
+        (!full).then_some(TxToken { end: self, meta: PacketMeta::default() })
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
         let mut caps = DeviceCapabilities::default();
         caps.medium = phy::Medium::Ethernet;
         caps.max_transmission_unit = self.shared.mtu;
+        caps.checksum = self.shared.checksum.clone();
         caps
     }
 }
 
-impl Medium for WireEnd {
-    fn wait(&self, timeout: Option<Duration>) {
+impl WireEnd {
+    /// Say that this end's thread is about to sleep, to be woken by `wake`
+    /// when a frame arrives (or, after a refused transmit, when the lane
+    /// out drains to half). Returns true, and arms nothing, if there is no
+    /// need to sleep. Every `arm` is followed by a [`disarm`](Self::disarm).
+    pub fn arm(&self, wake: &Wake) -> bool {
         let shared = &*self.shared;
         let me = &shared.sleepers[self.side];
         let refused = me.refused.swap(false, Ordering::Relaxed);
@@ -263,20 +317,44 @@ impl Medium for WireEnd {
                 || (refused && shared.lanes[1 - self.side].frames.len() <= shared.capacity / 2)
         };
         if ready() {
-            return;
+            return true;
         }
-        let t = timeout.map_or(std::time::Duration::from_millis(100), |t| {
-            std::time::Duration::from_micros(t.total_micros())
-        });
-        *me.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(std::thread::current());
+        *me.wake.lock().unwrap_or_else(PoisonError::into_inner) = Some(wake.clone());
         me.state.store(if refused { SLEEP_RX_OR_ROOM } else { SLEEP_RX }, Ordering::SeqCst);
         // Pairs with the waker's fence: a frame queued before we said we
         // sleep is seen here.
         fence(Ordering::SeqCst);
-        if !ready() {
-            std::thread::park_timeout(t);
+        ready()
+    }
+
+    /// This end's thread is awake again.
+    pub fn disarm(&self) {
+        self.shared.sleepers[self.side].state.store(AWAKE, Ordering::SeqCst);
+    }
+}
+
+fn park(timeout: Option<Duration>) {
+    let t = timeout.map_or(std::time::Duration::from_millis(100), |t| {
+        std::time::Duration::from_micros(t.total_micros())
+    });
+    std::thread::park_timeout(t);
+}
+
+impl Medium for WireEnd {
+    fn wait(&self, timeout: Option<Duration>) {
+        if !self.arm(&Wake::Thread(std::thread::current())) {
+            park(timeout);
         }
-        me.state.store(AWAKE, Ordering::SeqCst);
+        self.disarm();
+    }
+
+    fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>) {
+        let wake = Wake::Thread(std::thread::current());
+        if !self.arm(&wake) && !also.arm(&wake) {
+            park(timeout);
+        }
+        self.disarm();
+        also.disarm();
     }
 }
 

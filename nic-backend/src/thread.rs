@@ -1,0 +1,113 @@
+//! The NIC on a thread of its own, as the device it models: it takes frames
+//! off its port as they arrive, does its receive work (checksums,
+//! placement, digests), and DMAs what is left into a descriptor ring the
+//! host's stack reads; the other way it takes the frames the host posted,
+//! fills in digests and checksums, and sends them.
+//!
+//! Its work is then CPU time of its own, read from the thread's CPU clock,
+//! and none of it lands on the host's threads: the host pays for what a
+//! host with this NIC would pay for, the ring included.
+
+use crate::OffloadNic;
+use smoltcp::phy::Device;
+use smoltcp::time::{Duration, Instant};
+use smoltcp_glue::{Medium, VirtualWire, WireEnd};
+use std::os::unix::thread::JoinHandleExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+/// Frames each way the descriptor ring holds.
+const RING_FRAMES: usize = 256;
+/// Frames moved one way before looking the other way.
+const BUDGET: usize = 64;
+/// Longest sleep, so that a stop is noticed.
+const NAP: Duration = Duration::from_millis(20);
+
+/// A NIC running on its own thread until dropped.
+pub struct NicThread {
+    stop: Arc<AtomicBool>,
+    join: Option<JoinHandle<()>>,
+}
+
+impl NicThread {
+    /// Run `nic` on a new thread. Returns the host's end of its descriptor
+    /// ring, the device the host's stack runs on.
+    pub fn spawn<D: Medium + Send + 'static>(
+        mut nic: OffloadNic<D>,
+    ) -> std::io::Result<(WireEnd, NicThread)> {
+        let caps = nic.capabilities();
+        let (host, mut ring) =
+            VirtualWire::ring(caps.max_transmission_unit, RING_FRAMES, caps.checksum);
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let join = std::thread::Builder::new().name("nic".into()).spawn(move || {
+            let start = std::time::Instant::now();
+            while !flag.load(Ordering::Relaxed) {
+                let now = Instant::from_micros(start.elapsed().as_micros() as i64);
+                if !step(&mut nic, &mut ring, now) {
+                    let timeout = nic
+                        .poll_at()
+                        .map_or(NAP, |t| if t > now { (t - now).min(NAP) } else { Duration::ZERO });
+                    if timeout > Duration::ZERO {
+                        nic.wait_with(&ring, Some(timeout));
+                    }
+                }
+            }
+        })?;
+        Ok((host, NicThread { stop, join: Some(join) }))
+    }
+
+    /// CPU time the NIC has used, in nanoseconds.
+    pub fn cpu_ns(&self) -> u64 {
+        self.join.as_ref().and_then(thread_cpu_ns).unwrap_or(0)
+    }
+}
+
+/// CPU time a running thread has used, in nanoseconds (its
+/// `pthread_getcpuclockid` clock). `None` if it cannot be read.
+pub fn thread_cpu_ns<T>(thread: &JoinHandle<T>) -> Option<u64> {
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a handle not yet joined names a thread that still exists (a
+    // finished one's clock still reads); both calls write only what we pass.
+    let ok = unsafe {
+        libc::pthread_getcpuclockid(thread.as_pthread_t(), &mut clock) == 0
+            && libc::clock_gettime(clock, &mut ts) == 0
+    };
+    ok.then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+impl Drop for NicThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(join) = self.join.take() {
+            join.thread().unpark();
+            let _ = join.join();
+        }
+    }
+}
+
+/// Move what can be moved each way; whether anything was.
+fn step<D: Device>(nic: &mut OffloadNic<D>, ring: &mut WireEnd, now: Instant) -> bool {
+    let mut progress = false;
+    for _ in 0..BUDGET {
+        let Some(slot) = ring.transmit(now) else { break };
+        if !nic.receive_into(now, slot) {
+            break;
+        }
+        progress = true;
+    }
+    for _ in 0..BUDGET {
+        if ring.queued() == 0 {
+            break;
+        }
+        let Some(out) = nic.transmit(now) else { break };
+        let Some((posted, _)) = ring.receive(now) else { break };
+        smoltcp::phy::RxToken::consume(posted, |frame| {
+            smoltcp::phy::TxToken::consume(out, frame.len(), |buf| buf.copy_from_slice(frame))
+        });
+        progress = true;
+    }
+    progress
+}
