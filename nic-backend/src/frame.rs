@@ -2,9 +2,7 @@
 //! frame, check its checksums, and fix the TCP checksum after the NIC wrote
 //! digest bytes into an outgoing segment.
 
-use smoltcp::wire::{
-    EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, TcpPacket,
-};
+use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
 use std::net::SocketAddrV4;
 
 /// The TCP segment of a frame.
@@ -63,16 +61,63 @@ pub(crate) fn verify(frame: &[u8], seg: &Segment) -> bool {
     if !ip.verify_checksum() {
         return false;
     }
-    let tcp = TcpPacket::new_unchecked(&frame[seg.tcp_at..seg.tcp_at + seg.tcp_len]);
-    tcp.verify_checksum(&IpAddress::Ipv4(*seg.src.ip()), &IpAddress::Ipv4(*seg.dst.ip()))
+    seg.tcp_sum(&frame[seg.tcp_at..seg.tcp_at + seg.tcp_len]) == 0xffff
 }
 
 impl Segment {
     /// Recompute the TCP checksum after the payload changed.
     pub fn fix_checksum(&self, frame: &mut [u8]) {
-        let mut tcp = TcpPacket::new_unchecked(&mut frame[self.tcp_at..self.tcp_at + self.tcp_len]);
-        tcp.fill_checksum(&IpAddress::Ipv4(*self.src.ip()), &IpAddress::Ipv4(*self.dst.ip()));
+        let tcp = &mut frame[self.tcp_at..self.tcp_at + self.tcp_len];
+        tcp[TCP_CHECKSUM..TCP_CHECKSUM + 2].fill(0);
+        let sum = !self.tcp_sum(tcp);
+        tcp[TCP_CHECKSUM..TCP_CHECKSUM + 2].copy_from_slice(&sum.to_be_bytes());
     }
+
+    /// The ones'-complement sum of the TCP segment `tcp` with its pseudo
+    /// header (RFC 793, RFC 1071), folded to 16 bits.
+    fn tcp_sum(&self, tcp: &[u8]) -> u16 {
+        let (s, d) = (self.src.ip().octets(), self.dst.ip().octets());
+        let pseudo = u64::from(u16::from_be_bytes([s[0], s[1]]))
+            + u64::from(u16::from_be_bytes([s[2], s[3]]))
+            + u64::from(u16::from_be_bytes([d[0], d[1]]))
+            + u64::from(u16::from_be_bytes([d[2], d[3]]))
+            + 6
+            + tcp.len() as u64;
+        fold(pseudo + u64::from(ones_sum(tcp)))
+    }
+}
+
+/// Where the checksum sits in a TCP header.
+const TCP_CHECKSUM: usize = 16;
+
+/// The ones'-complement sum of `data` as big-endian 16-bit words, folded
+/// to 16 bits. It adds 32-bit words into a 64-bit accumulator, which
+/// cannot overflow for any frame, eight bytes at a time: a few times
+/// faster than a word at a time, as a NIC's checksum engine would be.
+pub(crate) fn ones_sum(data: &[u8]) -> u16 {
+    let (chunks, rest) = data.as_chunks::<8>();
+    let mut acc: u64 = 0;
+    for c in chunks {
+        let v = u64::from_ne_bytes(*c);
+        acc += (v & 0xffff_ffff) + (v >> 32);
+    }
+    let (pairs, odd) = rest.as_chunks::<2>();
+    for p in pairs {
+        acc += u64::from(u16::from_ne_bytes(*p));
+    }
+    if let Some(&b) = odd.first() {
+        acc += u64::from(u16::from_ne_bytes([b, 0]));
+    }
+    // Summed in native order; one swap at the end gives network order
+    // (RFC 1071, section 2 (B)).
+    u16::from_be(fold(acc))
+}
+
+fn fold(mut acc: u64) -> u16 {
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
 }
 
 /// Turn a 32-bit TCP sequence number into a stream offset: bytes since the
@@ -86,6 +131,39 @@ pub(crate) fn stream_offset(seq: u32, isn: u32, near: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ones_sum_agrees_with_smoltcp_at_every_length_and_alignment() {
+        use smoltcp::wire::{IpAddress, Ipv4Address};
+        let bytes: Vec<u8> = (0..2100u32).map(|i| (i * 131 + i / 7) as u8).collect();
+        let (a, b) = (Ipv4Address::new(198, 18, 0, 2), Ipv4Address::new(198, 18, 0, 3));
+        for start in 0..9 {
+            for len in [20, 21, 22, 23, 27, 64, 1001, 2000] {
+                let mut tcp = bytes[start..start + len].to_vec();
+                tcp[12] = 0x50; // data offset 5: a plausible header
+                let seg = Segment {
+                    src: SocketAddrV4::new(a, 1),
+                    dst: SocketAddrV4::new(b, 2),
+                    seq: 0,
+                    ack: None,
+                    syn: false,
+                    payload_at: 0,
+                    payload_len: 0,
+                    tcp_at: 0,
+                    tcp_len: len,
+                };
+                let mut ours = tcp.clone();
+                seg.fix_checksum(&mut ours);
+                let mut theirs = tcp.clone();
+                TcpPacket::new_unchecked(&mut theirs[..])
+                    .fill_checksum(&IpAddress::Ipv4(a), &IpAddress::Ipv4(b));
+                assert_eq!(ours, theirs, "start {start} len {len}");
+                assert_eq!(seg.tcp_sum(&ours), 0xffff);
+                ours[len - 1] ^= 1;
+                assert_ne!(seg.tcp_sum(&ours), 0xffff);
+            }
+        }
+    }
 
     #[test]
     fn offsets_unwrap_across_the_sequence_space() {

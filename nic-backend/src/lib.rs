@@ -298,7 +298,8 @@ enum Rx<'a, T> {
     Through { inner: T, shared: &'a Shared },
     /// In the NIC's receive ring, with what was placed of it; empty if
     /// withheld.
-    Ring { frame: Vec<u8>, meta: PacketMeta, ring: &'a RefCell<Vec<Vec<u8>>> },
+    /// `frame` is reused and may be longer than the frame's `len`.
+    Ring { frame: Vec<u8>, len: usize, meta: PacketMeta, ring: &'a RefCell<Vec<Vec<u8>>> },
 }
 
 pub struct TxToken<'a, T> {
@@ -322,8 +323,8 @@ impl<T: phy::RxToken> phy::RxToken for RxToken<'_, T> {
                     |frame| if shared.on_rx(frame, false).is_some() { f(frame) } else { f(&[]) },
                 )
             }
-            Rx::Ring { frame, ring, .. } => {
-                let r = f(&frame);
+            Rx::Ring { frame, len, ring, .. } => {
+                let r = f(&frame[..len]);
                 let mut ring = ring.borrow_mut();
                 if ring.len() < RING_BUFFERS {
                     ring.push(frame);
@@ -375,18 +376,18 @@ impl<D: Device> Device for OffloadNic<D> {
         let shared = &**shared;
         let (rx, tx) = inner.receive(now)?;
         let mut frame = ring.borrow_mut().pop().unwrap_or_default();
-        let meta = shared.receive(rx, |got| match got {
+        let (len, meta) = shared.receive(rx, |got| match got {
             Some((bytes, placed)) => {
-                frame.resize(bytes.len(), 0);
-                placed.dma(&mut frame, bytes);
-                placed.meta()
+                // Grown once, then reused: never zeroed again.
+                if frame.len() < bytes.len() {
+                    frame.resize(bytes.len(), 0);
+                }
+                placed.dma(&mut frame[..bytes.len()], bytes);
+                (bytes.len(), placed.meta())
             }
-            None => {
-                frame.clear();
-                PacketMeta::default()
-            }
+            None => (0, PacketMeta::default()),
         });
-        Some((RxToken(Rx::Ring { frame, meta, ring }), TxToken { inner: tx, shared }))
+        Some((RxToken(Rx::Ring { frame, len, meta, ring }), TxToken { inner: tx, shared }))
     }
 
     fn transmit(&mut self, now: Instant) -> Option<Self::TxToken<'_>> {
@@ -406,6 +407,10 @@ impl<D: Device> Device for OffloadNic<D> {
 impl<D: Medium> Medium for OffloadNic<D> {
     fn poll_at(&self) -> Option<Instant> {
         self.inner.poll_at()
+    }
+
+    fn flush(&self) {
+        self.inner.flush()
     }
 
     fn wait(&self, timeout: Option<smoltcp::time::Duration>) {

@@ -299,6 +299,10 @@ impl<D: Medium> Medium for Impairments<D> {
             .min()
     }
 
+    fn flush(&self) {
+        self.inner.flush()
+    }
+
     fn wait(&self, timeout: Option<Duration>) {
         self.inner.wait(self.timeout(timeout))
     }

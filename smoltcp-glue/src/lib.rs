@@ -28,6 +28,10 @@ pub trait Medium: Device {
         None
     }
 
+    /// Signal the other end about what was just sent (a doorbell), where
+    /// the medium batches its signals. Drivers call it after each burst.
+    fn flush(&self) {}
+
     /// Block until a frame may have arrived, room to send may have opened,
     /// or `timeout` passed. Real-time drivers call this when idle;
     /// simulated-time drivers never do.
@@ -41,6 +45,10 @@ pub trait Medium: Device {
 impl<D: Medium, S: smoltcp::phy::PcapSink> Medium for smoltcp::phy::PcapWriter<D, S> {
     fn poll_at(&self) -> Option<Instant> {
         self.get_ref().poll_at()
+    }
+
+    fn flush(&self) {
+        self.get_ref().flush()
     }
 
     fn wait(&self, timeout: Option<Duration>) {

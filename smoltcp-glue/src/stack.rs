@@ -164,6 +164,7 @@ impl<D: Medium> Stack<D> {
     /// socket may have changed.
     pub fn poll(&mut self, now: Instant) -> bool {
         let r = self.iface.poll(now, &mut self.device, &mut self.sockets);
+        self.device.flush();
         r == smoltcp::iface::PollResult::SocketStateChanged
     }
 

@@ -18,7 +18,7 @@ use crate::Medium;
 use crossbeam_queue::ArrayQueue;
 use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, PacketMeta};
 use smoltcp::time::{Duration, Instant};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,11 +31,19 @@ pub struct WireStats {
     pub bytes: u64,
 }
 
+/// A frame in flight: its buffer (reused, so possibly longer), its length
+/// and its metadata.
+struct Frame {
+    buf: Vec<u8>,
+    len: usize,
+    meta: PacketMeta,
+}
+
 /// One direction of the wire.
 struct Lane {
     /// Room for replies beyond the capacity `transmit` keeps to: see
     /// [`WireEnd::receive`].
-    frames: ArrayQueue<(Vec<u8>, PacketMeta)>,
+    frames: ArrayQueue<Frame>,
     /// Buffers of frames received, for the sender to reuse. They cross in
     /// batches, as a driver's page pool recycles them, because a buffer
     /// handed across one by one costs a cache-line transfer each time.
@@ -174,6 +182,7 @@ impl VirtualWire {
             side,
             used: RefCell::default(),
             spare: RefCell::default(),
+            unsignalled: Cell::new(0),
         };
         (end(shared.clone(), 0), end(shared, 1))
     }
@@ -181,6 +190,8 @@ impl VirtualWire {
 
 /// Buffers moved between an end and a lane's free pool at a time.
 const RECYCLE_BATCH: usize = 32;
+/// Frames sent before the peer is signalled without a flush.
+const WAKE_BATCH: usize = 16;
 
 /// One end of a [`VirtualWire`].
 pub struct WireEnd {
@@ -190,6 +201,8 @@ pub struct WireEnd {
     used: RefCell<Vec<Vec<u8>>>,
     /// Buffers taken from the free pool, to send in.
     spare: RefCell<Vec<Vec<u8>>>,
+    /// Frames sent since the peer was last signalled.
+    unsignalled: Cell<usize>,
 }
 
 impl WireEnd {
@@ -207,12 +220,18 @@ impl WireEnd {
     pub fn queued(&self) -> usize {
         self.shared.lanes[self.side].frames.len()
     }
+
+    /// Signal the peer about frames sent since the last signal.
+    pub fn flush(&self) {
+        if self.unsignalled.replace(0) > 0 {
+            self.shared.arrived(1 - self.side);
+        }
+    }
 }
 
 pub struct RxToken<'a> {
     end: &'a WireEnd,
-    frame: Vec<u8>,
-    meta: PacketMeta,
+    frame: Frame,
 }
 
 pub struct TxToken<'a> {
@@ -222,13 +241,13 @@ pub struct TxToken<'a> {
 
 impl phy::RxToken for RxToken<'_> {
     fn meta(&self) -> PacketMeta {
-        self.meta
+        self.frame.meta
     }
 
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        let r = f(&self.frame);
+        let r = f(&self.frame.buf[..self.frame.len]);
         let mut used = self.end.used.borrow_mut();
-        used.push(self.frame);
+        used.push(self.frame.buf);
         if used.len() >= RECYCLE_BATCH {
             let pool = &self.end.shared.lanes[self.end.side].free;
             pool.lock().unwrap_or_else(PoisonError::into_inner).append(&mut used);
@@ -254,21 +273,29 @@ impl phy::TxToken for TxToken<'_> {
         }
         let mut buf = spare.pop().unwrap_or_default();
         drop(spare);
-        // Reused buffers are not zeroed: the stack writes every byte.
+        // Reused buffers are not zeroed: the stack writes every byte. A
+        // buffer only grows, so it is zeroed once, when it first does.
         if buf.len() < len {
             buf.resize(len, 0);
-        } else {
-            buf.truncate(len);
         }
-        let r = f(&mut buf);
+        let r = f(&mut buf[..len]);
         // Only replies can find the lane past its capacity, and never by
         // more than the capacity again; were it ever full, the frame would
         // be lost on the wire like any other, for TCP to recover.
-        if lane.frames.push((buf, self.meta)).is_ok() {
+        if lane.frames.push(Frame { buf, len, meta: self.meta }).is_ok() {
             lane.sent_frames.fetch_add(1, Ordering::Relaxed);
             lane.sent_bytes.fetch_add(len as u64, Ordering::Relaxed);
         }
-        self.end.shared.arrived(peer);
+        // Signal the peer once per burst, as a driver rings its doorbell
+        // once per batch of descriptors (`xmit_more`): at a flush, before
+        // this end sleeps, or every few frames of a long burst. A wake-up
+        // per frame would cost a context switch per frame.
+        let n = self.end.unsignalled.get() + 1;
+        if n >= WAKE_BATCH.min(self.end.shared.capacity / 2).max(1) {
+            self.end.flush();
+        } else {
+            self.end.unsignalled.set(n);
+        }
         r
     }
 }
@@ -278,12 +305,12 @@ impl Device for WireEnd {
     type TxToken<'a> = TxToken<'a>;
 
     fn receive(&mut self, _now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
-        let (frame, meta) = self.shared.lanes[self.side].frames.pop()?;
+        let frame = self.shared.lanes[self.side].frames.pop()?;
         self.shared.drained(self.side);
         // The reply token may exceed the queue's capacity by the one frame a
         // received frame can provoke; refusing it could deadlock both ends.
         let reply = TxToken { end: self, meta: PacketMeta::default() };
-        Some((RxToken { end: self, frame, meta }, reply))
+        Some((RxToken { end: self, frame }, reply))
     }
 
     fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
@@ -309,6 +336,7 @@ impl WireEnd {
     /// out drains to half). Returns true, and arms nothing, if there is no
     /// need to sleep. Every `arm` is followed by a [`disarm`](Self::disarm).
     pub fn arm(&self, wake: &Wake) -> bool {
+        self.flush();
         let shared = &*self.shared;
         let me = &shared.sleepers[self.side];
         let refused = me.refused.swap(false, Ordering::Relaxed);
@@ -340,7 +368,17 @@ fn park(timeout: Option<Duration>) {
     std::thread::park_timeout(t);
 }
 
+impl Drop for WireEnd {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
 impl Medium for WireEnd {
+    fn flush(&self) {
+        WireEnd::flush(self)
+    }
+
     fn wait(&self, timeout: Option<Duration>) {
         if !self.arm(&Wake::Thread(std::thread::current())) {
             park(timeout);
