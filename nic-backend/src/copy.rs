@@ -10,7 +10,7 @@
 //! stripes), which 4 KiB blocks cut short. On a 2-vCPU Xeon the fused pass
 //! is 5-10% slower per jumbo segment, and a few percent end to end.
 
-use nvme_tcp::wire::crc32c_append;
+use crc32c::crc32c_append;
 
 /// Bytes copied before their CRC is taken, while they are still in L1.
 const BLOCK: usize = 4096;

@@ -1,7 +1,7 @@
 //! One offloaded socket: its configuration, its tag table, and a PDU
 //! tracker for each direction.
 //!
-//! Receive: in-sequence segments run through a framer. Data of a C2HData
+//! Receive: in-sequence segments run through the NIC's PDU tracker. Data of a C2HData
 //! (host) or H2CData (controller) PDU whose tag is mapped is written into
 //! the mapped buffer with its digest computed in the same pass; every range
 //! gets a hint. Old segments pass untouched. A gap inside a PDU's data is
@@ -11,13 +11,14 @@
 //! Nothing is placed or vouched for until the ULP confirmed a header on the
 //! chain, and the PDU in progress at that moment is not trusted either.
 //!
-//! Transmit: new bytes run through a framer; data digests of outgoing data
+//! Transmit: new bytes run through a tracker; data digests of outgoing data
 //! PDUs are computed and written over the zeros the ULP left, and recorded
 //! until acknowledged so a retransmitted segment gets them again. A one-shot
 //! mapping goes live when its command capsule leaves.
 
 use crate::copy::copy_then_crc;
-use nvme_tcp::wire::{Direction, Event, Framer, Framing, Header, Pdu, PduRepr, crc32c_append};
+use crate::pdu::{self, Direction, Event, Header, Kind, Tracker};
+use crc32c::crc32c_append;
 use smoltcp::phy::PlacedRanges;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -29,6 +30,14 @@ const CHAIN_MEMORY: usize = 64;
 const REREQUEST_AFTER: u32 = 8;
 /// Plausible PDUs are at most this long (a 4 MiB transfer and change).
 const MAX_PLAUSIBLE_PLEN: u32 = (16 << 20) + 256;
+/// Types whose headers carry digests: the ones a hunt may trust.
+const DIGESTIBLE: [u8; 5] = [
+    pdu::ty::CAPSULE_CMD,
+    pdu::ty::CAPSULE_RESP,
+    pdu::ty::H2C_DATA,
+    pdu::ty::C2H_DATA,
+    pdu::ty::R2T,
+];
 
 /// A tag's buffers, as the device keeps them.
 pub(crate) struct Mapping {
@@ -101,7 +110,7 @@ struct RxPdu {
 
 struct RxTrack {
     next: u64,
-    framer: Framer,
+    framer: Tracker,
     sync: Sync,
     pdu: Option<RxPdu>,
     /// Start of bytes consumed without an event (a header or digest still
@@ -111,7 +120,7 @@ struct RxTrack {
 
 struct TxTrack {
     next: u64,
-    framer: Framer,
+    framer: Tracker,
     /// False after our own stream failed to parse: stop touching it.
     ok: bool,
     crc_on: bool,
@@ -200,15 +209,10 @@ impl Flow {
             Role::Host => (Direction::ControllerToHost, Direction::HostToController),
             Role::Controller => (Direction::HostToController, Direction::ControllerToHost),
         };
-        let digests = nvme_tcp::wire::Digests::from_bits(config.dgst);
-        let (rx_pda, tx_pda) = match config.role {
-            Role::Host => (config.hpda, config.cpda),
-            Role::Controller => (config.cpda, config.hpda),
-        };
-        let mut rx_framer = Framer::new(rx_dir);
-        rx_framer.set_framing(Framing { digests, pda: rx_pda });
-        let mut tx_framer = Framer::new(tx_dir);
-        tx_framer.set_framing(Framing { digests, pda: tx_pda });
+        let digests =
+            (config.dgst & Config::DGST_HEADER != 0, config.dgst & Config::DGST_DATA != 0);
+        let rx_framer = Tracker::new(rx_dir, digests);
+        let tx_framer = Tracker::new(tx_dir, digests);
         Self {
             ctx: Arc::new(SkCtx::new()),
             peer_isn,
@@ -372,7 +376,7 @@ impl Flow {
         }
     }
 
-    fn on_header(&mut self, repr: &PduRepr, start: u64, end: u64, env: &mut Env) {
+    fn on_header(&mut self, repr: &Header, start: u64, end: u64, env: &mut Env) {
         if let Sync::Pending { chain, since_request } = &mut self.rx.sync {
             chain.push_back(start);
             if chain.len() > CHAIN_MEMORY {
@@ -391,28 +395,28 @@ impl Flow {
             RxPdu { start, trusted, place: None, crc_on, crc: 0, intact: true, free_at_end: None };
         if trusted {
             let ddp = env.active.contains(Caps::NVME_TCP);
-            match (self.config.role, repr.header) {
-                (Role::Host, Header::C2hData(d)) => {
-                    if let Some(m) = self.mapping(d.cccid).filter(|m| m.live) {
-                        let fits = u64::from(d.datao) + u64::from(repr.data_len) <= m.len as u64;
+            match (self.config.role, repr.kind) {
+                (Role::Host, Kind::C2hData { cccid, datao, success }) => {
+                    if let Some(m) = self.mapping(cccid).filter(|m| m.live) {
+                        let fits = u64::from(datao) + u64::from(repr.data_len) <= m.len as u64;
                         if ddp && fits {
-                            pdu.place = Some((d.cccid, d.datao));
+                            pdu.place = Some((cccid, datao));
                         }
-                        if d.success && m.oneshot {
-                            pdu.free_at_end = Some(d.cccid);
+                        if success && m.oneshot {
+                            pdu.free_at_end = Some(cccid);
                         }
                     }
                 }
-                (Role::Host, Header::CapsuleResp(r))
-                    if self.mapping(r.cqe.cid).is_some_and(|m| m.oneshot) =>
+                (Role::Host, Kind::CapsuleResp { cid })
+                    if self.mapping(cid).is_some_and(|m| m.oneshot) =>
                 {
-                    self.free(r.cqe.cid, start, env.stats);
+                    self.free(cid, start, env.stats);
                 }
-                (Role::Controller, Header::H2cData(d)) => {
-                    if let Some(m) = self.mapping(d.ttag).filter(|m| m.live) {
-                        let fits = u64::from(d.datao) + u64::from(repr.data_len) <= m.len as u64;
+                (Role::Controller, Kind::H2cData { ttag, datao }) => {
+                    if let Some(m) = self.mapping(ttag).filter(|m| m.live) {
+                        let fits = u64::from(datao) + u64::from(repr.data_len) <= m.len as u64;
                         if ddp && fits {
-                            pdu.place = Some((d.ttag, d.datao));
+                            pdu.place = Some((ttag, datao));
                         }
                     }
                 }
@@ -491,10 +495,9 @@ impl Flow {
                 return Some((c - at) as usize);
             }
         }
-        let first = [0x03u8, 0x05, 0x07, 0x09, 0x02, 0x04, 0x06];
         for p in 0..data.len().saturating_sub(7) {
-            // Cheap first look: a known type with its HLEN.
-            if !first.contains(&data[p]) {
+            // Cheap first look: a type that carries digests.
+            if !DIGESTIBLE.contains(&data[p]) {
                 continue;
             }
             let Some(plen) = self.plausible(&data[p..]) else { continue };
@@ -515,18 +518,12 @@ impl Flow {
     /// here and passes every check the receiver makes (including the header
     /// digest, when header digests are on).
     fn plausible(&self, data: &[u8]) -> Option<u32> {
-        let pdu = Pdu::new_checked(data).ok()?;
-        let ty = pdu.pdu_type()?;
-        let expected = match self.config.role {
-            Role::Host => Direction::ControllerToHost,
-            Role::Controller => Direction::HostToController,
-        };
-        if ty.direction() != expected || !ty.has_digests() {
+        if !DIGESTIBLE.contains(data.first()?) {
             return None;
         }
-        let repr = PduRepr::parse(&pdu, self.rx.framer.framing()).ok()?;
-        let plen = repr.plen();
-        (plen <= MAX_PLAUSIBLE_PLEN).then_some(plen)
+        let t = &self.rx.framer;
+        let h = pdu::parse(data, t.direction(), t.digests()).ok()?;
+        (h.plen <= MAX_PLAUSIBLE_PLEN).then_some(h.plen)
     }
 
     /// The ULP confirmed that a PDU starts at `seq`.
@@ -631,12 +628,12 @@ impl Flow {
         }
     }
 
-    fn on_tx_header(&mut self, repr: &PduRepr, env: &mut Env) {
+    fn on_tx_header(&mut self, repr: &Header, env: &mut Env) {
         self.tx.crc_on = self.tx_crc && repr.ddgst;
         self.tx.crc = 0;
-        if let (Role::Host, Header::CapsuleCmd(c)) = (self.config.role, repr.header)
+        if let (Role::Host, Kind::CapsuleCmd { cid }) = (self.config.role, repr.kind)
             && env.active.contains(Caps::NVME_TCP_ONESHOT)
-            && let Some(Some(m)) = self.table.get_mut(usize::from(c.sqe.cid))
+            && let Some(Some(m)) = self.table.get_mut(usize::from(cid))
             && m.oneshot
             && !m.live
         {

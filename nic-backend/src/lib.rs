@@ -28,6 +28,7 @@
 mod copy;
 mod flow;
 mod frame;
+mod pdu;
 mod thread;
 
 pub use copy::{copy_and_crc, copy_then_crc};
