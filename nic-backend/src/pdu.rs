@@ -229,7 +229,7 @@ impl Tracker {
     /// Pass over `n` lost bytes of the current PDU. False, changing
     /// nothing, if they would reach into the next header.
     pub fn skip(&mut self, n: u64) -> bool {
-        if !self.remaining().is_some_and(|left| n <= left) {
+        if self.remaining().is_none_or(|left| n > left) {
             return false;
         }
         let Some(pdu) = self.pdu else { return false };
