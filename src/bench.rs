@@ -96,19 +96,20 @@ pub struct BenchOptions {
 }
 
 impl Default for BenchOptions {
-    /// The default matrix: a few minutes on two cores.
+    /// The default matrix: about a quarter of an hour on two cores, each
+    /// point run long enough and often enough to hold within 10%.
     fn default() -> Self {
         Self {
-            bs: vec![512, 4 << 10, 32 << 10, 128 << 10, 1 << 20],
+            bs: vec![4 << 10, 32 << 10, 128 << 10, 1 << 20],
             rw: vec![Rw::Read, Rw::Write],
             qd: vec![1, 32],
-            ddgst: vec![true, false],
+            ddgst: vec![true],
             offload: OffloadSet::ALL.to_vec(),
             mtu: vec![1500, 9000],
             queues: 1,
-            reps: 3,
-            warmup: Duration::from_millis(50),
-            duration: Duration::from_millis(150),
+            reps: 5,
+            warmup: Duration::from_millis(200),
+            duration: Duration::from_secs(1),
             tap: None,
         }
     }
@@ -152,7 +153,15 @@ pub struct Point {
     /// (max - min) / median over the repetitions.
     pub bytes_per_sec_spread: f64,
     pub host_cpu_spread: f64,
+    pub nic_cpu_spread: f64,
+    pub raw_tcp_spread: f64,
+    /// Both spreads (throughput, host CPU) are within [`SPREAD_LIMIT`]: a
+    /// target may be judged on this point.
+    pub steady: bool,
 }
+
+/// The most a point's spread may be for a verdict on it.
+pub const SPREAD_LIMIT: f64 = 0.10;
 
 /// One run of one point.
 #[derive(Debug, Clone, Default)]
@@ -519,8 +528,8 @@ pub fn points(o: &BenchOptions) -> Vec<Spec> {
 }
 
 /// Raw TCP throughput on the bench's medium at `mtu`, through the same NIC
-/// (checksum offload, no ULP offload), median of `reps`.
-pub fn raw_tcp(o: &BenchOptions, mtu: usize) -> Result<f64, String> {
+/// (checksum offload, no ULP offload): median of `reps`, and spread.
+pub fn raw_tcp(o: &BenchOptions, mtu: usize) -> Result<(f64, f64), String> {
     // As in the NVMe runs: the receiver (the host) has its NIC on a thread.
     fn through_nic<M: Medium + Send + 'static>(a: M, b: M, d: Duration) -> Result<f64, String> {
         let (a, _) =
@@ -538,14 +547,14 @@ pub fn raw_tcp(o: &BenchOptions, mtu: usize) -> Result<f64, String> {
             Media::Tap(a, b) => through_nic(a, b, d)?,
         });
     }
-    Ok(median(v))
+    Ok((median(v.clone()), spread(&v)))
 }
 
 /// Run one point `reps` times; `tick` is called after each run.
 pub fn run_point(
     p: &Spec,
     o: &BenchOptions,
-    raw: f64,
+    (raw, raw_spread): (f64, f64),
     mut tick: impl FnMut(),
 ) -> Result<Point, String> {
     let mut samples = Vec::new();
@@ -571,6 +580,8 @@ pub fn run_point(
     let m = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
     let thr: Vec<f64> = samples.iter().map(|s| s.bytes_per_sec).collect();
     let cpu: Vec<f64> = samples.iter().map(|s| s.host_cpu_ns_per_io).collect();
+    let nic: Vec<f64> = samples.iter().map(|s| s.nic_cpu_ns_per_io).collect();
+    let (bytes_per_sec_spread, host_cpu_spread) = (spread(&thr), spread(&cpu));
     Ok(Point {
         bs: p.bs,
         rw: p.rw.name(),
@@ -595,9 +606,23 @@ pub fn run_point(
         offload_share: m(|s| s.offload_share),
         resync_latency_pdus: m(|s| s.resync_latency_pdus),
         reps: samples.len(),
-        bytes_per_sec_spread: spread(&thr),
-        host_cpu_spread: spread(&cpu),
+        bytes_per_sec_spread,
+        host_cpu_spread,
+        nic_cpu_spread: spread(&nic),
+        raw_tcp_spread: raw_spread,
+        steady: bytes_per_sec_spread <= SPREAD_LIMIT && host_cpu_spread <= SPREAD_LIMIT,
     })
+}
+
+/// What a target check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Met,
+    Missed,
+    /// A point it rests on spread more than [`SPREAD_LIMIT`]: the ratio
+    /// says nothing either way.
+    Inconclusive,
 }
 
 /// A target from the issue, checked against measured points.
@@ -606,16 +631,28 @@ pub struct TargetCheck {
     pub what: String,
     pub limit: String,
     pub measured: f64,
-    pub met: bool,
+    /// The largest spread among the measurements the ratio rests on.
+    pub spread: f64,
+    pub verdict: Verdict,
 }
 
 impl TargetCheck {
-    fn at_most(what: String, measured: f64, limit: f64) -> Self {
-        Self { what, limit: format!("<= {limit}x"), measured, met: measured <= limit }
+    fn new(what: String, limit: String, measured: f64, spreads: &[f64], met: bool) -> Self {
+        let spread = spreads.iter().copied().fold(0.0, f64::max);
+        let verdict = match (spread <= SPREAD_LIMIT, met) {
+            (false, _) => Verdict::Inconclusive,
+            (true, true) => Verdict::Met,
+            (true, false) => Verdict::Missed,
+        };
+        Self { what, limit, measured, spread, verdict }
     }
 
-    fn at_least(what: String, measured: f64, limit: f64) -> Self {
-        Self { what, limit: format!(">= {limit}x"), measured, met: measured >= limit }
+    fn at_most(what: String, measured: f64, limit: f64, spreads: &[f64]) -> Self {
+        Self::new(what, format!("<= {limit}x"), measured, spreads, measured <= limit)
+    }
+
+    fn at_least(what: String, measured: f64, limit: f64, spreads: &[f64]) -> Self {
+        Self::new(what, format!(">= {limit}x"), measured, spreads, measured >= limit)
     }
 }
 
@@ -645,17 +682,20 @@ pub fn check_targets(points: &[Point]) -> Vec<TargetCheck> {
                 format!("read host CPU/IO, all vs none ({at})"),
                 cpu,
                 0.4,
+                &[all.host_cpu_spread, none.host_cpu_spread],
             ));
             let thr = all.bytes_per_sec / none.bytes_per_sec.max(1.0);
             out.push(TargetCheck::at_least(
                 format!("read throughput, all vs none ({at})"),
                 thr,
                 1.2,
+                &[all.bytes_per_sec_spread, none.bytes_per_sec_spread],
             ));
             if all.raw_tcp_bytes_per_sec > 0.0 {
                 let raw = all.bytes_per_sec / all.raw_tcp_bytes_per_sec;
                 let what = format!("read throughput with all offloads vs raw TCP ({at})");
-                out.push(TargetCheck::at_least(what, raw, 0.8));
+                let spreads = [all.bytes_per_sec_spread, all.raw_tcp_spread];
+                out.push(TargetCheck::at_least(what, raw, 0.8, &spreads));
             }
         }
         if let (Some(crc), Some(none)) =
@@ -666,8 +706,117 @@ pub fn check_targets(points: &[Point]) -> Vec<TargetCheck> {
                 format!("write host CPU/IO, crc vs none ({at})"),
                 cpu,
                 0.6,
+                &[crc.host_cpu_spread, none.host_cpu_spread],
             ));
         }
     }
     out
+}
+
+/// The machine a report was measured on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    pub cpu_model: String,
+    pub cores: usize,
+    pub kernel: String,
+}
+
+impl Machine {
+    pub fn this() -> Self {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let cpu_model = read("/proc/cpuinfo")
+            .lines()
+            .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')))
+            .map_or_else(|| "unknown".into(), |(_, m)| m.trim().to_string());
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let kernel = read("/proc/sys/kernel/osrelease").trim().to_string();
+        Self { cpu_model, cores, kernel }
+    }
+}
+
+/// Everything one bench run found, as written to JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub machine: Machine,
+    /// The commit the binary was built from (`-dirty` with local changes).
+    pub commit: &'static str,
+    /// Seconds measured and warmed up per run, runs per point.
+    pub time_s: f64,
+    pub warmup_s: f64,
+    pub reps: usize,
+    pub medium: String,
+    pub spread_limit: f64,
+    pub points: Vec<Point>,
+    pub targets: Vec<TargetCheck>,
+}
+
+impl Report {
+    pub fn new(o: &BenchOptions, points: Vec<Point>) -> Self {
+        Self {
+            machine: Machine::this(),
+            commit: env!("NVME_DDP_COMMIT"),
+            time_s: o.duration.as_secs_f64(),
+            warmup_s: o.warmup.as_secs_f64(),
+            reps: o.reps,
+            medium: match &o.tap {
+                Some((h, c)) => format!("tap {h},{c}"),
+                None => "in-process wire".into(),
+            },
+            spread_limit: SPREAD_LIMIT,
+            targets: check_targets(&points),
+            points,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(rw: &'static str, offload: &'static str, cpu: f64, spread: f64) -> Point {
+        Point {
+            bs: 128 << 10,
+            rw,
+            qd: 32,
+            mtu: 9000,
+            ddgst: true,
+            offload,
+            iops: 1.0,
+            bytes_per_sec: 1e9,
+            lat_p50_us: 0.0,
+            lat_p99_us: 0.0,
+            host_cpu_ns_per_io: cpu,
+            nic_cpu_ns_per_io: 1.0,
+            controller_cpu_ns_per_io: 1.0,
+            process_cpu_ns_per_io: 1.0,
+            host_copy_bytes_per_io: 0.0,
+            host_crc_bytes_per_io: 0.0,
+            nic_placed_bytes_per_io: 0.0,
+            nic_crc_bytes_per_io: 0.0,
+            control_calls_per_io: 0.0,
+            raw_tcp_bytes_per_sec: 0.0,
+            offload_share: 0.0,
+            resync_latency_pdus: 0.0,
+            reps: 5,
+            bytes_per_sec_spread: 0.01,
+            host_cpu_spread: spread,
+            nic_cpu_spread: 0.0,
+            raw_tcp_spread: 0.0,
+            steady: spread <= SPREAD_LIMIT,
+        }
+    }
+
+    #[test]
+    fn a_verdict_on_a_noisy_point_is_inconclusive() {
+        let verdict = |spread| {
+            let pts = [point("read", "all", 30.0, spread), point("read", "none", 100.0, 0.02)];
+            check_targets(&pts)[0].verdict
+        };
+        assert_eq!(verdict(0.05), Verdict::Met);
+        assert_eq!(verdict(0.128), Verdict::Inconclusive, "never met on a 12.8% spread");
+        let missed = [point("read", "all", 60.0, 0.05), point("read", "none", 100.0, 0.5)];
+        assert_eq!(check_targets(&missed)[0].verdict, Verdict::Inconclusive);
+        let missed = [point("read", "all", 60.0, 0.05), point("read", "none", 100.0, 0.05)];
+        assert_eq!(check_targets(&missed)[0].verdict, Verdict::Missed);
+    }
 }

@@ -76,7 +76,7 @@ fn parse_rw(s: &str) -> Result<Rw, String> {
 
 #[derive(Args, Debug)]
 struct BenchArgs {
-    /// Block sizes, e.g. 4k,128k (default: 512,4k,32k,128k,1M).
+    /// Block sizes, e.g. 4k,128k (default: 4k,32k,128k,1M).
     #[arg(long, value_parser = |s: &str| list(s, |w| parse_size(w).and_then(|n| u32::try_from(n).map_err(|_| format!("{w}: too large")))))]
     bs: Option<List<u32>>,
     /// Directions: read, write (default both).
@@ -85,7 +85,7 @@ struct BenchArgs {
     /// Queue depths (default 1,32).
     #[arg(long, value_parser = |s: &str| list(s, |w| w.parse::<u16>().map_err(|e| format!("{w}: {e}"))))]
     qd: Option<List<u16>>,
-    /// Data digest: on, off (default both).
+    /// Data digest: on, off (default on).
     #[arg(long, value_parser = |s: &str| list(s, parse_on_off))]
     ddgst: Option<List<bool>>,
     /// Offload sets: none, crc, ddp, all (default all four).
@@ -98,13 +98,13 @@ struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     queues: u16,
     /// Runs per point (reported as median and spread).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     reps: usize,
     /// Seconds measured per run.
-    #[arg(long, default_value_t = 0.15)]
+    #[arg(long, default_value_t = 1.0)]
     time: f64,
     /// Seconds of warm-up per run.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.2)]
     warmup: f64,
     /// Run over two TAP devices, HOSTTAP,CTRLTAP (e.g. tap1,tap0 after
     /// `net up`, inside the namespace) instead of the in-process wire.
@@ -880,7 +880,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
         if let std::collections::hash_map::Entry::Vacant(e) = raw.entry(p.mtu) {
             bar.set_message(format!("raw TCP at mtu {}", p.mtu));
             let bps = if a.no_raw {
-                0.0
+                (0.0, 0.0)
             } else {
                 bench::raw_tcp(&o, p.mtu).map_err(anyhow::Error::msg)?
             };
@@ -899,7 +899,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
     }
     bar.finish_and_clear();
     println!(
-        "{:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>8} | {:>8} {:>8} {:>8} {:>8} {:>5} | {:>9}",
+        "{:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>6} {:>8} | {:>8} {:>8} {:>8} {:>8} {:>5} | {:>9}",
         "rw",
         "bs",
         "qd",
@@ -912,6 +912,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
         "p50 us",
         "p99 us",
         "host ns/IO",
+        "+-%",
         "NIC ns/IO",
         "copy/IO",
         "crc/IO",
@@ -922,7 +923,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
     );
     for p in &out {
         println!(
-            "{:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>8.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>5.1} | {:>9.1}",
+            "{:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>5.1} | {:>9.1}{}",
             p.rw,
             format_size(u64::from(p.bs)),
             p.qd,
@@ -935,6 +936,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
             p.lat_p50_us,
             p.lat_p99_us,
             p.host_cpu_ns_per_io,
+            p.host_cpu_spread * 100.0,
             p.nic_cpu_ns_per_io,
             p.host_copy_bytes_per_io,
             p.host_crc_bytes_per_io,
@@ -942,25 +944,39 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
             p.nic_crc_bytes_per_io,
             p.control_calls_per_io,
             p.raw_tcp_bytes_per_sec / 1e6,
+            if p.steady { "" } else { "  noisy" },
         );
     }
-    let targets = bench::check_targets(&out);
-    if !targets.is_empty() {
+    if out.iter().any(|p| !p.steady) {
+        println!(
+            "noisy: a spread (max - min over median of {} runs) above {:.0}%; no verdict rests on it",
+            o.reps,
+            bench::SPREAD_LIMIT * 100.0
+        );
+    }
+    let report = bench::Report::new(&o, out);
+    if !report.targets.is_empty() {
         println!();
-        for t in &targets {
+        for t in &report.targets {
+            let verdict = match t.verdict {
+                bench::Verdict::Met => "met",
+                bench::Verdict::Missed => "MISSED",
+                bench::Verdict::Inconclusive => "inconclusive",
+            };
             println!(
-                "target {}: {} (measured {:.2}x) {}",
+                "target {}: {} (measured {:.2}x, spread {:.0}%) {verdict}",
                 t.what,
                 t.limit,
                 t.measured,
-                if t.met { "met" } else { "MISSED" }
+                t.spread * 100.0
             );
         }
     }
     if let Some(path) = &a.json {
-        std::fs::write(path, serde_json::to_string_pretty(&out)?)
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    let out = report.points;
     if let Some(dir) = &a.plot {
         let files = plot::charts(&out, dir).map_err(anyhow::Error::msg)?;
         if !files.iter().any(|f| f.extension().is_some_and(|e| e == "png")) {

@@ -67,9 +67,22 @@ fn a_small_matrix_gives_json_charts_and_a_table() {
     assert!(stdout.contains("host ns/IO"), "a table: {stdout}");
     assert!(stdout.contains("target read host CPU/IO"), "targets checked: {stdout}");
 
-    let points: Vec<Value> = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let machine = &report["machine"];
+    assert!(machine["cores"].as_u64().unwrap() >= 1 && machine["cpu_model"].is_string());
+    assert!(report["commit"].as_str().is_some_and(|c| !c.is_empty()), "{report}");
+    assert_eq!((report["reps"].as_u64(), report["time_s"].as_f64()), (Some(2), Some(0.05)));
+    assert_eq!(report["spread_limit"].as_f64(), Some(0.1));
+    for t in report["targets"].as_array().unwrap() {
+        let v = t["verdict"].as_str().unwrap();
+        assert!(["met", "missed", "inconclusive"].contains(&v), "{t}");
+        if t["spread"].as_f64().unwrap() > 0.1 {
+            assert_eq!(v, "inconclusive", "no verdict on a noisy point: {t}");
+        }
+    }
+    let points = report["points"].as_array().unwrap();
     assert_eq!(points.len(), 2 * 2 * 2, "every point of the matrix");
-    for p in &points {
+    for p in points {
         for f in FIELDS {
             assert!(p.get(f).is_some(), "{f} missing from {p}");
         }
@@ -83,6 +96,8 @@ fn a_small_matrix_gives_json_charts_and_a_table() {
         );
         assert!(num("lat_p99_us") >= num("lat_p50_us"), "{p}");
         assert!(num("host_cpu_ns_per_io") > 0.0 && num("raw_tcp_bytes_per_sec") > 0.0, "{p}");
+        let steady = num("bytes_per_sec_spread") <= 0.1 && num("host_cpu_spread") <= 0.1;
+        assert_eq!(p["steady"].as_bool(), Some(steady), "{p}");
         match (rw, offload) {
             ("read", "none") | ("write", "none") => {
                 assert_eq!(num("host_copy_bytes_per_io"), bs, "{p}");
@@ -164,9 +179,10 @@ fn cpu_accounting_holds_with_both_cores_busy() {
         t.join().unwrap();
     }
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let points: Vec<Value> = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let points = report["points"].as_array().unwrap();
     assert_eq!(points.len(), 4);
-    for p in &points {
+    for p in points {
         let num = |f: &str| p[f].as_f64().unwrap();
         let (host, nic, ctrl) =
             (num("host_cpu_ns_per_io"), num("nic_cpu_ns_per_io"), num("controller_cpu_ns_per_io"));

@@ -28,6 +28,8 @@
 mod copy;
 mod flow;
 mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 mod pdu;
 mod thread;
 
