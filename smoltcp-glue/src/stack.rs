@@ -190,7 +190,9 @@ impl<D: Medium> Stack<D> {
         while s.can_recv() {
             let n = s
                 .recv(|buf| {
-                    let n = f(buf).min(buf.len());
+                    let n = f(buf);
+                    debug_assert!(n <= buf.len(), "took {n} of {} bytes", buf.len());
+                    let n = n.min(buf.len());
                     (n, n)
                 })
                 .unwrap_or(0);
@@ -211,7 +213,9 @@ impl<D: Medium> Stack<D> {
         while s.can_send() {
             let n = s
                 .send(|buf| {
-                    let n = f(buf).min(buf.len());
+                    let n = f(buf);
+                    debug_assert!(n <= buf.len(), "wrote {n} of {} bytes", buf.len());
+                    let n = n.min(buf.len());
                     (n, n)
                 })
                 .unwrap_or(0);

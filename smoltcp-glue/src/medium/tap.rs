@@ -143,7 +143,7 @@ pub struct RxToken<'a> {
 
 pub struct TxToken<'a> {
     file: &'a File,
-    buf: &'a mut [u8],
+    buf: &'a mut Vec<u8>,
     stats: &'a mut TapStats,
 }
 
@@ -155,7 +155,12 @@ impl phy::RxToken for RxToken<'_> {
 
 impl phy::TxToken for TxToken<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let len = len.min(self.buf.len());
+        // The stack never asks for more than the MTU it was told; were it
+        // to, the frame is sent whole, never cut short.
+        debug_assert!(len <= self.buf.len(), "a {len}-byte frame on a smaller TAP MTU");
+        if self.buf.len() < len {
+            self.buf.resize(len, 0);
+        }
         let r = f(&mut self.buf[..len]);
         match (&*self.file).write(&self.buf[..len]) {
             Ok(_) => self.stats.tx_frames += 1,
