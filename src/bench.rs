@@ -15,7 +15,7 @@ use crate::clock::Clock;
 use crate::rawtcp;
 use crate::userspace::{ControllerSide, HostSide, chain, run_host, serve, to_smol};
 use crate::workload::{IoStats, Limit, Rw, Workload, WorkloadSpec};
-use nic_backend::{NicHandle, NicThread, thread_cpu_ns};
+use nic_backend::{NicEngine, NicHandle, NicThread, thread_cpu_ns};
 use nvme_tcp::UlpStats;
 use nvme_tcp::controller::{Target, TargetConfig};
 use nvme_tcp::host::{Host, HostConfig, HostEvent};
@@ -24,7 +24,9 @@ use nvme_tcp::wire::{Digests, TxStats};
 use serde::Serialize;
 use smoltcp::wire::Ipv4Cidr;
 use smoltcp_glue::{Medium, Profile, Stack, StackConfig, Tap, VirtualWire};
+use std::cell::Cell;
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -93,6 +95,9 @@ pub struct BenchOptions {
     /// Run over these TAP devices (host's, controller's) instead of the
     /// in-process wire; their MTU is the interfaces'.
     pub tap: Option<(String, String)>,
+    /// Host, NIC and controller on threads of their own (always over TAP)
+    /// instead of in lockstep on one thread.
+    pub threads: bool,
 }
 
 impl Default for BenchOptions {
@@ -111,6 +116,7 @@ impl Default for BenchOptions {
             warmup: Duration::from_millis(200),
             duration: Duration::from_secs(1),
             tap: None,
+            threads: false,
         }
     }
 }
@@ -132,9 +138,12 @@ pub struct Point {
     pub host_cpu_ns_per_io: f64,
     /// CPU time per I/O of the host's NIC thread.
     pub nic_cpu_ns_per_io: f64,
-    /// CPU time per I/O of the controller's thread, NIC included.
+    /// CPU time per I/O of the controller, its own NIC included.
     pub controller_cpu_ns_per_io: f64,
-    /// CPU time per I/O of the whole process: the three above and anything
+    /// In lockstep, CPU time per I/O of the measuring itself (clock reads,
+    /// sleeps while every part waits for a timer).
+    pub harness_cpu_ns_per_io: f64,
+    /// CPU time per I/O of the whole process: the four above and anything
     /// else that ran (it should be nothing much).
     pub process_cpu_ns_per_io: f64,
     /// Data bytes the host copied (into buffers on receive, into the send
@@ -173,6 +182,7 @@ struct Sample {
     host_cpu_ns_per_io: f64,
     nic_cpu_ns_per_io: f64,
     controller_cpu_ns_per_io: f64,
+    harness_cpu_ns_per_io: f64,
     process_cpu_ns_per_io: f64,
     host_copy_bytes_per_io: f64,
     host_crc_bytes_per_io: f64,
@@ -191,30 +201,39 @@ pub fn cpu_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The threads a run's CPU time is read from, besides the host's own.
-struct Threads {
-    nic: NicThread,
-    controller: std::thread::JoinHandle<()>,
-}
-
-/// CPU time in nanoseconds of the host's thread, the host's NIC, the
-/// controller and the process, at one moment.
+/// CPU time in nanoseconds of the host, the host's NIC, the controller,
+/// the measuring itself, and the process, at one moment.
 #[derive(Clone, Copy, Default)]
 struct Cpu {
-    host: u64,
-    nic: u64,
-    controller: u64,
-    process: u64,
+    host: i64,
+    nic: i64,
+    controller: i64,
+    /// Lockstep only: the clock reads and idle sleeps of the loop.
+    harness: i64,
+    process: i64,
 }
 
-impl Threads {
+/// Where a run's CPU times come from.
+enum Clocks {
+    /// Each part on a thread of its own: their CPU clocks.
+    Threads { nic: NicThread, controller: std::thread::JoinHandle<()> },
+    /// Every part stepped in turn on this thread: what the loop added up.
+    Lockstep(Rc<Cell<Cpu>>),
+}
+
+impl Clocks {
     /// Read on the host's thread.
     fn cpu(&self) -> Cpu {
-        Cpu {
-            host: cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID),
-            nic: self.nic.cpu_ns(),
-            controller: thread_cpu_ns(&self.controller).unwrap_or(0),
-            process: cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID),
+        let process = cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID) as i64;
+        match self {
+            Clocks::Threads { nic, controller } => Cpu {
+                host: cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) as i64,
+                nic: nic.cpu_ns() as i64,
+                controller: thread_cpu_ns(controller).unwrap_or(0) as i64,
+                harness: 0,
+                process,
+            },
+            Clocks::Lockstep(sums) => Cpu { process, ..sums.get() },
         }
     }
 }
@@ -229,9 +248,9 @@ struct Mark {
 }
 
 impl Mark {
-    fn take(host: &Host, nic: &NicHandle, threads: &Threads) -> Self {
+    fn take(host: &Host, nic: &NicHandle, clocks: &Clocks) -> Self {
         let (ulp, tx) = host.stats();
-        Mark { cpu: threads.cpu(), nic: nic.stats(), ulp, tx }
+        Mark { cpu: clocks.cpu(), nic: nic.stats(), ulp, tx }
     }
 }
 
@@ -244,7 +263,7 @@ enum Phase {
 /// Warm up, then measure one workload, then shut down.
 struct BenchApp<'a> {
     nic: NicHandle,
-    threads: &'a Threads,
+    clocks: &'a Clocks,
     spec: WorkloadSpec,
     warmup: Duration,
     phase: Phase,
@@ -275,7 +294,7 @@ impl BenchApp<'_> {
                 }
                 match Workload::new(self.spec.clone(), host) {
                     Ok(m) => {
-                        let mark = Mark::take(host, &self.nic, self.threads);
+                        let mark = Mark::take(host, &self.nic, self.clocks);
                         self.phase = Phase::Measure(m, Box::new(mark));
                         self.pump(host, now);
                     }
@@ -286,7 +305,7 @@ impl BenchApp<'_> {
                 }
             }
             Phase::Measure(w, start) => {
-                let end = Mark::take(host, &self.nic, self.threads);
+                let end = Mark::take(host, &self.nic, self.clocks);
                 if let Some(e) = w.first_error() {
                     self.error.get_or_insert(e.to_string());
                 }
@@ -301,7 +320,7 @@ impl BenchApp<'_> {
 fn sample(s: &IoStats, a: &Mark, b: &Mark) -> Sample {
     let ios = s.ios.max(1) as f64;
     let ulp = b.ulp.since(&a.ulp);
-    let cpu = |f: fn(&Cpu) -> u64| f(&b.cpu).saturating_sub(f(&a.cpu)) as f64 / ios;
+    let cpu = |f: fn(&Cpu) -> i64| (f(&b.cpu) - f(&a.cpu)) as f64 / ios;
     Sample {
         iops: s.iops,
         bytes_per_sec: s.bytes_per_sec,
@@ -310,6 +329,7 @@ fn sample(s: &IoStats, a: &Mark, b: &Mark) -> Sample {
         host_cpu_ns_per_io: cpu(|c| c.host),
         nic_cpu_ns_per_io: cpu(|c| c.nic),
         controller_cpu_ns_per_io: cpu(|c| c.controller),
+        harness_cpu_ns_per_io: cpu(|c| c.harness),
         process_cpu_ns_per_io: cpu(|c| c.process),
         host_copy_bytes_per_io: ((ulp.copy_bytes + b.tx.data_bytes - a.tx.data_bytes) as f64) / ios,
         host_crc_bytes_per_io: ((ulp.crc_bytes + b.tx.crc_bytes - a.tx.crc_bytes) as f64) / ios,
@@ -416,10 +436,6 @@ fn run_once<M: Medium + Send + 'static>(
         tx_buffer: 8 << 20,
         ..StackConfig::new(Ipv4Cidr::new(CONTROLLER_IP, 24))
     };
-    // The host's NIC on its own thread; the host's stack on its ring.
-    let (ring, nic) = NicThread::spawn(hdev).map_err(|e| e.to_string())?;
-    let hstack = Stack::new(ring, hcfg, now);
-    let cstack = Stack::new(cdev, ccfg, now);
     let host_cfg = HostConfig {
         subnqn: NQN.into(),
         digests: Digests { header: false, data: p.ddgst },
@@ -429,21 +445,10 @@ fn run_once<M: Medium + Send + 'static>(
     };
     let hddp: Arc<dyn DdpDevice> = Arc::new(hnic.clone());
     let cddp: Arc<dyn DdpDevice> = Arc::new(cnic);
-    let mut host = HostSide::new(
-        hstack,
-        Host::new(host_cfg),
-        SocketAddrV4::new(CONTROLLER_IP, PORT),
-        Some(hddp),
-    );
+    let remote = SocketAddrV4::new(CONTROLLER_IP, PORT);
+    let cstack = Stack::new(cdev, ccfg, now);
     let mut ctrl =
         ControllerSide::new(cstack, target, PORT, Some(cddp)).map_err(|e| e.to_string())?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    let controller = std::thread::Builder::new()
-        .name("bench-ctrl".into())
-        .spawn(move || serve(&mut ctrl, &clock, &flag))
-        .map_err(|e| e.to_string())?;
-    let threads = Threads { nic, controller };
     let spec = WorkloadSpec {
         rw: p.rw,
         bs: p.bs,
@@ -452,9 +457,9 @@ fn run_once<M: Medium + Send + 'static>(
         verify: false,
         seed: 1,
     };
-    let mut app = BenchApp {
+    let app = |clocks| BenchApp {
         nic: hnic,
-        threads: &threads,
+        clocks,
         spec,
         warmup: o.warmup,
         phase: Phase::Over,
@@ -462,15 +467,110 @@ fn run_once<M: Medium + Send + 'static>(
         error: None,
         done: false,
     };
-    let result = run_host(&mut host, &mut app, &clock, Duration::from_secs(120));
-    let (error, sample) = (app.error, app.sample);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = threads.controller.join();
-    result.map_err(|e| e.to_string())?;
+    let limit = Duration::from_secs(120);
+    // The host's stack runs on the NIC's descriptor ring.
+    let (error, sample) = if o.threads || o.tap.is_some() {
+        let (ring, nic) = NicThread::spawn(hdev).map_err(|e| e.to_string())?;
+        let mut host =
+            HostSide::new(Stack::new(ring, hcfg, now), Host::new(host_cfg), remote, Some(hddp));
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let controller = std::thread::Builder::new()
+            .name("bench-ctrl".into())
+            .spawn(move || serve(&mut ctrl, &clock, &flag))
+            .map_err(|e| e.to_string())?;
+        let clocks = Clocks::Threads { nic, controller };
+        let mut app = app(&clocks);
+        let result = run_host(&mut host, &mut app, &clock, limit);
+        let (error, sample) = (app.error, app.sample);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Clocks::Threads { controller, .. } = clocks {
+            let _ = controller.join();
+        }
+        result.map_err(|e| e.to_string())?;
+        (error, sample)
+    } else {
+        let (ring, mut nic) = NicEngine::new(hdev);
+        let mut host =
+            HostSide::new(Stack::new(ring, hcfg, now), Host::new(host_cfg), remote, Some(hddp));
+        let sums = Rc::new(Cell::new(Cpu::default()));
+        let clocks = Clocks::Lockstep(sums.clone());
+        let mut app = app(&clocks);
+        lockstep(&mut host, &mut nic, &mut ctrl, &mut app, &clock, &sums, limit)?;
+        (app.error, app.sample)
+    };
     if let Some(e) = error {
         return Err(e);
     }
     sample.ok_or_else(|| "no measurement".into())
+}
+
+/// What one read of this thread's CPU clock costs: the time an empty
+/// interval between two reads measures (the median of many).
+fn clock_read_cost() -> i64 {
+    let mut v: Vec<i64> = (0..64)
+        .map(|_| {
+            let a = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+            (cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) - a) as i64
+        })
+        .collect();
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// Run host, the host's NIC and the controller in turn on this thread, in
+/// real time, until the app is done, adding each one's CPU time into
+/// `sums`. No scheduler decides who runs when, so a point's figures repeat
+/// from run to run. Each part's interval between two reads of the thread's
+/// CPU clock holds one read's cost, which is taken out and counted as the
+/// harness's; so are the sleeps while every part waits for a timer.
+fn lockstep<H: Medium, N: Medium, C: Medium>(
+    host: &mut HostSide<H>,
+    nic: &mut NicEngine<N>,
+    ctrl: &mut ControllerSide<C>,
+    app: &mut dyn HostApp,
+    clock: &Clock,
+    sums: &Cell<Cpu>,
+    limit: Duration,
+) -> Result<(), String> {
+    let read = clock_read_cost();
+    let cpu = || cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) as i64;
+    let start = clock.now();
+    let mut t0 = cpu();
+    loop {
+        let now = to_smol(clock.now());
+        let a = host.step(app, now).map_err(|e| e.to_string())?;
+        let t1 = cpu();
+        let b = nic.step(now);
+        let t2 = cpu();
+        let c = ctrl.step(now);
+        let t3 = cpu();
+        let mut s = sums.get();
+        s.host += t1 - t0 - read;
+        s.nic += t2 - t1 - read;
+        s.controller += t3 - t2 - read;
+        s.harness += 3 * read;
+        t0 = t3;
+        if app.is_done() && host.flushed() {
+            sums.set(s);
+            return Ok(());
+        }
+        if clock.now().saturating_since(start) > limit {
+            return Err(format!("gave up after {limit:?}"));
+        }
+        if !(a || b || c) {
+            // Everything waits for a timer (a delayed ACK, a keep-alive).
+            let at = [host.poll_at(now), nic.poll_at(), ctrl.poll_at(now)];
+            let at = at.into_iter().flatten().min().unwrap_or(now);
+            if at > now {
+                let d = (at - now).min(smoltcp::time::Duration::from_millis(10));
+                std::thread::sleep(Duration::from_micros(d.total_micros()));
+            }
+            t0 = cpu();
+            s.harness += t0 - t3;
+        }
+        sums.set(s);
+    }
 }
 
 /// A fresh pair of media for one run.
@@ -530,21 +630,32 @@ pub fn points(o: &BenchOptions) -> Vec<Spec> {
 /// Raw TCP throughput on the bench's medium at `mtu`, through the same NIC
 /// (checksum offload, no ULP offload): median of `reps`, and spread.
 pub fn raw_tcp(o: &BenchOptions, mtu: usize) -> Result<(f64, f64), String> {
-    // As in the NVMe runs: the receiver (the host) has its NIC on a thread.
-    fn through_nic<M: Medium + Send + 'static>(a: M, b: M, d: Duration) -> Result<f64, String> {
+    // As in the NVMe runs: the receiver (the host) has its NIC behind a
+    // ring, on a thread or in lockstep.
+    fn through_nic<M: Medium + Send + 'static>(
+        a: M,
+        b: M,
+        d: Duration,
+        threads: bool,
+    ) -> Result<f64, String> {
         let (a, _) =
             chain(a, Profile::default(), 1, None, Caps::NONE).map_err(|e| e.to_string())?;
         let (b, _) =
             chain(b, Profile::default(), 2, None, Caps::NONE).map_err(|e| e.to_string())?;
-        let (ring, _nic) = NicThread::spawn(b).map_err(|e| e.to_string())?;
-        rawtcp::throughput(a, ring, d)
+        if threads {
+            let (ring, _nic) = NicThread::spawn(b).map_err(|e| e.to_string())?;
+            rawtcp::throughput(a, ring, d)
+        } else {
+            let (ring, nic) = NicEngine::new(b);
+            rawtcp::lockstep(a, ring, nic, d)
+        }
     }
     let d = o.duration.max(Duration::from_millis(100));
     let mut v = Vec::new();
     for _ in 0..o.reps.max(1) {
         v.push(match media(o, mtu)? {
-            Media::Wire(a, b) => through_nic(a, b, d)?,
-            Media::Tap(a, b) => through_nic(a, b, d)?,
+            Media::Wire(a, b) => through_nic(a, b, d, o.threads)?,
+            Media::Tap(a, b) => through_nic(a, b, d, true)?,
         });
     }
     Ok((median(v.clone()), spread(&v)))
@@ -596,6 +707,7 @@ pub fn run_point(
         host_cpu_ns_per_io: m(|s| s.host_cpu_ns_per_io),
         nic_cpu_ns_per_io: m(|s| s.nic_cpu_ns_per_io),
         controller_cpu_ns_per_io: m(|s| s.controller_cpu_ns_per_io),
+        harness_cpu_ns_per_io: m(|s| s.harness_cpu_ns_per_io),
         process_cpu_ns_per_io: m(|s| s.process_cpu_ns_per_io),
         host_copy_bytes_per_io: m(|s| s.host_copy_bytes_per_io),
         host_crc_bytes_per_io: m(|s| s.host_crc_bytes_per_io),
@@ -745,6 +857,8 @@ pub struct Report {
     pub warmup_s: f64,
     pub reps: usize,
     pub medium: String,
+    /// "lockstep" (one thread) or "threads".
+    pub mode: &'static str,
     pub spread_limit: f64,
     pub points: Vec<Point>,
     pub targets: Vec<TargetCheck>,
@@ -762,6 +876,7 @@ impl Report {
                 Some((h, c)) => format!("tap {h},{c}"),
                 None => "in-process wire".into(),
             },
+            mode: if o.threads { "threads" } else { "lockstep" },
             spread_limit: SPREAD_LIMIT,
             targets: check_targets(&points),
             points,
@@ -788,6 +903,7 @@ mod tests {
             host_cpu_ns_per_io: cpu,
             nic_cpu_ns_per_io: 1.0,
             controller_cpu_ns_per_io: 1.0,
+            harness_cpu_ns_per_io: 0.0,
             process_cpu_ns_per_io: 1.0,
             host_copy_bytes_per_io: 0.0,
             host_crc_bytes_per_io: 0.0,

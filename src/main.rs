@@ -106,6 +106,12 @@ struct BenchArgs {
     /// Seconds of warm-up per run.
     #[arg(long, default_value_t = 0.2)]
     warmup: f64,
+    /// Run host, NIC and controller on threads of their own, each one's CPU
+    /// read from its thread's clock, instead of in lockstep on one thread
+    /// (the default on the in-process wire, and the one whose numbers hold
+    /// still). Over TAP they always run on threads.
+    #[arg(long)]
+    threads: bool,
     /// Run over two TAP devices, HOSTTAP,CTRLTAP (e.g. tap1,tap0 after
     /// `net up`, inside the namespace) instead of the in-process wire.
     #[arg(long)]
@@ -858,6 +864,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
         reps: a.reps.max(1),
         warmup: Duration::from_secs_f64(a.warmup),
         duration: Duration::from_secs_f64(a.time),
+        threads: a.threads || tap.is_some(),
         tap,
     };
     if o.bs.iter().any(|&b| b == 0 || b % 512 != 0) || o.qd.contains(&0) {

@@ -4,6 +4,7 @@
 
 use crate::clock::Clock;
 use crate::userspace::to_smol;
+use nic_backend::NicEngine;
 use smoltcp::wire::Ipv4Cidr;
 use smoltcp_glue::{Medium, Stack, StackConfig, VirtualWire};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -91,4 +92,56 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
     stop.store(true, Ordering::Relaxed);
     rx.join().map_err(|_| "receiver panicked".to_string())?;
     result
+}
+
+/// Bytes per second from a stack on `tx` to one on `rx`, the receiver's NIC
+/// `nic` (whose ring `rx` is) between them, all three stepped in turn on
+/// this thread, as the bench's lockstep runs are.
+pub fn lockstep<T: Medium, R: Medium, N: Medium>(
+    tx: T,
+    rx: R,
+    mut nic: NicEngine<N>,
+    duration: Duration,
+) -> Result<f64, String> {
+    let clock = Clock::new();
+    let now = to_smol(clock.now());
+    let mut receiver = Stack::new(rx, StackConfig::new(Ipv4Cidr::new(RECEIVER, 24)), now);
+    let mut sender = Stack::new(tx, StackConfig::new(Ipv4Cidr::new(SENDER, 24)), now);
+    receiver.listen(PORT, 1).map_err(|e| e.to_string())?;
+    let mut conn = sender.connect(SocketAddrV4::new(RECEIVER, PORT)).map_err(|e| e.to_string())?;
+    let mut accepted = None;
+    let mut started = None;
+    let mut sent = 0u64;
+    let give_up = clock.now() + Duration::from_secs(30);
+    loop {
+        let t = clock.now();
+        if t > give_up {
+            return Err("no connection".to_string());
+        }
+        if let Some((t0, acked0)) = started
+            && t.saturating_since(t0) >= duration
+        {
+            let acked = sent - sender.send_queue(&conn) as u64;
+            return Ok((acked - acked0) as f64 / t.saturating_since(t0).as_secs_f64());
+        }
+        let now = to_smol(t);
+        sender.poll(now);
+        if sender.is_established(&conn) {
+            if started.is_none() {
+                started = Some((t, sent - sender.send_queue(&conn) as u64));
+            }
+            sent += sender.send(&mut conn, |free| free.len()) as u64;
+            sender.poll(now);
+        }
+        nic.step(now);
+        receiver.poll(now);
+        if accepted.is_none() {
+            accepted = receiver.accept();
+        }
+        if let Some(c) = &mut accepted {
+            receiver.recv(c, |b| b.len());
+        }
+        receiver.poll(now);
+        nic.step(now);
+    }
 }

@@ -18,7 +18,7 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
-const FIELDS: [&str; 16] = [
+const FIELDS: [&str; 19] = [
     "bs",
     "rw",
     "qd",
@@ -31,6 +31,9 @@ const FIELDS: [&str; 16] = [
     "lat_p99_us",
     "host_cpu_ns_per_io",
     "nic_cpu_ns_per_io",
+    "controller_cpu_ns_per_io",
+    "harness_cpu_ns_per_io",
+    "process_cpu_ns_per_io",
     "host_copy_bytes_per_io",
     "host_crc_bytes_per_io",
     "nic_placed_bytes_per_io",
@@ -145,9 +148,11 @@ fn bad_arguments_are_refused_with_a_message() {
     }
 }
 
-/// The host's and the NIC's CPU are CPU time of their own threads, so they
-/// stay positive and apart when other threads keep both cores busy, and
-/// with the controller's they account for the whole process's CPU time.
+/// The host's and the NIC's CPU are CPU time, read from thread clocks, not
+/// wall time: with both cores kept busy by other threads they stay
+/// positive, and with the controller's (and, in lockstep, the harness's own
+/// clock reads) they account for the whole process's CPU time. Both ways of
+/// running: in lockstep on one thread, and on threads of their own.
 #[test]
 fn cpu_accounting_holds_with_both_cores_busy() {
     use std::sync::Arc;
@@ -166,31 +171,43 @@ fn cpu_accounting_holds_with_both_cores_busy() {
         })
         .collect();
     let dir = scratch("busy");
-    let json = dir.join("points.json");
-    let out = exe()
-        .args(["bench", "--bs", "128k", "--rw", "read,write", "--qd", "8", "--ddgst", "on"])
-        .args(["--offload", "none,all", "--mtu", "9000", "--reps", "1"])
-        .args(["--time", "0.2", "--warmup", "0.05", "--json"])
-        .arg(&json)
-        .output()
-        .unwrap();
+    let mut reports = Vec::new();
+    for mode in [None, Some("--threads")] {
+        let json = dir.join("points.json");
+        let out = exe()
+            .args(["bench", "--bs", "128k", "--rw", "read,write", "--qd", "8", "--ddgst", "on"])
+            .args(["--offload", "none,all", "--mtu", "9000", "--reps", "1"])
+            .args(["--time", "0.2", "--warmup", "0.05", "--json"])
+            .arg(&json)
+            .args(mode)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        reports.push(report);
+    }
     stop.store(true, Ordering::Relaxed);
     for t in busy {
         t.join().unwrap();
     }
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let points = report["points"].as_array().unwrap();
-    assert_eq!(points.len(), 4);
-    for p in points {
-        let num = |f: &str| p[f].as_f64().unwrap();
-        let (host, nic, ctrl) =
-            (num("host_cpu_ns_per_io"), num("nic_cpu_ns_per_io"), num("controller_cpu_ns_per_io"));
-        assert!(host > 0.0 && nic > 0.0 && ctrl > 0.0, "{p}");
-        // The three threads are all that works during the measurement;
-        // the per-thread and the process clocks are read a moment apart.
-        let share = (host + nic + ctrl) / num("process_cpu_ns_per_io");
-        assert!((0.9..=1.05).contains(&share), "threads account for {share:.3} of the CPU: {p}");
+    for (report, mode) in reports.iter().zip(["lockstep", "threads"]) {
+        assert_eq!(report["mode"], mode);
+        let points = report["points"].as_array().unwrap();
+        assert_eq!(points.len(), 4);
+        for p in points {
+            let num = |f: &str| p[f].as_f64().unwrap();
+            let (host, nic, ctrl) = (
+                num("host_cpu_ns_per_io"),
+                num("nic_cpu_ns_per_io"),
+                num("controller_cpu_ns_per_io"),
+            );
+            assert!(host > 0.0 && nic > 0.0 && ctrl > 0.0, "{mode}: {p}");
+            // The parts are all that works during the measurement; their
+            // clocks and the process's are read a moment apart.
+            let parts = host + nic + ctrl + num("harness_cpu_ns_per_io");
+            let share = parts / num("process_cpu_ns_per_io");
+            assert!((0.9..=1.05).contains(&share), "{mode}: parts are {share:.3} of the CPU: {p}");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

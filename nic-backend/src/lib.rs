@@ -21,9 +21,10 @@
 //! up in the medium's own buffer.
 //!
 //! [`OffloadNic`] is the device; [`NicHandle`] is the same NIC as the
-//! driver sees it, implementing [`ulp_ddp::DdpDevice`]; [`NicThread`] runs
-//! the NIC on a thread of its own, so its work is CPU time apart from the
-//! host's.
+//! driver sees it, implementing [`ulp_ddp::DdpDevice`]; [`NicEngine`] is
+//! the NIC behind a descriptor ring to its host, which [`NicThread`] runs
+//! on a thread of its own (or a caller's loop steps), so that its work is
+//! CPU time apart from the host's.
 
 mod copy;
 mod flow;
@@ -34,7 +35,7 @@ mod pdu;
 mod thread;
 
 pub use copy::{copy_and_crc, copy_then_crc};
-pub use thread::{NicThread, thread_cpu_ns};
+pub use thread::{NicEngine, NicThread, thread_cpu_ns};
 
 use flow::{Env, Flow, Mapping, Placed};
 use smoltcp::phy::{self, Device, DeviceCapabilities, PacketMeta};

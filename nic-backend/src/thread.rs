@@ -4,7 +4,7 @@
 //! host's stack reads; the other way it takes the frames the host posted,
 //! fills in digests and checksums, and sends them.
 //!
-//! Its work is then CPU time of its own, read from the thread's CPU clock,
+//! Its work is then CPU time of its own, read from the thread's CPU clock
 //! and none of it lands on the host's threads: the host pays for what a
 //! host with this NIC would pay for, the ring included.
 
@@ -24,6 +24,62 @@ const BUDGET: usize = 64;
 /// Longest sleep, so that a stop is noticed.
 const NAP: Duration = Duration::from_millis(20);
 
+/// The NIC with its descriptor ring: what a thread of its own, or a
+/// caller's loop, drives.
+pub struct NicEngine<D> {
+    nic: OffloadNic<D>,
+    ring: WireEnd,
+}
+
+impl<D: Medium> NicEngine<D> {
+    /// The engine around `nic`, and the host's end of its descriptor ring:
+    /// the device the host's stack runs on.
+    pub fn new(nic: OffloadNic<D>) -> (WireEnd, Self) {
+        let caps = nic.capabilities();
+        let (host, ring) =
+            VirtualWire::ring(caps.max_transmission_unit, RING_FRAMES, caps.checksum);
+        (host, Self { nic, ring })
+    }
+
+    /// Move what can be moved each way, as the device does on its own;
+    /// whether anything was.
+    pub fn step(&mut self, now: Instant) -> bool {
+        let (nic, ring) = (&mut self.nic, &mut self.ring);
+        let mut progress = false;
+        for _ in 0..BUDGET {
+            let Some(slot) = ring.transmit(now) else { break };
+            if !nic.receive_into(now, slot) {
+                break;
+            }
+            progress = true;
+        }
+        for _ in 0..BUDGET {
+            if ring.queued() == 0 {
+                break;
+            }
+            let Some(out) = nic.transmit(now) else { break };
+            let Some((posted, _)) = ring.receive(now) else { break };
+            smoltcp::phy::RxToken::consume(posted, |frame| {
+                smoltcp::phy::TxToken::consume(out, frame.len(), |buf| buf.copy_from_slice(frame))
+            });
+            progress = true;
+        }
+        ring.flush();
+        nic.flush();
+        progress
+    }
+
+    /// When the medium next needs a step on its own (a delayed frame).
+    pub fn poll_at(&self) -> Option<Instant> {
+        self.nic.poll_at()
+    }
+
+    /// Sleep until a frame arrives either way, or `timeout` passes.
+    pub fn wait(&self, timeout: Option<Duration>) {
+        self.nic.wait_with(&self.ring, timeout)
+    }
+}
+
 /// A NIC running on its own thread until dropped.
 pub struct NicThread {
     stop: Arc<AtomicBool>,
@@ -34,23 +90,21 @@ impl NicThread {
     /// Run `nic` on a new thread. Returns the host's end of its descriptor
     /// ring, the device the host's stack runs on.
     pub fn spawn<D: Medium + Send + 'static>(
-        mut nic: OffloadNic<D>,
+        nic: OffloadNic<D>,
     ) -> std::io::Result<(WireEnd, NicThread)> {
-        let caps = nic.capabilities();
-        let (host, mut ring) =
-            VirtualWire::ring(caps.max_transmission_unit, RING_FRAMES, caps.checksum);
+        let (host, mut engine) = NicEngine::new(nic);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let join = std::thread::Builder::new().name("nic".into()).spawn(move || {
             let start = std::time::Instant::now();
             while !flag.load(Ordering::Relaxed) {
                 let now = Instant::from_micros(start.elapsed().as_micros() as i64);
-                if !step(&mut nic, &mut ring, now) {
-                    let timeout = nic
+                if !engine.step(now) {
+                    let timeout = engine
                         .poll_at()
                         .map_or(NAP, |t| if t > now { (t - now).min(NAP) } else { Duration::ZERO });
                     if timeout > Duration::ZERO {
-                        nic.wait_with(&ring, Some(timeout));
+                        engine.wait(Some(timeout));
                     }
                 }
             }
@@ -86,28 +140,4 @@ impl Drop for NicThread {
             let _ = join.join();
         }
     }
-}
-
-/// Move what can be moved each way; whether anything was.
-fn step<D: Device>(nic: &mut OffloadNic<D>, ring: &mut WireEnd, now: Instant) -> bool {
-    let mut progress = false;
-    for _ in 0..BUDGET {
-        let Some(slot) = ring.transmit(now) else { break };
-        if !nic.receive_into(now, slot) {
-            break;
-        }
-        progress = true;
-    }
-    for _ in 0..BUDGET {
-        if ring.queued() == 0 {
-            break;
-        }
-        let Some(out) = nic.transmit(now) else { break };
-        let Some((posted, _)) = ring.receive(now) else { break };
-        smoltcp::phy::RxToken::consume(posted, |frame| {
-            smoltcp::phy::TxToken::consume(out, frame.len(), |buf| buf.copy_from_slice(frame))
-        });
-        progress = true;
-    }
-    progress
 }
