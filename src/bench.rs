@@ -831,6 +831,29 @@ pub struct Machine {
     pub cpu_model: String,
     pub cores: usize,
     pub kernel: String,
+    /// The spread of a fixed copy-and-CRC loop's CPU time over a few runs:
+    /// how still this machine holds by itself. No point measured on it can
+    /// be expected to hold stiller.
+    pub baseline_spread: f64,
+}
+
+/// The spread of the CPU time of a fixed amount of copying and CRC32C
+/// (7 runs of 256 MiB each), the work the offloads move.
+pub fn baseline_spread() -> f64 {
+    let src = vec![0x5au8; 8 << 20];
+    let mut dst = vec![0u8; 8 << 20];
+    let runs: Vec<f64> = (0..7)
+        .map(|_| {
+            let t = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+            let mut crc = 0;
+            for _ in 0..32 {
+                crc = nic_backend::copy_then_crc(&mut dst, &src, crc);
+            }
+            std::hint::black_box(crc);
+            (cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) - t) as f64
+        })
+        .collect();
+    spread(&runs)
 }
 
 impl Machine {
@@ -842,7 +865,7 @@ impl Machine {
             .map_or_else(|| "unknown".into(), |(_, m)| m.trim().to_string());
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let kernel = read("/proc/sys/kernel/osrelease").trim().to_string();
-        Self { cpu_model, cores, kernel }
+        Self { cpu_model, cores, kernel, baseline_spread: baseline_spread() }
     }
 }
 

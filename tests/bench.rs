@@ -73,6 +73,7 @@ fn a_small_matrix_gives_json_charts_and_a_table() {
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let machine = &report["machine"];
     assert!(machine["cores"].as_u64().unwrap() >= 1 && machine["cpu_model"].is_string());
+    assert!(machine["baseline_spread"].as_f64().unwrap() >= 0.0, "{machine}");
     assert!(report["commit"].as_str().is_some_and(|c| !c.is_empty()), "{report}");
     assert_eq!((report["reps"].as_u64(), report["time_s"].as_f64()), (Some(2), Some(0.05)));
     assert_eq!(report["spread_limit"].as_f64(), Some(0.1));
