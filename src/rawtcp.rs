@@ -5,8 +5,9 @@
 use crate::clock::Clock;
 use crate::userspace::to_smol;
 use nic_backend::NicEngine;
+use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::Ipv4Cidr;
-use smoltcp_glue::{Medium, Stack, StackConfig, VirtualWire};
+use smoltcp_glue::{Medium, Stack, StackConfig, TcpConn, VirtualWire};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +23,85 @@ pub fn wire_throughput(mtu: usize, duration: Duration) -> Result<f64, String> {
     throughput(a, b, duration)
 }
 
+/// What one turn of the sender came to.
+enum Turn {
+    /// The measurement is over: bytes per second.
+    Done(f64),
+    /// Still measuring; whether anything moved.
+    Going(bool),
+}
+
+/// The sending side of a measurement: fills its send ring as fast as the
+/// stack drains it, and counts what the receiver acknowledged.
+struct Sender<T: Medium> {
+    stack: Stack<T>,
+    conn: TcpConn,
+    duration: Duration,
+    give_up: nvme_tcp::Instant,
+    /// When the connection was up, and what had been acknowledged then.
+    started: Option<(nvme_tcp::Instant, u64)>,
+    sent: u64,
+}
+
+impl<T: Medium> Sender<T> {
+    fn new(tx: T, clock: &Clock, duration: Duration) -> Result<Self, String> {
+        let now = to_smol(clock.now());
+        let mut stack = Stack::new(tx, StackConfig::new(Ipv4Cidr::new(SENDER, 24)), now);
+        let conn = stack.connect(SocketAddrV4::new(RECEIVER, PORT)).map_err(|e| e.to_string())?;
+        let give_up = clock.now() + Duration::from_secs(30);
+        Ok(Self { stack, conn, duration, give_up, started: None, sent: 0 })
+    }
+
+    /// Bytes the receiver has (not what sits in our ring).
+    fn acked(&self) -> u64 {
+        self.sent - self.stack.send_queue(&self.conn) as u64
+    }
+
+    /// One turn at time `t`.
+    fn turn(&mut self, t: nvme_tcp::Instant) -> Result<Turn, String> {
+        if t > self.give_up {
+            return Err("no connection".to_string());
+        }
+        if let Some((t0, acked0)) = self.started
+            && t.saturating_since(t0) >= self.duration
+        {
+            let secs = t.saturating_since(t0).as_secs_f64();
+            return Ok(Turn::Done((self.acked() - acked0) as f64 / secs));
+        }
+        let now = to_smol(t);
+        let mut progress = self.stack.poll(now);
+        if self.stack.is_established(&self.conn) {
+            if self.started.is_none() {
+                self.started = Some((t, self.acked()));
+            }
+            let n = self.stack.send(&mut self.conn, |free| free.len());
+            self.sent += n as u64;
+            progress |= n > 0;
+        }
+        progress |= self.stack.poll(now);
+        Ok(Turn::Going(progress))
+    }
+}
+
+/// A receiver that takes every byte out of its ring without copying it.
+fn receive<R: Medium>(
+    receiver: &mut Stack<R>,
+    conn: &mut Option<TcpConn>,
+    now: SmolInstant,
+) -> bool {
+    let mut progress = receiver.poll(now);
+    if conn.is_none() {
+        *conn = receiver.accept();
+    }
+    if let Some(c) = conn {
+        progress |= receiver.recv(c, |b| b.len()) > 0;
+    }
+    progress | receiver.poll(now)
+}
+
+/// Longest sleep while waiting.
+const NAP: smoltcp::time::Duration = smoltcp::time::Duration::from_millis(10);
+
 /// Bytes per second from a stack on `tx` to one on `rx`, each on its own
 /// thread, measured over `duration` once connected.
 pub fn throughput<T: Medium, R: Medium + Send + 'static>(
@@ -32,61 +112,31 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
     let clock = Clock::new();
     let now = to_smol(clock.now());
     let mut receiver = Stack::new(rx, StackConfig::new(Ipv4Cidr::new(RECEIVER, 24)), now);
-    let mut sender = Stack::new(tx, StackConfig::new(Ipv4Cidr::new(SENDER, 24)), now);
     receiver.listen(PORT, 1).map_err(|e| e.to_string())?;
+    let mut sender = Sender::new(tx, &clock, duration)?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let rx = std::thread::spawn(move || {
         let mut conn = None;
         while !flag.load(Ordering::Relaxed) {
             let now = to_smol(clock.now());
-            let mut progress = receiver.poll(now);
-            if conn.is_none() {
-                conn = receiver.accept();
-            }
-            if let Some(c) = &mut conn {
-                progress |= receiver.recv(c, |b| b.len()) > 0;
-            }
-            progress |= receiver.poll(now);
-            if !progress {
-                let at = receiver
-                    .poll_at(now)
-                    .map(|t| t.min(now + smoltcp::time::Duration::from_millis(10)));
+            if !receive(&mut receiver, &mut conn, now) {
+                let at = receiver.poll_at(now).map(|t| t.min(now + NAP));
                 receiver.wait(now, at);
             }
         }
     });
-    let mut conn = sender.connect(SocketAddrV4::new(RECEIVER, PORT)).map_err(|e| e.to_string())?;
-    let mut started = None;
-    let mut sent = 0u64;
-    let give_up = clock.now() + Duration::from_secs(30);
     let result = loop {
         let t = clock.now();
-        if t > give_up {
-            break Err("no connection".to_string());
-        }
-        if let Some((t0, acked0)) = started
-            && t.saturating_since(t0) >= duration
-        {
-            // Count what the receiver has, not what sits in our ring.
-            let acked = sent - sender.send_queue(&conn) as u64;
-            break Ok((acked - acked0) as f64 / t.saturating_since(t0).as_secs_f64());
-        }
-        let now = to_smol(t);
-        let mut progress = sender.poll(now);
-        if sender.is_established(&conn) {
-            if started.is_none() {
-                started = Some((t, sent - sender.send_queue(&conn) as u64));
+        match sender.turn(t) {
+            Err(e) => break Err(e),
+            Ok(Turn::Done(rate)) => break Ok(rate),
+            Ok(Turn::Going(true)) => {}
+            Ok(Turn::Going(false)) => {
+                let now = to_smol(t);
+                let at = sender.stack.poll_at(now).map(|t| t.min(now + NAP));
+                sender.stack.wait(now, at);
             }
-            let n = sender.send(&mut conn, |free| free.len());
-            sent += n as u64;
-            progress |= n > 0;
-        }
-        progress |= sender.poll(now);
-        if !progress {
-            let at =
-                sender.poll_at(now).map(|t| t.min(now + smoltcp::time::Duration::from_millis(10)));
-            sender.wait(now, at);
         }
     };
     stop.store(true, Ordering::Relaxed);
@@ -106,42 +156,16 @@ pub fn lockstep<T: Medium, R: Medium, N: Medium>(
     let clock = Clock::new();
     let now = to_smol(clock.now());
     let mut receiver = Stack::new(rx, StackConfig::new(Ipv4Cidr::new(RECEIVER, 24)), now);
-    let mut sender = Stack::new(tx, StackConfig::new(Ipv4Cidr::new(SENDER, 24)), now);
     receiver.listen(PORT, 1).map_err(|e| e.to_string())?;
-    let mut conn = sender.connect(SocketAddrV4::new(RECEIVER, PORT)).map_err(|e| e.to_string())?;
-    let mut accepted = None;
-    let mut started = None;
-    let mut sent = 0u64;
-    let give_up = clock.now() + Duration::from_secs(30);
+    let mut sender = Sender::new(tx, &clock, duration)?;
+    let mut conn = None;
     loop {
         let t = clock.now();
-        if t > give_up {
-            return Err("no connection".to_string());
+        if let Turn::Done(rate) = sender.turn(t)? {
+            return Ok(rate);
         }
-        if let Some((t0, acked0)) = started
-            && t.saturating_since(t0) >= duration
-        {
-            let acked = sent - sender.send_queue(&conn) as u64;
-            return Ok((acked - acked0) as f64 / t.saturating_since(t0).as_secs_f64());
-        }
-        let now = to_smol(t);
-        sender.poll(now);
-        if sender.is_established(&conn) {
-            if started.is_none() {
-                started = Some((t, sent - sender.send_queue(&conn) as u64));
-            }
-            sent += sender.send(&mut conn, |free| free.len()) as u64;
-            sender.poll(now);
-        }
-        nic.step(now);
-        receiver.poll(now);
-        if accepted.is_none() {
-            accepted = receiver.accept();
-        }
-        if let Some(c) = &mut accepted {
-            receiver.recv(c, |b| b.len());
-        }
-        receiver.poll(now);
-        nic.step(now);
+        nic.step(to_smol(t));
+        receive(&mut receiver, &mut conn, to_smol(t));
+        nic.step(to_smol(t));
     }
 }
