@@ -99,6 +99,18 @@ fn receive<R: Medium>(
     progress | receiver.poll(now)
 }
 
+/// A listening receiver on `rx` and a sender on `tx` connecting to it.
+type Ends<T, R> = (Clock, Stack<R>, Sender<T>);
+
+fn ends<T: Medium, R: Medium>(tx: T, rx: R, duration: Duration) -> Result<Ends<T, R>, String> {
+    let clock = Clock::new();
+    let now = to_smol(clock.now());
+    let mut receiver = Stack::new(rx, StackConfig::new(Ipv4Cidr::new(RECEIVER, 24)), now);
+    receiver.listen(PORT, 1).map_err(|e| e.to_string())?;
+    let sender = Sender::new(tx, &clock, duration)?;
+    Ok((clock, receiver, sender))
+}
+
 /// Longest sleep while waiting.
 const NAP: smoltcp::time::Duration = smoltcp::time::Duration::from_millis(10);
 
@@ -109,11 +121,7 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
     rx: R,
     duration: Duration,
 ) -> Result<f64, String> {
-    let clock = Clock::new();
-    let now = to_smol(clock.now());
-    let mut receiver = Stack::new(rx, StackConfig::new(Ipv4Cidr::new(RECEIVER, 24)), now);
-    receiver.listen(PORT, 1).map_err(|e| e.to_string())?;
-    let mut sender = Sender::new(tx, &clock, duration)?;
+    let (clock, mut receiver, mut sender) = ends(tx, rx, duration)?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let rx = std::thread::spawn(move || {
@@ -153,11 +161,7 @@ pub fn lockstep<T: Medium, R: Medium, N: Medium>(
     mut nic: NicEngine<N>,
     duration: Duration,
 ) -> Result<f64, String> {
-    let clock = Clock::new();
-    let now = to_smol(clock.now());
-    let mut receiver = Stack::new(rx, StackConfig::new(Ipv4Cidr::new(RECEIVER, 24)), now);
-    receiver.listen(PORT, 1).map_err(|e| e.to_string())?;
-    let mut sender = Sender::new(tx, &clock, duration)?;
+    let (clock, mut receiver, mut sender) = ends(tx, rx, duration)?;
     let mut conn = None;
     loop {
         let t = clock.now();
