@@ -1,0 +1,407 @@
+//! DDP segment headers (RFC 5041 §4) with the RDMAP control byte (RFC 5040
+//! §4): tagged (STag, TO) and untagged (QN, MSN, MO), the Read Request
+//! body and the Terminate header.
+
+use super::{WireError, be16, be32, be64};
+
+/// RDMAP opcodes (RFC 5040 §4.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Opcode {
+    Write = 0,
+    ReadRequest = 1,
+    ReadResponse = 2,
+    Send = 3,
+    SendInvalidate = 4,
+    SendSe = 5,
+    SendSeInvalidate = 6,
+    Terminate = 7,
+}
+
+impl Opcode {
+    pub fn from_u8(v: u8) -> Option<Opcode> {
+        use Opcode::*;
+        Some(match v {
+            0 => Write,
+            1 => ReadRequest,
+            2 => ReadResponse,
+            3 => Send,
+            4 => SendInvalidate,
+            5 => SendSe,
+            6 => SendSeInvalidate,
+            7 => Terminate,
+            _ => return None,
+        })
+    }
+
+    /// Carried in tagged segments (placed at STag + TO).
+    pub fn tagged(self) -> bool {
+        matches!(self, Opcode::Write | Opcode::ReadResponse)
+    }
+
+    /// The untagged queue: 0 Sends, 1 Read Requests, 2 Terminates.
+    pub fn queue(self) -> Option<u32> {
+        match self {
+            Opcode::Write | Opcode::ReadResponse => None,
+            Opcode::ReadRequest => Some(1),
+            Opcode::Terminate => Some(2),
+            _ => Some(0),
+        }
+    }
+
+    /// Sends that carry an STag for the receiver to invalidate.
+    pub fn invalidates(self) -> bool {
+        matches!(self, Opcode::SendInvalidate | Opcode::SendSeInvalidate)
+    }
+
+    /// Sends with the solicited event bit.
+    pub fn solicited(self) -> bool {
+        matches!(self, Opcode::SendSe | Opcode::SendSeInvalidate)
+    }
+
+    /// DDP header bytes (control included) for this opcode.
+    pub fn header_len(self) -> usize {
+        if self.tagged() { DdpHeader::TAGGED_LEN } else { DdpHeader::UNTAGGED_LEN }
+    }
+}
+
+/// The two control bytes: DDP's T and L flags and version, RDMAP's version
+/// and opcode. Versions are 1 on the wire and checked on parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ctrl {
+    /// L: the last segment of its message.
+    pub last: bool,
+    pub opcode: Opcode,
+}
+
+const T: u8 = 0x80;
+const L: u8 = 0x40;
+const DDP_VERSION: u8 = 1;
+const RDMAP_VERSION: u8 = 1;
+
+impl Ctrl {
+    fn parse(b: &[u8]) -> Result<Ctrl, WireError> {
+        let (ddp, rdmap) = (b[0], b[1]);
+        if ddp & 0x03 != DDP_VERSION {
+            return Err(WireError::BadDdpVersion(ddp & 0x03));
+        }
+        if rdmap >> 6 != RDMAP_VERSION {
+            return Err(WireError::BadRdmapVersion(rdmap >> 6));
+        }
+        let opcode = Opcode::from_u8(rdmap & 0x0f).ok_or(WireError::BadOpcode(rdmap & 0x0f))?;
+        // Linux siw takes the header's shape from the opcode alone; the T
+        // bit must agree with it (RFC 5040 §4.1), and here it must.
+        if (ddp & T != 0) != opcode.tagged() {
+            return Err(WireError::BadOpcode(opcode as u8));
+        }
+        Ok(Ctrl { last: ddp & L != 0, opcode })
+    }
+
+    fn emit(&self) -> [u8; 2] {
+        let t = if self.opcode.tagged() { T } else { 0 };
+        let l = if self.last { L } else { 0 };
+        [t | l | DDP_VERSION, (RDMAP_VERSION << 6) | self.opcode as u8]
+    }
+}
+
+/// A DDP segment header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DdpHeader {
+    Tagged {
+        ctrl: Ctrl,
+        stag: u32,
+        to: u64,
+    },
+    /// `inval_stag` is the STag to invalidate for the Send-with-Invalidate
+    /// opcodes, zero otherwise.
+    Untagged {
+        ctrl: Ctrl,
+        inval_stag: u32,
+        qn: u32,
+        msn: u32,
+        mo: u32,
+    },
+}
+
+impl DdpHeader {
+    pub const TAGGED_LEN: usize = 14;
+    pub const UNTAGGED_LEN: usize = 18;
+
+    /// The opcode of a header starting at `b`, from its first two bytes:
+    /// how long the header is.
+    pub fn peek(b: &[u8]) -> Result<Ctrl, WireError> {
+        Ctrl::parse(b)
+    }
+
+    /// The header at the start of a ULPDU.
+    pub fn parse(b: &[u8]) -> Result<DdpHeader, WireError> {
+        let ctrl = Ctrl::parse(b)?;
+        let need = ctrl.opcode.header_len();
+        if b.len() < need {
+            let len = b.len() as u16;
+            return Err(WireError::ShortUlpdu { len, need: need as u16 });
+        }
+        Ok(if ctrl.opcode.tagged() {
+            DdpHeader::Tagged { ctrl, stag: be32(b, 2), to: be64(b, 6) }
+        } else {
+            let (inval_stag, qn, msn, mo) = (be32(b, 2), be32(b, 6), be32(b, 10), be32(b, 14));
+            DdpHeader::Untagged { ctrl, inval_stag, qn, msn, mo }
+        })
+    }
+
+    pub fn ctrl(&self) -> Ctrl {
+        match *self {
+            DdpHeader::Tagged { ctrl, .. } | DdpHeader::Untagged { ctrl, .. } => ctrl,
+        }
+    }
+
+    /// Bytes the header takes.
+    pub fn buffer_len(&self) -> usize {
+        self.ctrl().opcode.header_len()
+    }
+
+    /// Append the header to `out`.
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.ctrl().emit());
+        match *self {
+            DdpHeader::Tagged { stag, to, .. } => {
+                out.extend_from_slice(&stag.to_be_bytes());
+                out.extend_from_slice(&to.to_be_bytes());
+            }
+            DdpHeader::Untagged { inval_stag, qn, msn, mo, .. } => {
+                for v in [inval_stag, qn, msn, mo] {
+                    out.extend_from_slice(&v.to_be_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// The body of an RDMA Read Request (RFC 5040 §4.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadRequest {
+    pub sink_stag: u32,
+    pub sink_to: u64,
+    pub size: u32,
+    pub src_stag: u32,
+    pub src_to: u64,
+}
+
+impl ReadRequest {
+    pub const LEN: usize = 28;
+
+    pub fn parse(b: &[u8]) -> Option<ReadRequest> {
+        (b.len() == Self::LEN).then(|| ReadRequest {
+            sink_stag: be32(b, 0),
+            sink_to: be64(b, 4),
+            size: be32(b, 12),
+            src_stag: be32(b, 16),
+            src_to: be64(b, 20),
+        })
+    }
+
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.sink_stag.to_be_bytes());
+        out.extend_from_slice(&self.sink_to.to_be_bytes());
+        out.extend_from_slice(&self.size.to_be_bytes());
+        out.extend_from_slice(&self.src_stag.to_be_bytes());
+        out.extend_from_slice(&self.src_to.to_be_bytes());
+    }
+}
+
+/// The layer a Terminate blames (RFC 5040 §4.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TermLayer {
+    Rdmap = 0,
+    Ddp = 1,
+    /// The lower layer: MPA.
+    Llp = 2,
+}
+
+/// A Terminate message's body, as RFC 5040 §4.8 lays it out: layer in the
+/// high nibble of its first byte, error type in the low one; M, D, R flags
+/// as 0x80, 0x40, 0x20 of the third. (Linux siw on x86 swaps the nibbles
+/// and puts the flags in bits 0-2: a reader of siw's Terminates must know.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Terminate {
+    pub layer: TermLayer,
+    pub etype: u8,
+    pub code: u8,
+    /// M: the terminated segment's DDP length.
+    pub seg_len: Option<u16>,
+    /// D: the terminated DDP header (14 or 18 bytes).
+    pub ddp_header: Option<Vec<u8>>,
+    /// R: the terminated RDMAP header (28 bytes, a Read Request's body).
+    pub rdmap_header: Option<Vec<u8>>,
+}
+
+impl Terminate {
+    pub fn new(layer: TermLayer, etype: u8, code: u8) -> Self {
+        Self { layer, etype, code, seg_len: None, ddp_header: None, rdmap_header: None }
+    }
+
+    pub fn parse(b: &[u8]) -> Result<Terminate, WireError> {
+        let bad = WireError::BadTerminate;
+        if b.len() < 4 {
+            return Err(bad);
+        }
+        let layer = match b[0] >> 4 {
+            0 => TermLayer::Rdmap,
+            1 => TermLayer::Ddp,
+            2 => TermLayer::Llp,
+            _ => return Err(bad),
+        };
+        let mut t = Terminate::new(layer, b[0] & 0x0f, b[1]);
+        let mut at = 4;
+        if b[2] & 0x80 != 0 {
+            t.seg_len = Some(be16(b.get(at..at + 2).ok_or(bad)?, 0));
+            at += 2;
+        }
+        if b[2] & 0x40 != 0 {
+            let len = DdpHeader::peek(b.get(at..at + 2).ok_or(bad)?)
+                .map_or(DdpHeader::UNTAGGED_LEN, |c| c.opcode.header_len());
+            t.ddp_header = Some(b.get(at..at + len).ok_or(bad)?.to_vec());
+            at += len;
+        }
+        if b[2] & 0x20 != 0 {
+            t.rdmap_header = Some(b.get(at..at + ReadRequest::LEN).ok_or(bad)?.to_vec());
+            at += ReadRequest::LEN;
+        }
+        if at != b.len() { Err(bad) } else { Ok(t) }
+    }
+
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        let flag = |on: bool, f: u8| if on { f } else { 0 };
+        out.push(((self.layer as u8) << 4) | (self.etype & 0x0f));
+        out.push(self.code);
+        out.push(
+            flag(self.seg_len.is_some(), 0x80)
+                | flag(self.ddp_header.is_some(), 0x40)
+                | flag(self.rdmap_header.is_some(), 0x20),
+        );
+        out.push(0);
+        if let Some(n) = self.seg_len {
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        for part in [&self.ddp_header, &self.rdmap_header].into_iter().flatten() {
+            out.extend_from_slice(part);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    fn untagged(last: bool, opcode: Opcode, inval_stag: u32, msn: u32, mo: u32) -> DdpHeader {
+        let qn = opcode.queue().unwrap();
+        DdpHeader::Untagged { ctrl: Ctrl { last, opcode }, inval_stag, qn, msn, mo }
+    }
+
+    /// The headers of a Linux NVMe/RDMA exchange (the reference's capture,
+    /// MPA length stripped), each parsed and emitted back byte for byte.
+    #[test]
+    fn headers_from_a_linux_capture() {
+        let cases = [
+            // Connect capsule: Send, last, QN 0, MSN 1, MO 0.
+            ("4143 00000000 00000000 00000001 00000000", untagged(true, Opcode::Send, 0, 1, 0)),
+            // Read Request header (QN 1, MSN 1).
+            (
+                "4141 00000000 00000001 00000001 00000000",
+                untagged(true, Opcode::ReadRequest, 0, 1, 0),
+            ),
+            // Read Response, last, to the target's sink.
+            (
+                "c142 842e7201 ff29a58f50051000",
+                DdpHeader::Tagged {
+                    ctrl: Ctrl { last: true, opcode: Opcode::ReadResponse },
+                    stag: 0x842e7201,
+                    to: 0xff29a58f50051000,
+                },
+            ),
+            // Send with Invalidate carrying the host's key.
+            (
+                "4144 7fe79101 00000000 00000001 00000000",
+                untagged(true, Opcode::SendInvalidate, 0x7fe79101, 1, 0),
+            ),
+            // RDMA Write, not the last segment.
+            (
+                "8140 7fe79102 ff2af64142a6e000",
+                DdpHeader::Tagged {
+                    ctrl: Ctrl { last: false, opcode: Opcode::Write },
+                    stag: 0x7fe79102,
+                    to: 0xff2af64142a6e000,
+                },
+            ),
+            // Terminate: QN 2, MSN 1.
+            (
+                "4147 00000000 00000002 00000001 00000000",
+                untagged(true, Opcode::Terminate, 0, 1, 0),
+            ),
+        ];
+        for (bytes, want) in cases {
+            let b = hex(bytes);
+            assert_eq!(DdpHeader::parse(&b), Ok(want), "{bytes}");
+            assert_eq!(want.buffer_len(), b.len());
+            let mut out = Vec::new();
+            want.emit(&mut out);
+            assert_eq!(out, b, "{bytes}");
+        }
+    }
+
+    #[test]
+    fn the_read_request_body() {
+        let b = hex("842e7201 ff29a58f50051000 00000400 7fe79101 ff2af6414290a000");
+        let want = ReadRequest {
+            sink_stag: 0x842e7201,
+            sink_to: 0xff29a58f50051000,
+            size: 1024,
+            src_stag: 0x7fe79101,
+            src_to: 0xff2af6414290a000,
+        };
+        assert_eq!(ReadRequest::parse(&b), Some(want));
+        let mut out = Vec::new();
+        want.emit(&mut out);
+        assert_eq!(out, b);
+        assert_eq!(ReadRequest::parse(&b[..27]), None);
+    }
+
+    #[test]
+    fn bad_control_bytes() {
+        assert_eq!(DdpHeader::parse(&hex("4248")), Err(WireError::BadDdpVersion(2)));
+        assert_eq!(DdpHeader::parse(&hex("4103")), Err(WireError::BadRdmapVersion(0)));
+        assert_eq!(DdpHeader::parse(&hex("4148")), Err(WireError::BadOpcode(8)));
+        // T must agree with the opcode: an untagged Write, a tagged Send.
+        assert_eq!(DdpHeader::parse(&hex("4140")), Err(WireError::BadOpcode(0)));
+        assert_eq!(DdpHeader::parse(&hex("c143")), Err(WireError::BadOpcode(3)));
+        assert_eq!(
+            DdpHeader::parse(&hex("c140 00000001")),
+            Err(WireError::ShortUlpdu { len: 6, need: 14 })
+        );
+    }
+
+    #[test]
+    fn terminates_round_trip() {
+        // DDP / untagged / MSN range, with the segment length and the DDP
+        // header that caused it.
+        let mut t = Terminate::new(TermLayer::Ddp, 2, 3);
+        t.seg_len = Some(0x0012);
+        t.ddp_header = Some(hex("4143 00000000 00000000 00000002 00000000"));
+        let mut out = Vec::new();
+        t.emit(&mut out);
+        assert_eq!(&out[..6], hex("12 03 c0 00 0012"));
+        assert_eq!(Terminate::parse(&out), Ok(t));
+        // RDMAP / remote operation / unexpected opcode, nothing quoted.
+        let t = Terminate::new(TermLayer::Rdmap, 2, 6);
+        let mut out = Vec::new();
+        t.emit(&mut out);
+        assert_eq!(out, hex("02 06 00 00"));
+        assert_eq!(Terminate::parse(&out), Ok(t));
+        assert_eq!(Terminate::parse(&hex("32 06 00 00")), Err(WireError::BadTerminate));
+        assert_eq!(Terminate::parse(&hex("12 03 40 00 4143")), Err(WireError::BadTerminate));
+    }
+}

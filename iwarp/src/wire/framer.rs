@@ -1,0 +1,331 @@
+//! MPA FPDUs (RFC 5044 §7.2) as a byte stream: built whole on transmit,
+//! taken apart resumably on receive, in whatever pieces TCP delivers (the
+//! CRC trailer alone included, as Linux siw often sends it).
+//!
+//! Markers are not supported: they are never offered, and a peer that
+//! asks for them is rejected at connection setup, as siw does.
+
+use super::{DdpHeader, WireError, crc32c_append};
+
+const LEN: usize = 2;
+const CRC: usize = 4;
+
+/// PAD bytes after a ULPDU of `ulpdu` bytes: the FPDU's length field,
+/// ULPDU and PAD end on a 4-byte boundary.
+fn pad(ulpdu: usize) -> usize {
+    (4 - (LEN + ulpdu) % 4) % 4
+}
+
+/// Bytes on the wire of an FPDU carrying a `ulpdu`-byte ULPDU.
+pub fn fpdu_len(ulpdu: usize) -> usize {
+    LEN + ulpdu + pad(ulpdu) + CRC
+}
+
+/// The largest ULPDU an FPDU may carry in one TCP segment of `emss` bytes,
+/// without markers (RFC 5044 §8.1.2): what is left after the length, CRC
+/// and alignment.
+pub fn mulpdu(emss: usize) -> usize {
+    emss.saturating_sub(6 + emss % 4)
+}
+
+/// Append the FPDU of `header` and `payload` to `out`: length, ULPDU, PAD,
+/// and the CRC32C (little-endian bytes, as siw sends it) when `crc`, zeros
+/// otherwise.
+pub fn emit_fpdu(header: &DdpHeader, payload: &[u8], crc: bool, out: &mut Vec<u8>) {
+    let start = out.len();
+    let ulpdu = header.buffer_len() + payload.len();
+    debug_assert!(ulpdu <= usize::from(u16::MAX), "a ULPDU of {ulpdu} bytes");
+    out.extend_from_slice(&(ulpdu as u16).to_be_bytes());
+    header.emit(out);
+    out.extend_from_slice(payload);
+    out.resize(out.len() + pad(ulpdu), 0);
+    let sum = if crc { crc32c_append(0, &out[start..]) } else { 0 };
+    out.extend_from_slice(&sum.to_le_bytes());
+}
+
+/// What the framer found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A DDP segment header; `payload_len` bytes of payload follow as
+    /// `Data`, then `End`.
+    Header { header: DdpHeader, payload_len: u32 },
+    /// Payload bytes at `offset` within this segment's payload.
+    Data { offset: u32, bytes: &'a [u8] },
+    /// The FPDU is complete, and its CRC (when checked) was right.
+    End,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Length,
+    Header { ulpdu: u16, need: usize },
+    Data { left: u32, offset: u32 },
+    Pad { left: usize },
+    Crc,
+    End,
+}
+
+/// The receive side of one MPA connection after setup.
+#[derive(Debug, Clone)]
+pub struct FpduFramer {
+    crc_on: bool,
+    state: State,
+    buf: [u8; LEN + DdpHeader::UNTAGGED_LEN],
+    have: usize,
+    crc: u32,
+}
+
+impl FpduFramer {
+    /// A framer checking CRCs when `crc` was negotiated.
+    pub fn new(crc: bool) -> Self {
+        Self { crc_on: crc, state: State::Length, buf: [0; 20], have: 0, crc: 0 }
+    }
+
+    /// Between FPDUs: the next byte starts one.
+    pub fn at_fpdu_start(&self) -> bool {
+        self.state == State::Length && self.have == 0
+    }
+
+    fn digest(&mut self, bytes: &[u8]) {
+        if self.crc_on {
+            self.crc = crc32c_append(self.crc, bytes);
+        }
+    }
+
+    /// Take bytes from `input`: how many were used and the event they
+    /// completed. `(n, None)` means all of it was used and more is needed;
+    /// call again while events come, even with no input left.
+    pub fn next<'a>(&mut self, input: &'a [u8]) -> Result<(usize, Option<Event<'a>>), WireError> {
+        let mut used = 0;
+        loop {
+            let rest = &input[used..];
+            match self.state {
+                State::Length | State::Header { .. } => {
+                    let need = match self.state {
+                        State::Header { need, .. } => LEN + need,
+                        _ => LEN + 2,
+                    };
+                    let k = (need - self.have).min(rest.len());
+                    self.buf[self.have..self.have + k].copy_from_slice(&rest[..k]);
+                    self.have += k;
+                    used += k;
+                    if self.have < need {
+                        return Ok((used, None));
+                    }
+                    let ulpdu = u16::from_be_bytes([self.buf[0], self.buf[1]]);
+                    if let State::Length = self.state {
+                        // The control bytes say how long the header is.
+                        let ctrl = DdpHeader::peek(&self.buf[LEN..LEN + 2])?;
+                        let need = ctrl.opcode.header_len();
+                        if usize::from(ulpdu) < need {
+                            return Err(WireError::ShortUlpdu { len: ulpdu, need: need as u16 });
+                        }
+                        self.state = State::Header { ulpdu, need };
+                        continue;
+                    }
+                    let header = DdpHeader::parse(&self.buf[LEN..need])?;
+                    self.crc = 0;
+                    let buf = self.buf;
+                    self.digest(&buf[..need]);
+                    let payload_len = u32::from(ulpdu) - header.buffer_len() as u32;
+                    self.state = State::Data { left: payload_len, offset: 0 };
+                    self.have = 0;
+                    return Ok((used, Some(Event::Header { header, payload_len })));
+                }
+                State::Data { left: 0, offset } => {
+                    let ulpdu = offset as usize + self.header_len();
+                    self.state = State::Pad { left: pad(ulpdu) };
+                }
+                State::Data { left, offset } => {
+                    let k = (left as usize).min(rest.len());
+                    if k == 0 {
+                        return Ok((used, None));
+                    }
+                    let bytes = &rest[..k];
+                    self.digest(bytes);
+                    used += k;
+                    self.state = State::Data { left: left - k as u32, offset: offset + k as u32 };
+                    return Ok((used, Some(Event::Data { offset, bytes })));
+                }
+                State::Pad { left } => {
+                    let k = left.min(rest.len());
+                    self.digest(&rest[..k]);
+                    used += k;
+                    if k < left {
+                        self.state = State::Pad { left: left - k };
+                        return Ok((used, None));
+                    }
+                    self.state = State::Crc;
+                }
+                State::Crc => {
+                    let k = (CRC - self.have).min(rest.len());
+                    self.buf[self.have..self.have + k].copy_from_slice(&rest[..k]);
+                    self.have += k;
+                    used += k;
+                    if self.have < CRC {
+                        return Ok((used, None));
+                    }
+                    self.have = 0;
+                    let got =
+                        u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
+                    if self.crc_on && got != self.crc {
+                        return Err(WireError::BadCrc);
+                    }
+                    self.state = State::End;
+                }
+                State::End => {
+                    self.state = State::Length;
+                    return Ok((used, Some(Event::End)));
+                }
+            }
+        }
+    }
+
+    /// The header length of the FPDU in progress (kept in `buf` while its
+    /// data passes).
+    fn header_len(&self) -> usize {
+        DdpHeader::peek(&self.buf[LEN..LEN + 2]).map_or(0, |c| c.opcode.header_len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Ctrl, Opcode};
+
+    fn send(msn: u32, payload_len: usize) -> (DdpHeader, Vec<u8>) {
+        let ctrl = Ctrl { last: true, opcode: Opcode::Send };
+        let h = DdpHeader::Untagged { ctrl, inval_stag: 0, qn: 0, msn, mo: 0 };
+        (h, (0..payload_len).map(|i| (i * 7 + msn as usize) as u8).collect())
+    }
+
+    fn write(stag: u32, to: u64, payload_len: usize, last: bool) -> (DdpHeader, Vec<u8>) {
+        let h = DdpHeader::Tagged { ctrl: Ctrl { last, opcode: Opcode::Write }, stag, to };
+        (h, (0..payload_len).map(|i| (i * 13) as u8).collect())
+    }
+
+    #[test]
+    fn sizes_and_pad() {
+        // A zero-length Send is 24 bytes: length 18, no PAD, CRC.
+        let (h, p) = send(1, 0);
+        let mut out = Vec::new();
+        emit_fpdu(&h, &p, false, &mut out);
+        assert_eq!(out.len(), 24);
+        assert_eq!(&out[..4], [0x00, 0x12, 0x41, 0x43]);
+        assert_eq!(&out[20..], [0, 0, 0, 0], "CRC off: zeros");
+        // The zero-length RTR Write of the reference: 00 0e c1 40, STag 1.
+        let (h, p) = write(1, 0, 0, true);
+        let mut out = Vec::new();
+        emit_fpdu(&h, &p, false, &mut out);
+        assert_eq!(&out[..8], [0x00, 0x0e, 0xc1, 0x40, 0, 0, 0, 1]);
+        assert_eq!(out.len(), 2 + 14 + 4, "no payload, no PAD");
+        assert_eq!(fpdu_len(14), 20);
+        // One payload byte: 2 + 19 = 21, three bytes of PAD.
+        assert_eq!(fpdu_len(19), 2 + 19 + 3 + 4);
+        // siw's MSS-sized Write: 1448-byte segments carry 1442-byte ULPDUs.
+        assert_eq!(mulpdu(1448), 1442);
+        assert_eq!(fpdu_len(mulpdu(1448)), 1448);
+    }
+
+    #[test]
+    fn crc_is_the_values_little_endian_bytes() {
+        let (h, p) = send(1, 16);
+        let mut out = Vec::new();
+        emit_fpdu(&h, &p, true, &mut out);
+        let n = out.len();
+        let sum = crc32c::crc32c(&out[..n - 4]);
+        assert_eq!(out[n - 4..], sum.to_le_bytes());
+    }
+
+    /// Events for `stream` fed `piece` bytes at a time, as text.
+    fn run(f: &mut FpduFramer, stream: &[u8], piece: usize) -> Result<Vec<String>, WireError> {
+        feed(f, &stream.chunks(piece).collect::<Vec<_>>())
+    }
+
+    /// Events for the stream that `chunks` make up, fed one at a time.
+    fn feed(f: &mut FpduFramer, chunks: &[&[u8]]) -> Result<Vec<String>, WireError> {
+        let mut out = Vec::new();
+        let mut data = Vec::new();
+        for chunk in chunks {
+            let mut at = 0;
+            loop {
+                let (n, ev) = f.next(&chunk[at..])?;
+                at += n;
+                match ev {
+                    None => break,
+                    Some(Event::Header { header, payload_len }) => {
+                        out.push(format!("{:?} {payload_len}", header.ctrl().opcode))
+                    }
+                    Some(Event::Data { offset, bytes }) => {
+                        assert_eq!(offset as usize, data.len());
+                        data.extend_from_slice(bytes);
+                    }
+                    Some(Event::End) => {
+                        out.push(format!("end {}", data.len()));
+                        data.clear();
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn fpdus_cut_at_every_point_with_and_without_crc() {
+        for crc in [false, true] {
+            let mut stream = Vec::new();
+            for (h, p) in
+                [send(1, 0), write(0x101, 4096, 37, false), send(2, 5), write(0x101, 4133, 3, true)]
+            {
+                emit_fpdu(&h, &p, crc, &mut stream);
+            }
+            let want =
+                ["Send 0", "end 0", "Write 37", "end 37", "Send 5", "end 5", "Write 3", "end 3"];
+            for piece in 1..=stream.len() {
+                let mut f = FpduFramer::new(crc);
+                assert_eq!(
+                    run(&mut f, &stream, piece).unwrap(),
+                    want,
+                    "crc {crc}, pieces of {piece}"
+                );
+                assert!(f.at_fpdu_start());
+            }
+        }
+    }
+
+    #[test]
+    fn a_crc_trailer_arriving_alone_and_a_bad_one() {
+        let (h, p) = write(7, 0, 1428, true);
+        let mut fpdu = Vec::new();
+        emit_fpdu(&h, &p, true, &mut fpdu);
+        // As siw sends it: header and data in one segment, the CRC in the next.
+        let (body, trailer) = fpdu.split_at(fpdu.len() - 4);
+        let ev = feed(&mut FpduFramer::new(true), &[body, trailer]).unwrap();
+        assert_eq!(ev, ["Write 1428", "end 1428"]);
+        // One flipped payload bit fails the CRC; with CRC off it passes.
+        fpdu[100] ^= 1;
+        assert_eq!(run(&mut FpduFramer::new(true), &fpdu, 64), Err(WireError::BadCrc));
+        assert!(run(&mut FpduFramer::new(false), &fpdu, 64).is_ok());
+    }
+
+    #[test]
+    fn malformed_fpdus_are_refused() {
+        // A Send whose length is shorter than its 18-byte header.
+        let mut b = vec![0x00, 0x10, 0x41, 0x43];
+        b.resize(24, 0);
+        assert_eq!(
+            FpduFramer::new(false).next(&b),
+            Err(WireError::ShortUlpdu { len: 16, need: 18 })
+        );
+        // Opcode 8 (the patent's encodings, not RFC 5040's).
+        assert_eq!(
+            FpduFramer::new(false).next(&[0, 0x12, 0x41, 0x48]),
+            Err(WireError::BadOpcode(8))
+        );
+        assert_eq!(
+            WireError::BadOpcode(8).terminate(),
+            Some((crate::wire::TermLayer::Rdmap, 2, 6))
+        );
+        assert_eq!(WireError::BadCrc.terminate(), Some((crate::wire::TermLayer::Llp, 0, 2)));
+    }
+}
