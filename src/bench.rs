@@ -3,12 +3,13 @@
 //! A matrix of workloads (block size, direction, queue depth, data digest,
 //! offload set, MTU), each point run `reps` times on fresh stacks over the
 //! in-process wire (or a pair of TAP devices). The host, the host's NIC and
-//! the controller (with its NIC) each run on a thread of their own. Per
-//! run: a warm-up, then a measured phase over which each thread's CPU time
-//! is read from the kernel: the host's is what a host with this NIC pays,
-//! the NIC's is what hardware would do instead. The process's CPU time is
-//! read too, as a check that the threads account for all of it. Points are
-//! reported as medians with their spread.
+//! the controller (with its NIC) run in lockstep on one thread, with the
+//! thread's CPU clock read between them, or (`threads`, and always over
+//! TAP) on a thread each, with each thread's clock read. Per run: a
+//! warm-up, then a measured phase: the host's CPU is what a host with this
+//! NIC pays, the NIC's is what hardware would do instead, and the
+//! process's CPU time is read too, as a check that the parts account for
+//! all of it. Points are reported as medians with their spread.
 
 use crate::app::HostApp;
 use crate::clock::Clock;
@@ -95,9 +96,16 @@ pub struct BenchOptions {
     /// Run over these TAP devices (host's, controller's) instead of the
     /// in-process wire; their MTU is the interfaces'.
     pub tap: Option<(String, String)>,
-    /// Host, NIC and controller on threads of their own (always over TAP)
-    /// instead of in lockstep on one thread.
+    /// Host, NIC and controller on threads of their own instead of in
+    /// lockstep on one thread (over TAP they always are).
     pub threads: bool,
+}
+
+impl BenchOptions {
+    /// Whether the parts run on threads of their own.
+    pub fn threaded(&self) -> bool {
+        self.threads || self.tap.is_some()
+    }
 }
 
 impl Default for BenchOptions {
@@ -469,7 +477,7 @@ fn run_once<M: Medium + Send + 'static>(
     };
     let limit = Duration::from_secs(120);
     // The host's stack runs on the NIC's descriptor ring.
-    let (error, sample) = if o.threads || o.tap.is_some() {
+    let (error, sample) = if o.threaded() {
         let (ring, nic) = NicThread::spawn(hdev).map_err(|e| e.to_string())?;
         let mut host =
             HostSide::new(Stack::new(ring, hcfg, now), Host::new(host_cfg), remote, Some(hddp));
@@ -654,8 +662,8 @@ pub fn raw_tcp(o: &BenchOptions, mtu: usize) -> Result<(f64, f64), String> {
     let mut v = Vec::new();
     for _ in 0..o.reps.max(1) {
         v.push(match media(o, mtu)? {
-            Media::Wire(a, b) => through_nic(a, b, d, o.threads)?,
-            Media::Tap(a, b) => through_nic(a, b, d, true)?,
+            Media::Wire(a, b) => through_nic(a, b, d, o.threaded())?,
+            Media::Tap(a, b) => through_nic(a, b, d, o.threaded())?,
         });
     }
     Ok((median(v.clone()), spread(&v)))
@@ -899,7 +907,7 @@ impl Report {
                 Some((h, c)) => format!("tap {h},{c}"),
                 None => "in-process wire".into(),
             },
-            mode: if o.threads { "threads" } else { "lockstep" },
+            mode: if o.threaded() { "threads" } else { "lockstep" },
             spread_limit: SPREAD_LIMIT,
             targets: check_targets(&points),
             points,

@@ -864,7 +864,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
         reps: a.reps.max(1),
         warmup: Duration::from_secs_f64(a.warmup),
         duration: Duration::from_secs_f64(a.time),
-        threads: a.threads || tap.is_some(),
+        threads: a.threads,
         tap,
     };
     if o.bs.iter().any(|&b| b == 0 || b % 512 != 0) || o.qd.contains(&0) {

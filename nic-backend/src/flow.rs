@@ -1,8 +1,8 @@
 //! One offloaded socket: its configuration, its tag table, and a PDU
 //! tracker for each direction.
 //!
-//! Receive: in-sequence segments run through the NIC's PDU tracker. Data of a C2HData
-//! (host) or H2CData (controller) PDU whose tag is mapped is written into
+//! Receive: in-sequence segments run through the NIC's PDU tracker. Data of
+//! a C2HData (host) or H2CData (controller) PDU whose tag is mapped is written into
 //! the mapped buffer with its digest computed in the same pass; every range
 //! gets a hint. Old segments pass untouched. A gap inside a PDU's data is
 //! skipped by length; a gap over a header loses the context: the tracker
@@ -110,7 +110,7 @@ struct RxPdu {
 
 struct RxTrack {
     next: u64,
-    framer: Tracker,
+    tracker: Tracker,
     sync: Sync,
     pdu: Option<RxPdu>,
     /// Start of bytes consumed without an event (a header or digest still
@@ -120,7 +120,7 @@ struct RxTrack {
 
 struct TxTrack {
     next: u64,
-    framer: Tracker,
+    tracker: Tracker,
     /// False after our own stream failed to parse: stop touching it.
     ok: bool,
     crc_on: bool,
@@ -169,9 +169,7 @@ impl Placed {
         meta.placed = self.ranges;
         meta
     }
-}
 
-impl Placed {
     /// Stream bytes `[start, end)` were placed and the ULP was told so.
     /// Ranges that do not fit are left out: the stack copies them too,
     /// which the ULP never reads, and which is always correct.
@@ -211,8 +209,8 @@ impl Flow {
         };
         let digests =
             (config.dgst & Config::DGST_HEADER != 0, config.dgst & Config::DGST_DATA != 0);
-        let rx_framer = Tracker::new(rx_dir, digests);
-        let tx_framer = Tracker::new(tx_dir, digests);
+        let rx_tracker = Tracker::new(rx_dir, digests);
+        let tx_tracker = Tracker::new(tx_dir, digests);
         Self {
             ctx: Arc::new(SkCtx::new()),
             peer_isn,
@@ -221,14 +219,14 @@ impl Flow {
             table: (0..table_len).map(|_| None).collect(),
             rx: RxTrack {
                 next: config.rx_start,
-                framer: rx_framer,
+                tracker: rx_tracker,
                 sync: Sync::Synced,
                 pdu: None,
                 undecided: None,
             },
             tx: TxTrack {
                 next: config.tx_start,
-                framer: tx_framer,
+                tracker: tx_tracker,
                 ok: true,
                 crc_on: false,
                 crc: 0,
@@ -289,7 +287,7 @@ impl Flow {
     }
 
     fn lose(&mut self) {
-        self.rx.framer.reset();
+        self.rx.tracker.reset();
         self.rx.pdu = None;
         self.rx.undecided = None;
         self.rx.sync = Sync::Lost { candidate: None };
@@ -302,7 +300,7 @@ impl Flow {
         match self.rx.sync {
             Sync::Lost { .. } => {}
             Sync::Synced | Sync::Pending { .. } => {
-                if self.rx.framer.skip(n) {
+                if self.rx.tracker.skip(n) {
                     if let Some(p) = &mut self.rx.pdu {
                         p.intact = false;
                     }
@@ -313,10 +311,9 @@ impl Flow {
         }
     }
 
-    fn hint(&self, start: u64, end: u64, flags: HintFlags) {
-        if flags != HintFlags::NONE {
-            self.ctx.push_hint(start, end, flags);
-        }
+    /// Tell the ULP how `[start, end)` was handled; whether it now knows.
+    fn hint(&self, start: u64, end: u64, flags: HintFlags) -> bool {
+        flags == HintFlags::NONE || self.ctx.push_hint(start, end, flags)
     }
 
     fn feed(&mut self, at: u64, data: &[u8], env: &mut Env) {
@@ -327,7 +324,7 @@ impl Flow {
                     Some(p) => {
                         pos += p;
                         let start = at + pos as u64;
-                        self.rx.framer.reset();
+                        self.rx.tracker.reset();
                         self.rx.sync =
                             Sync::Pending { chain: VecDeque::from([start]), since_request: 0 };
                         self.ctx.request_resync(start);
@@ -337,7 +334,7 @@ impl Flow {
                 }
             }
             let base = at + pos as u64;
-            let (n, ev) = match self.rx.framer.next(&data[pos..]) {
+            let (n, ev) = match self.rx.tracker.next(&data[pos..]) {
                 Ok(step) => step,
                 Err(_) => {
                     // Not a header after all: hunt again past this byte.
@@ -432,13 +429,12 @@ impl Flow {
         if !pdu.trusted {
             return;
         }
-        let mut flags = HintFlags::NONE;
         let n = bytes.len() as u64;
         let mapping = pdu.place.and_then(|(tag, datao)| {
             let m = self.table.get(usize::from(tag)).and_then(Option::as_ref)?;
             Some((m, (datao + offset) as usize))
         });
-        match mapping {
+        let placed = match mapping {
             Some((m, pos)) if self.ctx.has_room() => {
                 let Some(crc) = m.place(pos, bytes, pdu.crc_on.then_some(pdu.crc)) else {
                     debug_assert!(false, "placement past the end of mapping {:?}", pdu.place);
@@ -450,27 +446,23 @@ impl Flow {
                     env.stats.nic_crc_bytes += n;
                 }
                 env.stats.nic_placed_bytes += n;
-                flags = flags.union(HintFlags::PLACED);
-                if pdu.crc_on && pdu.intact {
-                    flags = flags.union(HintFlags::CRC_OK);
-                }
-                // The stack may skip these bytes only if the ULP learns that
-                // they were placed.
-                if self.ctx.push_hint(at, at + n, flags) && env.placed.push(at, at + n) {
-                    env.stats.nic_zero_copy_bytes += n;
-                }
-                return;
+                true
             }
             _ if pdu.crc_on => {
                 pdu.crc = crc32c_append(pdu.crc, bytes);
                 env.stats.nic_crc_bytes += n;
+                false
             }
-            _ => {}
-        }
+            _ => false,
+        };
+        let mut flags = if placed { HintFlags::PLACED } else { HintFlags::NONE };
         if pdu.crc_on && pdu.intact {
             flags = flags.union(HintFlags::CRC_OK);
         }
-        self.hint(at, at + n, flags);
+        // The stack may skip placed bytes only if the ULP learns of them.
+        if self.hint(at, at + n, flags) && placed && env.placed.push(at, at + n) {
+            env.stats.nic_zero_copy_bytes += n;
+        }
     }
 
     fn on_end(&mut self, data_digest: Option<u32>, start: u64, end: u64, env: &mut Env) {
@@ -521,7 +513,7 @@ impl Flow {
         if !DIGESTIBLE.contains(data.first()?) {
             return None;
         }
-        let t = &self.rx.framer;
+        let t = &self.rx.tracker;
         let h = pdu::parse(data, t.direction(), t.digests()).ok()?;
         (h.plen <= MAX_PLAUSIBLE_PLEN).then_some(h.plen)
     }
@@ -588,9 +580,9 @@ impl Flow {
         loop {
             // Inside a digest we fill: how many of its bytes are still to come.
             let digest_left =
-                self.tx.framer.remaining().filter(|&r| self.tx.crc_on && (1..=4).contains(&r));
+                self.tx.tracker.remaining().filter(|&r| self.tx.crc_on && (1..=4).contains(&r));
             let base = off + pos as u64;
-            let (n, header, more) = match self.tx.framer.next(&payload[pos..]) {
+            let (n, header, more) = match self.tx.tracker.next(&payload[pos..]) {
                 Ok((n, None)) => (n, None, false),
                 Ok((n, Some(Event::Header(repr)))) => (n, Some(repr), true),
                 Ok((n, Some(Event::Data { bytes, .. }))) => {

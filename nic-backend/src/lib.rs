@@ -301,8 +301,7 @@ enum Rx<'a, T> {
     /// is placed, so nothing needs saying before the stack looks).
     Through { inner: T, shared: &'a Shared },
     /// In the NIC's receive ring, with what was placed of it; empty if
-    /// withheld.
-    /// `frame` is reused and may be longer than the frame's `len`.
+    /// withheld. The buffer is reused and may be longer than `len`.
     Ring { frame: Vec<u8>, len: usize, meta: PacketMeta, ring: &'a RefCell<Vec<Vec<u8>>> },
 }
 

@@ -13,7 +13,7 @@ pub mod stack;
 
 pub use impair::{ImpairStats, Impairments, Profile};
 pub use medium::tap::Tap;
-pub use medium::wire::{VirtualWire, Wake, WireEnd, WireStats};
+pub use medium::wire::{VirtualWire, WireEnd, WireStats};
 pub use pcap::{PcapFile, capture};
 pub use stack::{Stack, StackConfig, TcpConn};
 

@@ -57,10 +57,21 @@ pub enum Event<'a> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
+    /// Gathering the length and the control bytes.
     Length,
-    Header { ulpdu: u16, need: usize },
-    Data { left: u32, offset: u32 },
-    Pad { left: usize },
+    /// Gathering the rest of a header of `need` bytes.
+    Header {
+        need: usize,
+    },
+    /// `pad` is the PAD that follows the data.
+    Data {
+        left: u32,
+        offset: u32,
+        pad: usize,
+    },
+    Pad {
+        left: usize,
+    },
     Crc,
     End,
 }
@@ -92,6 +103,15 @@ impl FpduFramer {
         }
     }
 
+    /// Copy from `rest` into `buf` until it holds `need` bytes; how many
+    /// were taken, and whether `buf` is now full.
+    fn gather(&mut self, rest: &[u8], need: usize) -> (usize, bool) {
+        let k = (need - self.have).min(rest.len());
+        self.buf[self.have..self.have + k].copy_from_slice(&rest[..k]);
+        self.have += k;
+        (k, self.have == need)
+    }
+
     /// Take bytes from `input`: how many were used and the event they
     /// completed. `(n, None)` means all of it was used and more is needed;
     /// call again while events come, even with no input left.
@@ -100,43 +120,37 @@ impl FpduFramer {
         loop {
             let rest = &input[used..];
             match self.state {
-                State::Length | State::Header { .. } => {
-                    let need = match self.state {
-                        State::Header { need, .. } => LEN + need,
-                        _ => LEN + 2,
-                    };
-                    let k = (need - self.have).min(rest.len());
-                    self.buf[self.have..self.have + k].copy_from_slice(&rest[..k]);
-                    self.have += k;
+                State::Length => {
+                    let (k, full) = self.gather(rest, LEN + 2);
                     used += k;
-                    if self.have < need {
+                    if !full {
                         return Ok((used, None));
                     }
+                    // The control bytes say how long the header is.
                     let ulpdu = u16::from_be_bytes([self.buf[0], self.buf[1]]);
-                    if let State::Length = self.state {
-                        // The control bytes say how long the header is.
-                        let ctrl = DdpHeader::peek(&self.buf[LEN..LEN + 2])?;
-                        let need = ctrl.opcode.header_len();
-                        if usize::from(ulpdu) < need {
-                            return Err(WireError::ShortUlpdu { len: ulpdu, need: need as u16 });
-                        }
-                        self.state = State::Header { ulpdu, need };
-                        continue;
+                    let need = DdpHeader::peek(&self.buf[LEN..LEN + 2])?.opcode.header_len();
+                    if usize::from(ulpdu) < need {
+                        return Err(WireError::ShortUlpdu { len: ulpdu, need: need as u16 });
                     }
-                    let header = DdpHeader::parse(&self.buf[LEN..need])?;
-                    self.crc = 0;
-                    let buf = self.buf;
-                    self.digest(&buf[..need]);
-                    let payload_len = u32::from(ulpdu) - header.buffer_len() as u32;
-                    self.state = State::Data { left: payload_len, offset: 0 };
+                    self.state = State::Header { need };
+                }
+                State::Header { need } => {
+                    let (k, full) = self.gather(rest, LEN + need);
+                    used += k;
+                    if !full {
+                        return Ok((used, None));
+                    }
+                    let header = DdpHeader::parse(&self.buf[LEN..LEN + need])?;
+                    let ulpdu = usize::from(u16::from_be_bytes([self.buf[0], self.buf[1]]));
+                    self.crc =
+                        if self.crc_on { crc32c_append(0, &self.buf[..LEN + need]) } else { 0 };
                     self.have = 0;
+                    let payload_len = (ulpdu - need) as u32;
+                    self.state = State::Data { left: payload_len, offset: 0, pad: pad(ulpdu) };
                     return Ok((used, Some(Event::Header { header, payload_len })));
                 }
-                State::Data { left: 0, offset } => {
-                    let ulpdu = offset as usize + self.header_len();
-                    self.state = State::Pad { left: pad(ulpdu) };
-                }
-                State::Data { left, offset } => {
+                State::Data { left: 0, pad, .. } => self.state = State::Pad { left: pad },
+                State::Data { left, offset, pad } => {
                     let k = (left as usize).min(rest.len());
                     if k == 0 {
                         return Ok((used, None));
@@ -144,7 +158,8 @@ impl FpduFramer {
                     let bytes = &rest[..k];
                     self.digest(bytes);
                     used += k;
-                    self.state = State::Data { left: left - k as u32, offset: offset + k as u32 };
+                    let (left, next) = (left - k as u32, offset + k as u32);
+                    self.state = State::Data { left, offset: next, pad };
                     return Ok((used, Some(Event::Data { offset, bytes })));
                 }
                 State::Pad { left } => {
@@ -158,11 +173,9 @@ impl FpduFramer {
                     self.state = State::Crc;
                 }
                 State::Crc => {
-                    let k = (CRC - self.have).min(rest.len());
-                    self.buf[self.have..self.have + k].copy_from_slice(&rest[..k]);
-                    self.have += k;
+                    let (k, full) = self.gather(rest, CRC);
                     used += k;
-                    if self.have < CRC {
+                    if !full {
                         return Ok((used, None));
                     }
                     self.have = 0;
@@ -179,12 +192,6 @@ impl FpduFramer {
                 }
             }
         }
-    }
-
-    /// The header length of the FPDU in progress (kept in `buf` while its
-    /// data passes).
-    fn header_len(&self) -> usize {
-        DdpHeader::peek(&self.buf[LEN..LEN + 2]).map_or(0, |c| c.opcode.header_len())
     }
 }
 

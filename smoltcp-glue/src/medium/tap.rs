@@ -4,7 +4,8 @@
 //! frame), readiness through `poll(2)`. Opening needs CAP_NET_ADMIN or a
 //! persistent TAP owned by the user, in the caller's network namespace.
 
-use crate::{Medium, Wake, WireEnd};
+use crate::medium::wire::Wake;
+use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
 use std::fs::{File, OpenOptions};

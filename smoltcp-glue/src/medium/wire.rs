@@ -79,7 +79,7 @@ const SLEEP_RX_OR_ROOM: u8 = 2;
 
 /// How a sleeping end is woken.
 #[derive(Clone)]
-pub enum Wake {
+pub(crate) enum Wake {
     /// The sleeping thread is parked.
     Thread(Thread),
     /// The sleeping thread polls this eventfd (with other descriptors).
@@ -335,7 +335,7 @@ impl WireEnd {
     /// when a frame arrives (or, after a refused transmit, when the lane
     /// out drains to half). Returns true, and arms nothing, if there is no
     /// need to sleep. Every `arm` is followed by a [`disarm`](Self::disarm).
-    pub fn arm(&self, wake: &Wake) -> bool {
+    pub(crate) fn arm(&self, wake: &Wake) -> bool {
         self.flush();
         let shared = &*self.shared;
         let me = &shared.sleepers[self.side];
@@ -356,7 +356,7 @@ impl WireEnd {
     }
 
     /// This end's thread is awake again.
-    pub fn disarm(&self) {
+    pub(crate) fn disarm(&self) {
         self.shared.sleepers[self.side].state.store(AWAKE, Ordering::SeqCst);
     }
 }
