@@ -82,7 +82,7 @@ impl Ctrl {
     fn parse(b: &[u8]) -> Result<Ctrl, WireError> {
         let (ddp, rdmap) = (b[0], b[1]);
         if ddp & 0x03 != DDP_VERSION {
-            return Err(WireError::BadDdpVersion(ddp & 0x03));
+            return Err(WireError::BadDdpVersion { tagged: ddp & T != 0, version: ddp & 0x03 });
         }
         if rdmap >> 6 != RDMAP_VERSION {
             return Err(WireError::BadRdmapVersion(rdmap >> 6));
@@ -217,10 +217,48 @@ pub enum TermLayer {
     Llp = 2,
 }
 
-/// A Terminate message's body, as RFC 5040 §4.8 lays it out: layer in the
-/// high nibble of its first byte, error type in the low one; M, D, R flags
-/// as 0x80, 0x40, 0x20 of the third. (Linux siw on x86 swaps the nibbles
-/// and puts the flags in bits 0-2: a reader of siw's Terminates must know.)
+/// How the first four bytes of a Terminate are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TermLayout {
+    /// RFC 5040 §4.8: layer in the high nibble of the first byte, error
+    /// type in the low one; M, D, R as 0x80, 0x40, 0x20 of the third.
+    #[default]
+    Rfc5040,
+    /// Linux siw on x86 (little-endian bitfields): the nibbles swapped and
+    /// M, D, R in bits 0, 1, 2 of the third byte.
+    LinuxX86,
+}
+
+const M_RFC: u8 = 0x80;
+const D_RFC: u8 = 0x40;
+const R_RFC: u8 = 0x20;
+
+impl TermLayout {
+    /// (layer, error type) from the first byte, M/D/R in RFC positions
+    /// from the third.
+    fn decode(self, b0: u8, b2: u8) -> (u8, u8, u8) {
+        match self {
+            TermLayout::Rfc5040 => (b0 >> 4, b0 & 0x0f, b2),
+            TermLayout::LinuxX86 => {
+                let bit = |i: u8, f: u8| if b2 & (1 << i) != 0 { f } else { 0 };
+                (b0 & 0x0f, b0 >> 4, bit(0, M_RFC) | bit(1, D_RFC) | bit(2, R_RFC))
+            }
+        }
+    }
+
+    fn encode(self, layer: u8, etype: u8, flags: u8) -> (u8, u8) {
+        match self {
+            TermLayout::Rfc5040 => ((layer << 4) | etype, flags),
+            TermLayout::LinuxX86 => {
+                let bit = |f: u8, i: u8| if flags & f != 0 { 1 << i } else { 0 };
+                ((etype << 4) | layer, bit(M_RFC, 0) | bit(D_RFC, 1) | bit(R_RFC, 2))
+            }
+        }
+    }
+}
+
+/// A Terminate message's body (RFC 5040 §4.8): who blames whom, and the
+/// headers of the segment that caused it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Terminate {
     pub layer: TermLayer,
@@ -239,46 +277,54 @@ impl Terminate {
         Self { layer, etype, code, seg_len: None, ddp_header: None, rdmap_header: None }
     }
 
+    /// The RFC 5040 layout.
     pub fn parse(b: &[u8]) -> Result<Terminate, WireError> {
+        Self::parse_as(b, TermLayout::Rfc5040)
+    }
+
+    pub fn parse_as(b: &[u8], layout: TermLayout) -> Result<Terminate, WireError> {
         let bad = WireError::BadTerminate;
         if b.len() < 4 {
             return Err(bad);
         }
-        let layer = match b[0] >> 4 {
+        let (layer, etype, flags) = layout.decode(b[0], b[2]);
+        let layer = match layer {
             0 => TermLayer::Rdmap,
             1 => TermLayer::Ddp,
             2 => TermLayer::Llp,
             _ => return Err(bad),
         };
-        let mut t = Terminate::new(layer, b[0] & 0x0f, b[1]);
+        let mut t = Terminate::new(layer, etype, b[1]);
         let mut at = 4;
-        if b[2] & 0x80 != 0 {
+        if flags & M_RFC != 0 {
             t.seg_len = Some(be16(b.get(at..at + 2).ok_or(bad)?, 0));
             at += 2;
         }
-        if b[2] & 0x40 != 0 {
+        if flags & D_RFC != 0 {
             let len = DdpHeader::peek(b.get(at..at + 2).ok_or(bad)?)
                 .map_or(DdpHeader::UNTAGGED_LEN, |c| c.opcode.header_len());
             t.ddp_header = Some(b.get(at..at + len).ok_or(bad)?.to_vec());
             at += len;
         }
-        if b[2] & 0x20 != 0 {
+        if flags & R_RFC != 0 {
             t.rdmap_header = Some(b.get(at..at + ReadRequest::LEN).ok_or(bad)?.to_vec());
             at += ReadRequest::LEN;
         }
         if at != b.len() { Err(bad) } else { Ok(t) }
     }
 
+    /// The RFC 5040 layout.
     pub fn emit(&self, out: &mut Vec<u8>) {
+        self.emit_as(TermLayout::Rfc5040, out)
+    }
+
+    pub fn emit_as(&self, layout: TermLayout, out: &mut Vec<u8>) {
         let flag = |on: bool, f: u8| if on { f } else { 0 };
-        out.push(((self.layer as u8) << 4) | (self.etype & 0x0f));
-        out.push(self.code);
-        out.push(
-            flag(self.seg_len.is_some(), 0x80)
-                | flag(self.ddp_header.is_some(), 0x40)
-                | flag(self.rdmap_header.is_some(), 0x20),
-        );
-        out.push(0);
+        let flags = flag(self.seg_len.is_some(), M_RFC)
+            | flag(self.ddp_header.is_some(), D_RFC)
+            | flag(self.rdmap_header.is_some(), R_RFC);
+        let (b0, b2) = layout.encode(self.layer as u8, self.etype & 0x0f, flags);
+        out.extend_from_slice(&[b0, self.code, b2, 0]);
         if let Some(n) = self.seg_len {
             out.extend_from_slice(&n.to_be_bytes());
         }
@@ -372,7 +418,7 @@ mod tests {
 
     #[test]
     fn bad_control_bytes() {
-        assert_eq!(DdpHeader::parse(&hex("4248")), Err(WireError::BadDdpVersion(2)));
+        assert_eq!(DdpHeader::parse(&hex("4248")), Err(WireError::BadDdpVersion { tagged: false, version: 2 }));
         assert_eq!(DdpHeader::parse(&hex("4103")), Err(WireError::BadRdmapVersion(0)));
         assert_eq!(DdpHeader::parse(&hex("4148")), Err(WireError::BadOpcode(8)));
         // T must agree with the opcode: an untagged Write, a tagged Send.
@@ -403,5 +449,24 @@ mod tests {
         assert_eq!(Terminate::parse(&out), Ok(t));
         assert_eq!(Terminate::parse(&hex("32 06 00 00")), Err(WireError::BadTerminate));
         assert_eq!(Terminate::parse(&hex("12 03 40 00 4143")), Err(WireError::BadTerminate));
+    }
+
+    /// siw's Terminates from the reference, read with the x86 layout.
+    #[test]
+    fn siws_terminates() {
+        let crc = Terminate::parse_as(&hex("02 02 00 00"), TermLayout::LinuxX86).unwrap();
+        assert_eq!(crc, Terminate::new(TermLayer::Llp, 0, 2));
+        let op = Terminate::parse_as(&hex("20 06 00 00"), TermLayout::LinuxX86).unwrap();
+        assert_eq!(op, Terminate::new(TermLayer::Rdmap, 2, 6));
+        let msn = hex("21 03 03 00 0012 4143 00000000 00000000 00000002 00000000");
+        let t = Terminate::parse_as(&msn, TermLayout::LinuxX86).unwrap();
+        assert_eq!((t.layer, t.etype, t.code, t.seg_len), (TermLayer::Ddp, 2, 3, Some(0x12)));
+        let mut out = Vec::new();
+        t.emit_as(TermLayout::LinuxX86, &mut out);
+        assert_eq!(out, msn);
+        // The same Terminate in the RFC's layout.
+        out.clear();
+        t.emit(&mut out);
+        assert_eq!(&out[..4], hex("12 03 c0 00"));
     }
 }

@@ -6,7 +6,7 @@ mod ddp;
 mod framer;
 mod mpa;
 
-pub use ddp::{Ctrl, DdpHeader, Opcode, ReadRequest, TermLayer, Terminate};
+pub use ddp::{Ctrl, DdpHeader, Opcode, ReadRequest, TermLayer, TermLayout, Terminate};
 pub use framer::{Event, FpduFramer, emit_fpdu, fpdu_len, mulpdu};
 pub use mpa::{IrdOrd, MpaFrame, MpaKind};
 
@@ -24,8 +24,8 @@ pub enum WireError {
     NoIrdOrd,
     #[error("FPDU CRC does not match")]
     BadCrc,
-    #[error("DDP version {0} is not 1")]
-    BadDdpVersion(u8),
+    #[error("DDP version {version} is not 1")]
+    BadDdpVersion { tagged: bool, version: u8 },
     #[error("RDMAP version {0} is not 1")]
     BadRdmapVersion(u8),
     #[error("RDMAP opcode {0:#x} is not one of RFC 5040's")]
@@ -46,10 +46,13 @@ impl WireError {
             WireError::BadKey | WireError::BadRevision(_) | WireError::NoIrdOrd => return None,
             WireError::PrivateDataTooLong(_) => return None,
             WireError::BadCrc => (Llp, 0, 2),
-            WireError::BadDdpVersion(_) => (Ddp, 2, 6),
+            WireError::BadDdpVersion { tagged: true, .. } => (Ddp, 1, 4),
+            WireError::BadDdpVersion { tagged: false, .. } => (Ddp, 2, 6),
             WireError::BadRdmapVersion(_) => (Rdmap, 2, 5),
             WireError::BadOpcode(_) => (Rdmap, 2, 6),
-            WireError::ShortUlpdu { .. } => (Llp, 0, 5),
+            // Neither RFC has a code for a segment too short for its own
+            // header: RDMAP's "unspecified".
+            WireError::ShortUlpdu { .. } => (Rdmap, 2, 0xff),
             WireError::BadTerminate => (Rdmap, 2, 6),
         })
     }

@@ -1,0 +1,540 @@
+//! A queue pair: one iWARP connection, sans-IO. Stream bytes in
+//! (`handle_input`), stream bytes out (`poll_transmit`), time in, a
+//! deadline out; work requests in, completions and connection events out.
+//!
+//! The connection manager lives here too (`connect`, `listen`, `accept`,
+//! `reject`): an MPA exchange is the first bytes of the same TCP stream.
+//! [`setup`] does MPA, [`rx`] the receive path and every check a peer's
+//! bytes must pass, [`tx`] turns work requests into FPDUs.
+
+mod rx;
+mod setup;
+mod tx;
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use ulp_ddp::SgEntry;
+
+use crate::mr::{Access, Device, MrError, Pd, Stag};
+use crate::wire::{FpduFramer, IrdOrd, TermLayer, TermLayout, Terminate, WireError};
+
+/// The ready-to-receive message a peer-to-peer initiator sends first
+/// (RFC 6581 §7.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rtr {
+    /// A zero-length Send.
+    Send,
+    /// A zero-length RDMA Write.
+    Write,
+    /// A zero-length RDMA Read Request (answered with a zero-length Read
+    /// Response).
+    Read,
+}
+
+/// How a QP connects and what it allows.
+#[derive(Debug, Clone)]
+pub struct QpConfig {
+    pub pd: Pd,
+    /// Inbound RDMA Read Requests this side serves at once.
+    pub ird: u16,
+    /// Outbound RDMA Read Requests this side has outstanding at once.
+    pub ord: u16,
+    /// Ask for MPA CRCs (either side asking turns them on).
+    pub crc: bool,
+    /// Active side: ask for peer-to-peer setup with this RTR. The passive
+    /// side takes what the initiator offers.
+    pub p2p: Option<Rtr>,
+    /// The TCP segment payload size FPDUs are cut to (MULPDU follows).
+    pub emss: usize,
+    pub sq_depth: usize,
+    pub rq_depth: usize,
+    /// How Terminates are read and written (Linux siw swaps fields).
+    pub term_layout: TermLayout,
+    /// How long the initiator waits for the MPA Reply (siw: 10 s).
+    pub reply_timeout: Duration,
+    /// How long the responder waits for the MPA Request (siw: 5 s).
+    pub request_timeout: Duration,
+}
+
+impl QpConfig {
+    pub fn new(pd: Pd) -> Self {
+        Self {
+            pd,
+            ird: 16,
+            ord: 16,
+            crc: false,
+            p2p: None,
+            emss: 1448,
+            sq_depth: 256,
+            rq_depth: 256,
+            term_layout: TermLayout::Rfc5040,
+            reply_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A send-queue work request.
+#[derive(Debug, Clone)]
+pub struct SendWr {
+    pub wr_id: u64,
+    /// Complete into the CQ when done (errors always complete).
+    pub signaled: bool,
+    pub op: SendOp,
+}
+
+#[derive(Debug, Clone)]
+pub enum SendOp {
+    /// Send `sgl`; with `invalidate`, the peer invalidates that STag
+    /// before it completes the receive.
+    Send { sgl: Vec<SgEntry>, solicited: bool, invalidate: Option<Stag> },
+    /// RDMA Write `sgl` to the peer's `stag` at `to`.
+    Write { sgl: Vec<SgEntry>, stag: Stag, to: u64 },
+    /// RDMA Read `len` bytes from the peer's `stag` at `to` into the local
+    /// `sink` (which must grant local and remote write, as iWARP asks).
+    Read { sink: Stag, sink_to: u64, len: u32, stag: Stag, to: u64 },
+    /// Fast register: make `stag` (an allocated index, new key) valid.
+    FastReg { stag: Stag, sgl: Vec<SgEntry>, iova: u64, access: Access },
+    /// Local invalidate.
+    LocalInv { stag: Stag },
+}
+
+/// A posted receive buffer for one Send.
+#[derive(Debug, Clone)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sgl: Vec<SgEntry>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcOpcode {
+    Send,
+    RdmaWrite,
+    RdmaRead,
+    FastReg,
+    LocalInv,
+    Recv,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcStatus {
+    Success,
+    /// A Send longer than the posted buffer.
+    LocalLength,
+    /// The peer refused an access to its memory (its Terminate said so).
+    RemoteAccess,
+    /// The peer terminated the stream for another reason.
+    RemoteOperation,
+    /// A Send with Invalidate named an STag that cannot be invalidated.
+    RemoteInvalidate,
+    /// A local memory registration failed.
+    LocalProtection,
+    /// The QP went down before this request ran.
+    Flushed,
+}
+
+/// A completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wc {
+    pub wr_id: u64,
+    pub opcode: WcOpcode,
+    pub status: WcStatus,
+    /// Bytes received (receives) or moved (reads, sends, writes).
+    pub byte_len: u32,
+    /// A Send with Invalidate: the STag invalidated before completion.
+    pub invalidated: Option<Stag>,
+    /// A Send with Solicited Event.
+    pub solicited: bool,
+}
+
+/// What the connection manager reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Passive side: an MPA Request arrived; `accept` or `reject` it.
+    ConnectRequest { rev: u8, ird_ord: Option<IrdOrd>, crc: bool, private_data: Vec<u8> },
+    /// The connection is up (for the initiator, with the Reply's data).
+    Established { private_data: Vec<u8> },
+    /// The responder rejected the connection.
+    Rejected { private_data: Vec<u8> },
+    /// The QP left service, and why.
+    Down(Down),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Down {
+    /// A clean close, by either side.
+    Closed,
+    /// This side aborted.
+    Aborted,
+    /// This side sent a Terminate.
+    TerminateSent(Terminate),
+    /// The peer sent one.
+    TerminateReceived(Terminate),
+    /// Connection setup failed.
+    Setup(SetupError),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetupError {
+    #[error("malformed MPA frame: {0}")]
+    Mpa(#[from] WireError),
+    #[error("the peer asked for MPA markers, which this side does not do")]
+    Markers,
+    #[error("an MPA {0} where none belongs")]
+    Unexpected(&'static str),
+    #[error("bytes from the initiator before the MPA Reply")]
+    EarlyData,
+    #[error("a revision 2 Reply without the enhanced flag")]
+    NotEnhanced,
+    #[error("no MPA {0} before the timeout")]
+    Timeout(&'static str),
+    #[error("the first FPDU is not the agreed RTR")]
+    NoMatchingRtr,
+}
+
+/// Errors from posting work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerbsError {
+    #[error("the QP is not connected")]
+    NotConnected,
+    #[error("the queue is full")]
+    QueueFull,
+    #[error("a scatter-gather entry is outside its buffer")]
+    BadSgl,
+    #[error("the connection negotiated no outbound RDMA Reads (ORD 0)")]
+    NoReads,
+    #[error("local memory: {0}")]
+    Local(#[from] MrError),
+    #[error("private data of {0} bytes is too long")]
+    PrivateData(usize),
+}
+
+/// How the caller should end the transport when the QP is done with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Close {
+    /// Send what is queued, then FIN.
+    Graceful,
+    /// RST.
+    Abortive,
+}
+
+/// Where the QP is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QpState {
+    /// Active: MPA Request sent, waiting for the Reply.
+    AwaitReply,
+    /// Passive: waiting for the MPA Request.
+    AwaitRequest,
+    /// Passive: the Request is in; the ULP decides.
+    AwaitAccept,
+    /// Passive, peer-to-peer: Reply sent, waiting for the RTR.
+    AwaitRtr(Rtr),
+    /// Ready to send (and receive).
+    Rts,
+    /// A clean close was asked: the send queue drains, then FIN.
+    Closing,
+    /// Stopped (a Terminate, a failed setup, a reject, an abort); what
+    /// is queued to send is the last of it.
+    Error,
+    Closed,
+}
+
+/// An outbound Read in flight, answered by Read Responses in order.
+#[derive(Debug, Clone)]
+struct Outbound {
+    /// None for a Read RTR (nothing completes).
+    wr_id: Option<u64>,
+    signaled: bool,
+    sink: Stag,
+    sink_to: u64,
+    len: u32,
+    got: u32,
+}
+
+/// An inbound Read Request being answered.
+#[derive(Debug, Clone)]
+struct Inbound {
+    sink: u32,
+    sink_to: u64,
+    len: u32,
+    src: Stag,
+    src_to: u64,
+    sent: u32,
+}
+
+pub struct Qp {
+    dev: Device,
+    cfg: QpConfig,
+    state: QpState,
+    deadline: Option<Duration>,
+    /// Negotiated after setup.
+    crc: bool,
+    ird: u16,
+    ord: u16,
+    /// Setup bytes gathered until an MPA frame is whole.
+    mpa: Vec<u8>,
+    /// Passive: the Request being decided on.
+    request: Option<crate::wire::MpaFrame>,
+    framer: FpduFramer,
+    rx: rx::RxState,
+    tx: tx::TxState,
+    sq: VecDeque<SendWr>,
+    rq: VecDeque<RecvWr>,
+    orq: VecDeque<Outbound>,
+    irq: VecDeque<Inbound>,
+    cq: VecDeque<Wc>,
+    events: VecDeque<Event>,
+    close: Option<Close>,
+    /// A Terminate queued to go out before the close.
+    terminate: Option<Terminate>,
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp").field("state", &self.state).field("crc", &self.crc).finish()
+    }
+}
+
+impl Qp {
+    fn new(dev: &Device, cfg: QpConfig, state: QpState) -> Self {
+        Self {
+            dev: dev.clone(),
+            state,
+            deadline: None,
+            crc: false,
+            ird: cfg.ird,
+            ord: cfg.ord,
+            mpa: Vec::new(),
+            request: None,
+            framer: FpduFramer::new(false),
+            rx: rx::RxState::default(),
+            tx: tx::TxState::new(cfg.emss),
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            orq: VecDeque::new(),
+            irq: VecDeque::new(),
+            cq: VecDeque::new(),
+            events: VecDeque::new(),
+            close: None,
+            terminate: None,
+            cfg,
+        }
+    }
+
+    pub fn state(&self) -> &QpState {
+        &self.state
+    }
+
+    pub fn pd(&self) -> Pd {
+        self.cfg.pd
+    }
+
+    /// Whether FPDUs carry CRCs (known once connected).
+    pub fn crc(&self) -> bool {
+        self.crc
+    }
+
+    /// The negotiated (IRD, ORD).
+    pub fn ird_ord(&self) -> (u16, u16) {
+        (self.ird, self.ord)
+    }
+
+    /// The largest ULPDU an FPDU carries.
+    pub fn mulpdu(&self) -> usize {
+        self.tx.mulpdu
+    }
+
+    /// The next connection event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The next completion.
+    pub fn poll_cq(&mut self) -> Option<Wc> {
+        self.cq.pop_front()
+    }
+
+    /// When `handle_timeout` wants to run.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        self.deadline
+    }
+
+    pub fn handle_timeout(&mut self, now: Duration) {
+        if self.deadline.is_some_and(|d| now >= d) {
+            self.deadline = None;
+            let what = match self.state {
+                QpState::AwaitReply => "Reply",
+                QpState::AwaitRequest => "Request",
+                _ => return,
+            };
+            self.fail_setup(SetupError::Timeout(what), Close::Abortive);
+        }
+    }
+
+    /// Once set, the caller ends the transport this way after draining
+    /// `poll_transmit`.
+    pub fn close_action(&self) -> Option<Close> {
+        self.close
+    }
+
+    /// Post a receive buffer. Allowed before connecting, as verbs allow.
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), VerbsError> {
+        if matches!(self.state, QpState::Error | QpState::Closed) {
+            return Err(VerbsError::NotConnected);
+        }
+        if self.rq.len() >= self.cfg.rq_depth {
+            return Err(VerbsError::QueueFull);
+        }
+        check_sgl(&wr.sgl)?;
+        self.rq.push_back(wr);
+        Ok(())
+    }
+
+    /// Post a send-queue work request; requests run in order.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), VerbsError> {
+        if self.state != QpState::Rts {
+            return Err(VerbsError::NotConnected);
+        }
+        if self.sq.len() >= self.cfg.sq_depth {
+            return Err(VerbsError::QueueFull);
+        }
+        match &wr.op {
+            SendOp::Send { sgl, .. } | SendOp::Write { sgl, .. } => {
+                check_sgl(sgl)?;
+                if sgl.iter().map(|e| e.len as u64).sum::<u64>() > u64::from(u32::MAX) {
+                    return Err(VerbsError::BadSgl);
+                }
+            }
+            SendOp::FastReg { sgl, .. } => check_sgl(sgl)?,
+            SendOp::Read { .. } if self.ord == 0 => return Err(VerbsError::NoReads),
+            SendOp::Read { sink, sink_to, len, .. } => {
+                let w = Access::LOCAL_WRITE;
+                self.dev.check(self.cfg.pd, *sink, *sink_to, u64::from(*len), w)?;
+            }
+            SendOp::LocalInv { .. } => {}
+        }
+        self.sq.push_back(wr);
+        Ok(())
+    }
+
+    /// Close cleanly: what is posted still goes out, then FIN.
+    pub fn disconnect(&mut self) {
+        match self.state {
+            QpState::Rts => {
+                self.state = QpState::Closing;
+                self.maybe_closed_clean();
+            }
+            QpState::Closing | QpState::Error | QpState::Closed => {}
+            _ => self.fail_setup_quietly(Close::Graceful),
+        }
+    }
+
+    /// Close abortively: everything outstanding is flushed, RST.
+    pub fn abort(&mut self) {
+        if self.state == QpState::Closed {
+            return;
+        }
+        self.tx.clear();
+        self.terminate = None;
+        self.go_down(Down::Aborted, Close::Abortive);
+        self.state = QpState::Closed;
+    }
+
+    /// The transport is gone (the peer's FIN or RST, or ours done).
+    pub fn transport_closed(&mut self) {
+        if self.state == QpState::Closed {
+            return;
+        }
+        if !matches!(self.state, QpState::Error) {
+            self.go_down(Down::Closed, Close::Graceful);
+        }
+        self.flush();
+        self.state = QpState::Closed;
+    }
+
+    /// Stop: report `why`, flush every outstanding request, and ask the
+    /// caller to end the transport.
+    fn go_down(&mut self, why: Down, close: Close) {
+        if !matches!(self.state, QpState::Error | QpState::Closed) {
+            self.events.push_back(Event::Down(why));
+        }
+        self.state = QpState::Error;
+        self.deadline = None;
+        self.flush();
+        self.close.get_or_insert(close);
+    }
+
+    /// Complete everything outstanding with `Flushed`.
+    fn flush(&mut self) {
+        let flushed = |wr_id, opcode| Wc {
+            wr_id,
+            opcode,
+            status: WcStatus::Flushed,
+            byte_len: 0,
+            invalidated: None,
+            solicited: false,
+        };
+        if let Some(wr) = self.tx.abandon() {
+            self.cq.push_back(flushed(wr.wr_id, opcode_of(&wr.op)));
+        }
+        for o in self.orq.drain(..) {
+            if let Some(id) = o.wr_id {
+                self.cq.push_back(flushed(id, WcOpcode::RdmaRead));
+            }
+        }
+        for wr in self.sq.drain(..) {
+            self.cq.push_back(flushed(wr.wr_id, opcode_of(&wr.op)));
+        }
+        if let Some(r) = self.rx.abandon() {
+            self.cq.push_back(flushed(r.wr_id, WcOpcode::Recv));
+        }
+        for r in self.rq.drain(..) {
+            self.cq.push_back(flushed(r.wr_id, WcOpcode::Recv));
+        }
+        self.irq.clear();
+    }
+
+    /// Terminate the stream: queue the Terminate (it goes out after the
+    /// FPDU in progress), report it, flush, then close.
+    fn fail(&mut self, t: Terminate) {
+        tracing::debug!(layer = ?t.layer, etype = t.etype, code = t.code, "iwarp: terminate");
+        if matches!(self.state, QpState::Error | QpState::Closed) {
+            return;
+        }
+        self.terminate = Some(t.clone());
+        self.go_down(Down::TerminateSent(t), Close::Graceful);
+    }
+
+    /// After a clean close was asked: FIN once nothing is left to send.
+    fn maybe_closed_clean(&mut self) {
+        if self.state == QpState::Closing
+            && self.sq.is_empty()
+            && self.irq.is_empty()
+            && self.tx.idle()
+        {
+            self.close.get_or_insert(Close::Graceful);
+        }
+    }
+}
+
+fn opcode_of(op: &SendOp) -> WcOpcode {
+    match op {
+        SendOp::Send { .. } => WcOpcode::Send,
+        SendOp::Write { .. } => WcOpcode::RdmaWrite,
+        SendOp::Read { .. } => WcOpcode::RdmaRead,
+        SendOp::FastReg { .. } => WcOpcode::FastReg,
+        SendOp::LocalInv { .. } => WcOpcode::LocalInv,
+    }
+}
+
+fn check_sgl(sgl: &[SgEntry]) -> Result<(), VerbsError> {
+    let fits = |e: &SgEntry| e.offset.checked_add(e.len).is_some_and(|end| end <= e.buf.len());
+    if sgl.iter().all(fits) { Ok(()) } else { Err(VerbsError::BadSgl) }
+}
+
+/// The Terminate for a peer's malformed bytes.
+fn wire_terminate(e: WireError) -> Terminate {
+    let (layer, etype, code) = e.terminate().unwrap_or((TermLayer::Llp, 0, 4));
+    Terminate::new(layer, etype, code)
+}

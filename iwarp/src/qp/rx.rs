@@ -1,0 +1,378 @@
+//! The receive path: FPDUs from the framer, each segment checked before
+//! any of its bytes lands (RFC 5041 §7, RFC 5040 §7), then placed.
+//!
+//! Tagged segments land in the STag they name, after the table agrees on
+//! key, PD, rights and bounds. Untagged Sends land in the posted receive
+//! at MO, never past its end. A Read Request is checked against the
+//! source STag and the IRD before it is queued. Anything else earns the
+//! RFC's Terminate, and the stream stops there.
+
+use super::{Close, Down, Inbound, Qp, QpState, RecvWr, Rtr, Wc, WcOpcode, WcStatus, wire_terminate};
+use crate::mr::{Access, MrError, Stag, walk};
+use crate::wire::{DdpHeader, Event, Opcode, ReadRequest, TermLayer, Terminate};
+
+/// The longest Terminate body: header, length, DDP and RDMAP headers.
+const MAX_TERMINATE: usize = 4 + 2 + DdpHeader::UNTAGGED_LEN + ReadRequest::LEN;
+
+/// A Send message being received, across its segments.
+#[derive(Debug)]
+struct OpenSend {
+    wr: RecvWr,
+    placed: u32,
+    opcode: Opcode,
+    inval: u32,
+    /// The zero-length Send RTR: no receive buffer behind it.
+    rtr: bool,
+}
+
+/// What the segment whose header came last is doing with its payload.
+#[derive(Debug, Default)]
+enum Seg {
+    #[default]
+    Idle,
+    /// Placed nowhere (a zero-length tagged segment).
+    Skip,
+    Send {
+        mo: u32,
+    },
+    Write {
+        stag: Stag,
+        to: u64,
+    },
+    ReadResponse {
+        to: u64,
+    },
+    /// A Read Request or Terminate body, gathered whole.
+    Gather(Vec<u8>),
+}
+
+#[derive(Debug, Default)]
+pub(super) struct RxState {
+    /// Messages completed per untagged queue; the next MSN is one more.
+    done: [u32; 3],
+    send: Option<OpenSend>,
+    seg: Seg,
+    /// The segment being received, for a Terminate to quote.
+    header: Option<DdpHeader>,
+    payload_len: u32,
+}
+
+impl RxState {
+    /// The receive a Send was landing in, if one was open.
+    pub(super) fn abandon(&mut self) -> Option<RecvWr> {
+        self.seg = Seg::Idle;
+        self.send.take().filter(|s| !s.rtr).map(|s| s.wr)
+    }
+}
+
+impl Qp {
+    /// Bytes from the transport, in any pieces. Everything is consumed.
+    pub fn handle_input(&mut self, data: &[u8]) {
+        let mut data = data;
+        if matches!(
+            self.state,
+            QpState::AwaitReply | QpState::AwaitRequest | QpState::AwaitAccept
+        ) {
+            data = self.setup_input(data);
+        }
+        while matches!(self.state, QpState::Rts | QpState::Closing | QpState::AwaitRtr(_)) {
+            let (used, ev) = match self.framer.next(data) {
+                Ok(x) => x,
+                Err(e) => return self.fail(wire_terminate(e)),
+            };
+            data = &data[used..];
+            match ev {
+                None => break,
+                Some(Event::Header { header, payload_len }) => {
+                    self.rx.header = Some(header);
+                    self.rx.payload_len = payload_len;
+                    if let Err(t) = self.on_header(header, payload_len) {
+                        self.fail(t);
+                    }
+                }
+                Some(Event::Data { offset, bytes }) => {
+                    if let Err(t) = self.on_data(offset, bytes) {
+                        self.fail(t);
+                    }
+                }
+                Some(Event::End) => {
+                    if let Err(t) = self.on_end() {
+                        self.fail(t);
+                    }
+                    self.rx.header = None;
+                }
+            }
+        }
+    }
+
+    /// A Terminate quoting the segment at hand: its length and DDP header
+    /// (M, D), and the Read Request body when `rdmap` (R).
+    fn term(&self, layer: TermLayer, etype: u8, code: u8, rdmap: Option<&[u8]>) -> Terminate {
+        let mut t = Terminate::new(layer, etype, code);
+        if let Some(h) = self.rx.header {
+            let mut b = Vec::new();
+            h.emit(&mut b);
+            t.seg_len = Some((b.len() as u32 + self.rx.payload_len) as u16);
+            t.ddp_header = Some(b);
+        }
+        t.rdmap_header = rdmap.map(<[u8]>::to_vec);
+        t
+    }
+
+    fn ddp_tagged(&self, e: MrError) -> Terminate {
+        self.term(TermLayer::Ddp, 1, e.ddp_code(), None)
+    }
+
+    fn ddp_untagged(&self, code: u8) -> Terminate {
+        self.term(TermLayer::Ddp, 2, code, None)
+    }
+
+    fn on_header(&mut self, h: DdpHeader, len: u32) -> Result<(), Terminate> {
+        let opcode = h.ctrl().opcode;
+        if let QpState::AwaitRtr(rtr) = self.state {
+            let ok = match (rtr, h) {
+                (Rtr::Write, DdpHeader::Tagged { .. }) => opcode == Opcode::Write && len == 0,
+                (Rtr::Read, _) => opcode == Opcode::ReadRequest,
+                (Rtr::Send, _) => opcode == Opcode::Send && len == 0,
+                _ => false,
+            };
+            if !ok {
+                return Err(Terminate::new(TermLayer::Llp, 0, 7));
+            }
+        }
+        let pd = self.cfg.pd;
+        self.rx.seg = match h {
+            // siw checks nothing for a zero-length Write (the RTR's STag 1).
+            DdpHeader::Tagged { .. } if opcode == Opcode::Write && len == 0 => Seg::Skip,
+            DdpHeader::Tagged { stag, to, .. } if opcode == Opcode::Write => {
+                let stag = Stag(stag);
+                let w = Access::REMOTE_WRITE;
+                self.dev.check(pd, stag, to, u64::from(len), w).map_err(|e| self.ddp_tagged(e))?;
+                Seg::Write { stag, to }
+            }
+            DdpHeader::Tagged { stag, to, .. } => {
+                // A Read Response: the oldest outbound Read, exactly.
+                let Some(o) = self.orq.front() else {
+                    return Err(self.term(TermLayer::Rdmap, 2, 6, None));
+                };
+                if stag != o.sink.0 {
+                    return Err(self.ddp_tagged(MrError::InvalidStag));
+                }
+                if Some(to) != o.sink_to.checked_add(u64::from(o.got))
+                    || o.got.checked_add(len).is_none_or(|end| end > o.len)
+                {
+                    return Err(self.ddp_tagged(MrError::BaseBounds));
+                }
+                if len > 0 {
+                    let w = Access::LOCAL_WRITE;
+                    self.dev.check(pd, o.sink, to, u64::from(len), w).map_err(|e| self.ddp_tagged(e))?;
+                }
+                Seg::ReadResponse { to }
+            }
+            DdpHeader::Untagged { ctrl, inval_stag, qn, msn, mo } => {
+                let q = opcode.queue().expect("untagged opcodes have a queue");
+                if qn != q {
+                    return Err(self.ddp_untagged(1));
+                }
+                if msn != self.rx.done[q as usize].wrapping_add(1) {
+                    return Err(self.ddp_untagged(3));
+                }
+                match opcode {
+                    Opcode::ReadRequest | Opcode::Terminate => {
+                        if mo != 0 {
+                            return Err(self.ddp_untagged(4));
+                        }
+                        let max = if opcode == Opcode::Terminate { MAX_TERMINATE } else { ReadRequest::LEN };
+                        let fits = len as usize <= max;
+                        if !ctrl.last || !fits || (opcode == Opcode::ReadRequest && len as usize != max) {
+                            return Err(self.ddp_untagged(5));
+                        }
+                        Seg::Gather(Vec::with_capacity(len as usize))
+                    }
+                    _ => self.send_segment(opcode, inval_stag, mo, len)?,
+                }
+            }
+        };
+        Ok(())
+    }
+
+    /// A segment of a Send: the first opens a posted receive.
+    fn send_segment(&mut self, opcode: Opcode, inval: u32, mo: u32, len: u32) -> Result<Seg, Terminate> {
+        if self.rx.send.is_none() {
+            if mo != 0 {
+                return Err(self.ddp_untagged(4));
+            }
+            let rtr = matches!(self.state, QpState::AwaitRtr(Rtr::Send));
+            let wr = if rtr {
+                RecvWr { wr_id: 0, sgl: Vec::new() }
+            } else {
+                self.rq.pop_front().ok_or_else(|| self.ddp_untagged(2))?
+            };
+            self.rx.send = Some(OpenSend { wr, placed: 0, opcode, inval, rtr });
+        }
+        let open = self.rx.send.as_ref().expect("opened above");
+        if mo != open.placed || opcode != open.opcode {
+            return Err(self.ddp_untagged(4));
+        }
+        let room: u64 = open.wr.sgl.iter().map(|e| e.len as u64).sum();
+        if u64::from(mo) + u64::from(len) > room {
+            let t = self.ddp_untagged(5);
+            let open = self.rx.send.take().expect("open");
+            self.complete_recv(open, WcStatus::LocalLength, None);
+            return Err(t);
+        }
+        Ok(Seg::Send { mo })
+    }
+
+    fn on_data(&mut self, offset: u32, bytes: &[u8]) -> Result<(), Terminate> {
+        let pd = self.cfg.pd;
+        match &mut self.rx.seg {
+            Seg::Idle | Seg::Skip => {}
+            Seg::Write { stag, to } => {
+                let (stag, to) = (*stag, *to + u64::from(offset));
+                let w = Access::REMOTE_WRITE;
+                self.dev.write(pd, stag, to, bytes, w).map_err(|e| self.ddp_tagged(e))?;
+            }
+            Seg::ReadResponse { to } => {
+                let to = *to + u64::from(offset);
+                let sink = self.orq.front().expect("checked at the header").sink;
+                let w = Access::LOCAL_WRITE;
+                self.dev.write(pd, sink, to, bytes, w).map_err(|e| self.ddp_tagged(e))?;
+            }
+            Seg::Send { mo } => {
+                let open = self.rx.send.as_ref().expect("a Send segment has a receive");
+                let mut done = 0;
+                walk(&open.wr.sgl, u64::from(*mo + offset), bytes.len(), |e, off, n| {
+                    e.buf.lock()[off..off + n].copy_from_slice(&bytes[done..done + n]);
+                    done += n;
+                });
+            }
+            Seg::Gather(buf) => buf.extend_from_slice(bytes),
+        }
+        Ok(())
+    }
+
+    fn on_end(&mut self) -> Result<(), Terminate> {
+        let Some(h) = self.rx.header else { return Ok(()) };
+        let last = h.ctrl().last;
+        let len = self.rx.payload_len;
+        match std::mem::take(&mut self.rx.seg) {
+            Seg::Idle => {}
+            Seg::Skip | Seg::Write { .. } => {}
+            Seg::ReadResponse { .. } => {
+                let o = self.orq.front_mut().expect("checked at the header");
+                o.got += len;
+                if last {
+                    if o.got != o.len {
+                        return Err(self.ddp_tagged(MrError::BaseBounds));
+                    }
+                    let o = self.orq.pop_front().expect("front");
+                    if let (Some(wr_id), true) = (o.wr_id, o.signaled) {
+                        self.cq.push_back(Wc {
+                            wr_id,
+                            opcode: WcOpcode::RdmaRead,
+                            status: WcStatus::Success,
+                            byte_len: o.len,
+                            invalidated: None,
+                            solicited: false,
+                        });
+                    }
+                }
+            }
+            Seg::Send { .. } => {
+                let open = self.rx.send.as_mut().expect("a Send segment has a receive");
+                open.placed += len;
+                if last {
+                    let open = self.rx.send.take().expect("open");
+                    self.rx.done[0] = self.rx.done[0].wrapping_add(1);
+                    if open.rtr {
+                        // Consumed by the connection manager.
+                    } else if open.opcode.invalidates() {
+                        // Invalidate first; the completion says it is done.
+                        let stag = Stag(open.inval);
+                        match self.dev.invalidate(self.cfg.pd, stag) {
+                            Ok(()) => self.complete_recv(open, WcStatus::Success, Some(stag)),
+                            Err(e) => {
+                                let etype = if e == MrError::WrongPd { 1 } else { 2 };
+                                let t = self.term(TermLayer::Rdmap, etype, 9, None);
+                                self.complete_recv(open, WcStatus::RemoteInvalidate, None);
+                                return Err(t);
+                            }
+                        }
+                    } else {
+                        self.complete_recv(open, WcStatus::Success, None);
+                    }
+                }
+            }
+            Seg::Gather(body) => match h.ctrl().opcode {
+                Opcode::ReadRequest => {
+                    self.rx.done[1] = self.rx.done[1].wrapping_add(1);
+                    self.read_request(&body)?;
+                }
+                _ => {
+                    self.rx.done[2] = self.rx.done[2].wrapping_add(1);
+                    self.terminate_received(&body);
+                }
+            },
+        }
+        if let QpState::AwaitRtr(_) = self.state {
+            self.established_after_rtr();
+        }
+        Ok(())
+    }
+
+    fn read_request(&mut self, body: &[u8]) -> Result<(), Terminate> {
+        let r = ReadRequest::parse(body).expect("gathered whole");
+        let rdmap = Some(body);
+        if self.irq.len() >= usize::from(self.ird) {
+            return Err(self.term(TermLayer::Rdmap, 2, 7, rdmap));
+        }
+        let src = Stag(r.src_stag);
+        if r.size > 0 {
+            let check = self.dev.check(self.cfg.pd, src, r.src_to, u64::from(r.size), Access::REMOTE_READ);
+            check.map_err(|e| self.term(TermLayer::Rdmap, 1, e.rdmap_code(), rdmap))?;
+        }
+        self.irq.push_back(Inbound {
+            sink: r.sink_stag,
+            sink_to: r.sink_to,
+            len: r.size,
+            src,
+            src_to: r.src_to,
+            sent: 0,
+        });
+        Ok(())
+    }
+
+    fn terminate_received(&mut self, body: &[u8]) {
+        // A Terminate that does not parse still ends the stream.
+        let t = Terminate::parse_as(body, self.cfg.term_layout)
+            .unwrap_or_else(|_| Terminate::new(TermLayer::Rdmap, 2, 0xff));
+        let status =
+            if t.etype == 1 { WcStatus::RemoteAccess } else { WcStatus::RemoteOperation };
+        // The oldest request in flight is the one the peer refused.
+        if let Some(o) = self.orq.pop_front() {
+            if let Some(wr_id) = o.wr_id {
+                self.cq.push_back(Wc {
+                    wr_id,
+                    opcode: WcOpcode::RdmaRead,
+                    status,
+                    byte_len: 0,
+                    invalidated: None,
+                    solicited: false,
+                });
+            }
+        }
+        self.go_down(Down::TerminateReceived(t), Close::Graceful);
+    }
+
+    fn complete_recv(&mut self, open: OpenSend, status: WcStatus, invalidated: Option<Stag>) {
+        self.cq.push_back(Wc {
+            wr_id: open.wr.wr_id,
+            opcode: WcOpcode::Recv,
+            status,
+            byte_len: open.placed,
+            invalidated,
+            solicited: open.opcode.solicited(),
+        });
+    }
+}

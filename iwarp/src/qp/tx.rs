@@ -1,0 +1,294 @@
+//! The transmit path: work requests become FPDUs, one at a time, cut at
+//! MULPDU (RFC 5044 §8.1.2), when the caller has room for them.
+//!
+//! Between messages, Read Responses go first (the peer waits on them),
+//! then the send queue in order. Outbound Reads stop at the ORD; local
+//! work requests (fast register, local invalidate) run when reached.
+
+use super::{Outbound, Qp, QpState, Rtr, SendOp, SendWr, Wc, WcOpcode, WcStatus};
+use crate::mr::{Access, Stag, walk};
+use crate::wire::{Ctrl, DdpHeader, Opcode, ReadRequest, TermLayer, Terminate, emit_fpdu, mulpdu};
+
+/// The STag siw puts in RTRs (tagged STag 0 upsets some NICs).
+const RTR_STAG: u32 = 1;
+
+/// A message being cut into FPDUs.
+#[derive(Debug)]
+enum Msg {
+    Sq { wr: SendWr, sent: u32, len: u32, msn: u32 },
+    /// The Read Response at the head of the IRQ.
+    ReadResponse,
+}
+
+#[derive(Debug)]
+pub(super) struct TxState {
+    pub(super) mulpdu: usize,
+    buf: Vec<u8>,
+    at: usize,
+    /// Messages sent per untagged queue; the next MSN is one more.
+    sent: [u32; 3],
+    cur: Option<Msg>,
+    scratch: Vec<u8>,
+}
+
+impl TxState {
+    pub(super) fn new(emss: usize) -> Self {
+        // Room for the largest header and a byte of payload, at least.
+        let mulpdu = mulpdu(emss).max(DdpHeader::UNTAGGED_LEN + ReadRequest::LEN);
+        Self { mulpdu, buf: Vec::new(), at: 0, sent: [0; 3], cur: None, scratch: Vec::new() }
+    }
+
+    /// Where setup frames go: straight out, ahead of any FPDU.
+    pub(super) fn setup_bytes(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    /// Nothing buffered and no message half sent.
+    pub(super) fn idle(&self) -> bool {
+        self.at == self.buf.len() && self.cur.is_none()
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.buf.clear();
+        self.at = 0;
+    }
+
+    /// The send-queue request half sent, given up.
+    pub(super) fn abandon(&mut self) -> Option<SendWr> {
+        match self.cur.take() {
+            Some(Msg::Sq { wr, .. }) => Some(wr),
+            _ => None,
+        }
+    }
+
+    fn next_msn(&mut self, q: usize) -> u32 {
+        self.sent[q] = self.sent[q].wrapping_add(1);
+        self.sent[q]
+    }
+
+    fn drain(&mut self, out: &mut [u8]) -> usize {
+        let n = (self.buf.len() - self.at).min(out.len());
+        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+        self.at += n;
+        if self.at == self.buf.len() {
+            self.clear();
+        }
+        n
+    }
+}
+
+impl Qp {
+    /// Fill `out` with stream bytes to send; how many.
+    pub fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
+        let mut n = 0;
+        loop {
+            n += self.tx.drain(&mut out[n..]);
+            if n == out.len() || !self.next_fpdu() {
+                break;
+            }
+        }
+        self.maybe_closed_clean();
+        n
+    }
+
+    /// Whether `poll_transmit` has something to give.
+    pub fn has_output(&self) -> bool {
+        if self.tx.at < self.tx.buf.len() || self.terminate.is_some() {
+            return true;
+        }
+        if !matches!(self.state, QpState::Rts | QpState::Closing) {
+            return false;
+        }
+        self.tx.cur.is_some()
+            || !self.irq.is_empty()
+            || self.sq.front().is_some_and(|wr| match wr.op {
+                SendOp::Read { .. } => self.orq.len() < usize::from(self.ord),
+                _ => true,
+            })
+    }
+
+    /// The initiator's RTR, right behind the Reply (RFC 6581 §7.1).
+    pub(super) fn send_rtr(&mut self, rtr: Rtr) {
+        match rtr {
+            Rtr::Write => {
+                let ctrl = Ctrl { last: true, opcode: Opcode::Write };
+                self.emit(DdpHeader::Tagged { ctrl, stag: RTR_STAG, to: 0 }, false);
+            }
+            Rtr::Read => {
+                let sink = Stag(RTR_STAG);
+                let r = ReadRequest { sink_stag: sink.0, sink_to: 0, size: 0, src_stag: RTR_STAG, src_to: 0 };
+                self.emit_read_request(&r);
+                let o = Outbound { wr_id: None, signaled: false, sink, sink_to: 0, len: 0, got: 0 };
+                self.orq.push_back(o);
+            }
+            Rtr::Send => {
+                let msn = self.tx.next_msn(0);
+                let ctrl = Ctrl { last: true, opcode: Opcode::Send };
+                self.emit(DdpHeader::Untagged { ctrl, inval_stag: 0, qn: 0, msn, mo: 0 }, false);
+            }
+        }
+    }
+
+    /// One FPDU of `header` carrying `self.tx.scratch` (or nothing).
+    fn emit(&mut self, header: DdpHeader, with_payload: bool) {
+        let payload: &[u8] = if with_payload { &self.tx.scratch } else { &[] };
+        emit_fpdu(&header, payload, self.crc, &mut self.tx.buf);
+    }
+
+    fn emit_read_request(&mut self, r: &ReadRequest) {
+        let msn = self.tx.next_msn(1);
+        self.tx.scratch.clear();
+        r.emit(&mut self.tx.scratch);
+        let ctrl = Ctrl { last: true, opcode: Opcode::ReadRequest };
+        self.emit(DdpHeader::Untagged { ctrl, inval_stag: 0, qn: 1, msn, mo: 0 }, true);
+    }
+
+    /// Put the next FPDU into the buffer; false when there is none.
+    fn next_fpdu(&mut self) -> bool {
+        if let Some(t) = self.terminate.take() {
+            let msn = self.tx.next_msn(2);
+            self.tx.scratch.clear();
+            t.emit_as(self.cfg.term_layout, &mut self.tx.scratch);
+            let ctrl = Ctrl { last: true, opcode: Opcode::Terminate };
+            self.emit(DdpHeader::Untagged { ctrl, inval_stag: 0, qn: 2, msn, mo: 0 }, true);
+            return true;
+        }
+        if !matches!(self.state, QpState::Rts | QpState::Closing) {
+            return false;
+        }
+        loop {
+            let msg = match self.tx.cur.take() {
+                Some(m) => m,
+                None if !self.irq.is_empty() => Msg::ReadResponse,
+                None => {
+                    let Some(wr) = self.sq.front() else { return false };
+                    match &wr.op {
+                        SendOp::Read { .. } if self.orq.len() >= usize::from(self.ord) => {
+                            return false;
+                        }
+                        SendOp::FastReg { .. } | SendOp::LocalInv { .. } => {
+                            let wr = self.sq.pop_front().expect("front");
+                            self.run_local(wr);
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    let wr = self.sq.pop_front().expect("front");
+                    let (len, msn) = match &wr.op {
+                        SendOp::Send { sgl, .. } => (sgl_len(sgl), self.tx.next_msn(0)),
+                        SendOp::Write { sgl, .. } => (sgl_len(sgl), 0),
+                        _ => (0, 0),
+                    };
+                    Msg::Sq { wr, sent: 0, len, msn }
+                }
+            };
+            return match msg {
+                Msg::ReadResponse => self.read_response_fpdu(),
+                Msg::Sq { wr, sent, len, msn } => self.sq_fpdu(wr, sent, len, msn),
+            };
+        }
+    }
+
+    fn sq_fpdu(&mut self, wr: SendWr, sent: u32, len: u32, msn: u32) -> bool {
+        let (header, n) = match &wr.op {
+            SendOp::Read { sink, sink_to, len, stag, to } => {
+                let r = ReadRequest { sink_stag: sink.0, sink_to: *sink_to, size: *len, src_stag: stag.0, src_to: *to };
+                self.emit_read_request(&r);
+                let o = Outbound { wr_id: Some(wr.wr_id), signaled: wr.signaled, sink: *sink, sink_to: *sink_to, len: *len, got: 0 };
+                self.orq.push_back(o);
+                return true;
+            }
+            SendOp::Send { sgl, solicited, invalidate } => {
+                let n = (len - sent).min((self.tx.mulpdu - DdpHeader::UNTAGGED_LEN) as u32);
+                gather(sgl, sent, n, &mut self.tx.scratch);
+                let opcode = match (solicited, invalidate.is_some()) {
+                    (false, false) => Opcode::Send,
+                    (false, true) => Opcode::SendInvalidate,
+                    (true, false) => Opcode::SendSe,
+                    (true, true) => Opcode::SendSeInvalidate,
+                };
+                let ctrl = Ctrl { last: sent + n == len, opcode };
+                let inval_stag = invalidate.map_or(0, |s| s.0);
+                (DdpHeader::Untagged { ctrl, inval_stag, qn: 0, msn, mo: sent }, n)
+            }
+            SendOp::Write { sgl, stag, to } => {
+                let n = (len - sent).min((self.tx.mulpdu - DdpHeader::TAGGED_LEN) as u32);
+                gather(sgl, sent, n, &mut self.tx.scratch);
+                let ctrl = Ctrl { last: sent + n == len, opcode: Opcode::Write };
+                (DdpHeader::Tagged { ctrl, stag: stag.0, to: to + u64::from(sent) }, n)
+            }
+            SendOp::FastReg { .. } | SendOp::LocalInv { .. } => unreachable!("run when reached"),
+        };
+        self.emit(header, true);
+        let sent = sent + n;
+        if sent == len {
+            if wr.signaled {
+                let opcode = if matches!(wr.op, SendOp::Write { .. }) { WcOpcode::RdmaWrite } else { WcOpcode::Send };
+                self.cq.push_back(ok(wr.wr_id, opcode, len));
+            }
+        } else {
+            self.tx.cur = Some(Msg::Sq { wr, sent, len, msn });
+        }
+        true
+    }
+
+    fn read_response_fpdu(&mut self) -> bool {
+        let r = self.irq.front().expect("a Read Response is queued").clone();
+        let n = (r.len - r.sent).min((self.tx.mulpdu - DdpHeader::TAGGED_LEN) as u32);
+        self.tx.scratch.clear();
+        if n > 0 {
+            let to = r.src_to + u64::from(r.sent);
+            let res = self.dev.read(self.cfg.pd, r.src, to, n as usize, Access::REMOTE_READ, &mut self.tx.scratch);
+            if let Err(e) = res {
+                // The source went away after the request was accepted.
+                self.fail(Terminate::new(TermLayer::Rdmap, 1, e.rdmap_code()));
+                return true;
+            }
+        }
+        let last = r.sent + n == r.len;
+        let ctrl = Ctrl { last, opcode: Opcode::ReadResponse };
+        let to = r.sink_to.wrapping_add(u64::from(r.sent));
+        self.emit(DdpHeader::Tagged { ctrl, stag: r.sink, to }, true);
+        if last {
+            self.irq.pop_front();
+        } else {
+            self.irq.front_mut().expect("front").sent += n;
+            self.tx.cur = Some(Msg::ReadResponse);
+        }
+        true
+    }
+
+    /// Fast register and local invalidate: no bytes, a completion.
+    fn run_local(&mut self, wr: SendWr) {
+        let pd = self.cfg.pd;
+        let (opcode, res) = match wr.op {
+            SendOp::FastReg { stag, sgl, iova, access } => (WcOpcode::FastReg, self.dev.fast_reg(pd, stag, sgl, iova, access)),
+            SendOp::LocalInv { stag } => (WcOpcode::LocalInv, self.dev.invalidate(pd, stag)),
+            _ => unreachable!("local requests only"),
+        };
+        match res {
+            Ok(()) if wr.signaled => self.cq.push_back(ok(wr.wr_id, opcode, 0)),
+            Ok(()) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "iwarp: local work request failed");
+                let mut wc = ok(wr.wr_id, opcode, 0);
+                wc.status = WcStatus::LocalProtection;
+                self.cq.push_back(wc);
+            }
+        }
+    }
+}
+
+fn ok(wr_id: u64, opcode: WcOpcode, byte_len: u32) -> Wc {
+    Wc { wr_id, opcode, status: WcStatus::Success, byte_len, invalidated: None, solicited: false }
+}
+
+fn sgl_len(sgl: &[ulp_ddp::SgEntry]) -> u32 {
+    sgl.iter().map(|e| e.len as u32).sum()
+}
+
+/// `n` bytes of `sgl` from byte `at` into `out` (replacing its contents).
+fn gather(sgl: &[ulp_ddp::SgEntry], at: u32, n: u32, out: &mut Vec<u8>) {
+    out.clear();
+    walk(sgl, u64::from(at), n as usize, |e, off, k| out.extend_from_slice(&e.buf.lock()[off..off + k]));
+}
