@@ -17,6 +17,6 @@ pub mod wire;
 
 pub use mr::{Access, Device, MrError, Pd, Stag};
 pub use qp::{
-    Close, Down, Event, Qp, QpConfig, QpState, RecvWr, Rtr, SendOp, SendWr, SetupError,
-    VerbsError, Wc, WcOpcode, WcStatus,
+    Close, Down, Event, Qp, QpConfig, QpState, RecvWr, Rtr, SendOp, SendWr, SetupError, VerbsError,
+    Wc, WcOpcode, WcStatus,
 };

@@ -282,19 +282,21 @@ impl Device {
     ) -> Result<(), MrError> {
         let t = self.table();
         let r = lookup(&t, pd, stag, to, len as u64, right)?;
-        walk(&r.sgl, to - r.iova, len, |e, off, n| out.extend_from_slice(&e.buf.lock()[off..off + n]));
+        walk(&r.sgl, to - r.iova, len, |e, off, n| {
+            out.extend_from_slice(&e.buf.lock()[off..off + n])
+        });
         Ok(())
     }
 }
 
-fn lookup<'t>(
-    t: &'t Table,
+fn lookup(
+    t: &Table,
     pd: Pd,
     stag: Stag,
     to: u64,
     len: u64,
     right: Access,
-) -> Result<&'t Region, MrError> {
+) -> Result<&Region, MrError> {
     let slot = t.slots.get(stag.index() as usize).ok_or(MrError::InvalidStag)?;
     let r = slot.region.as_ref().filter(|_| slot.key == stag.key()).ok_or(MrError::InvalidStag)?;
     if r.pd != pd {
@@ -312,7 +314,12 @@ fn lookup<'t>(
 
 /// Visit the pieces of `sgl` covering `len` bytes from byte `at`: each
 /// entry with the offset in its buffer and the piece's length.
-pub(crate) fn walk(sgl: &[SgEntry], mut at: u64, mut len: usize, mut f: impl FnMut(&SgEntry, usize, usize)) {
+pub(crate) fn walk(
+    sgl: &[SgEntry],
+    mut at: u64,
+    mut len: usize,
+    mut f: impl FnMut(&SgEntry, usize, usize),
+) {
     for e in sgl {
         if len == 0 {
             break;
@@ -381,7 +388,10 @@ mod tests {
         assert_eq!(dev.check(pd, s, 0x100, 1, Access::REMOTE_READ), Err(MrError::AccessRights));
         assert_eq!(dev.check(pd, s.next_key(), 0x100, 1, w), Err(MrError::InvalidStag));
         assert_eq!(dev.check(pd, Stag(0x4200), 0x100, 1, w), Err(MrError::InvalidStag));
-        assert_eq!(dev.write(pd, s, 0x102, &[0x11; 11], Access::REMOTE_READ), Err(MrError::AccessRights));
+        assert_eq!(
+            dev.write(pd, s, 0x102, &[0x11; 11], Access::REMOTE_READ),
+            Err(MrError::AccessRights)
+        );
         assert!(buf.to_vec().iter().all(|&b| b == 0), "a refused write touches nothing");
         dev.write(pd, s, 0x102, &[1, 2, 3, 4, 5, 6], w).unwrap();
         let v = buf.to_vec();

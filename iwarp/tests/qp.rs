@@ -55,8 +55,22 @@ fn every_opcode_with_and_without_crc() {
         p.a.post(1, SendOp::Send { sgl: whole(&msg), solicited: false, invalidate: None });
         p.a.post(2, SendOp::Send { sgl: whole(&bytes(10, 2)), solicited: true, invalidate: None });
         let inv = |s| Some(Stag(s));
-        p.a.post(3, SendOp::Send { sgl: whole(&bytes(0, 0)), solicited: false, invalidate: inv(inv_stag.0) });
-        p.a.post(4, SendOp::Send { sgl: whole(&bytes(5, 4)), solicited: true, invalidate: inv(inv2_stag.0) });
+        p.a.post(
+            3,
+            SendOp::Send {
+                sgl: whole(&bytes(0, 0)),
+                solicited: false,
+                invalidate: inv(inv_stag.0),
+            },
+        );
+        p.a.post(
+            4,
+            SendOp::Send {
+                sgl: whole(&bytes(5, 4)),
+                solicited: true,
+                invalidate: inv(inv2_stag.0),
+            },
+        );
         let data = bytes(5000, 9);
         p.a.post(5, SendOp::Write { sgl: whole(&data), stag: b_stag, to: 0x10_0100 });
         let (sink, sink_mem) = p.a.mr(5000, 0, 0x2000, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
@@ -99,7 +113,19 @@ fn every_opcode_with_and_without_crc() {
         use Opcode::*;
         assert_eq!(
             ops,
-            [Send, Send, Send, SendSe, SendInvalidate, SendSeInvalidate, Write, Write, Write, Write, ReadRequest]
+            [
+                Send,
+                Send,
+                Send,
+                SendSe,
+                SendInvalidate,
+                SendSeInvalidate,
+                Write,
+                Write,
+                Write,
+                Write,
+                ReadRequest
+            ]
         );
         let b_ops: Vec<_> = p.b.fpdus().iter().map(|(h, _)| h.ctrl().opcode).collect();
         assert_eq!(b_ops, [ReadResponse; 4]);
@@ -115,7 +141,10 @@ fn segmentation_at_mulpdu() {
         let mut p = Pair::connect(true, |c, _| c.emss = emss);
         let (b_stag, _) = p.b.mr(20000, 0, 0, remote_rw());
         p.b.post_recv(1, 20000);
-        p.a.post(1, SendOp::Send { sgl: whole(&bytes(10000, 3)), solicited: false, invalidate: None });
+        p.a.post(
+            1,
+            SendOp::Send { sgl: whole(&bytes(10000, 3)), solicited: false, invalidate: None },
+        );
         p.a.post(2, SendOp::Write { sgl: whole(&bytes(10000, 3)), stag: b_stag, to: 7 });
         p.pump();
         let mulpdu = iwarp::wire::mulpdu(emss);
@@ -140,7 +169,10 @@ fn segmentation_at_mulpdu() {
             }
         }
         assert_eq!((mo, to), (10000, 10007));
-        assert_eq!(fpdus.len(), 10000usize.div_ceil(mulpdu - 18) + 10000usize.div_ceil(mulpdu - 14));
+        assert_eq!(
+            fpdus.len(),
+            10000usize.div_ceil(mulpdu - 18) + 10000usize.div_ceil(mulpdu - 14)
+        );
         assert_eq!(p.b.cq(), [Wc { ..ok(1, WcOpcode::Recv, 10000) }]);
     }
 }
@@ -158,11 +190,20 @@ fn fpdus_cut_at_every_byte() {
             let (inv, _) = p.b.mr(16, 0, 0, remote_rw());
             let recvs: Vec<_> = (0..3).map(|i| p.b.post_recv(i, 256)).collect();
             // The recorded stream from the first run goes to a fresh side.
-            p.a.post(1, SendOp::Send { sgl: whole(&bytes(200, 1)), solicited: false, invalidate: None });
+            p.a.post(
+                1,
+                SendOp::Send { sgl: whole(&bytes(200, 1)), solicited: false, invalidate: None },
+            );
             p.a.post(2, SendOp::Write { sgl: whole(&bytes(100, 2)), stag, to: 1000 });
-            p.a.post(3, SendOp::Send { sgl: whole(&bytes(3, 3)), solicited: true, invalidate: Some(inv) });
+            p.a.post(
+                3,
+                SendOp::Send { sgl: whole(&bytes(3, 3)), solicited: true, invalidate: Some(inv) },
+            );
             p.a.post(4, SendOp::Write { sgl: whole(&bytes(1, 4)), stag, to: 0 });
-            p.a.post(5, SendOp::Send { sgl: whole(&bytes(0, 5)), solicited: false, invalidate: None });
+            p.a.post(
+                5,
+                SendOp::Send { sgl: whole(&bytes(0, 5)), solicited: false, invalidate: None },
+            );
             // Let a emit without b seeing it, then feed b in the given cuts.
             let mut stream = Vec::new();
             let mut buf = [0u8; 512];
@@ -205,7 +246,10 @@ fn peer_to_peer_rtr_variants() {
                 Rtr::Write => assert_eq!(first.0, tagged(Opcode::Write, true, 1, 0)),
                 Rtr::Read => {
                     assert_eq!(first.0, untagged(Opcode::ReadRequest, true, 0, 1, 1, 0));
-                    assert_eq!(first.1, hex("00000001 0000000000000000 00000000 00000001 0000000000000000"));
+                    assert_eq!(
+                        first.1,
+                        hex("00000001 0000000000000000 00000000 00000001 0000000000000000")
+                    );
                     // Answered with a zero-length Read Response to STag 1.
                     assert_eq!(p.b.fpdus()[0].0, tagged(Opcode::ReadResponse, true, 1, 0));
                 }
@@ -221,7 +265,10 @@ fn peer_to_peer_rtr_variants() {
             assert_eq!(reply, want, "{rtr:?}");
             // The RTR consumed nothing the ULP posted; traffic flows.
             let r = p.b.post_recv(9, 16);
-            p.a.post(1, SendOp::Send { sgl: whole(&bytes(16, 7)), solicited: false, invalidate: None });
+            p.a.post(
+                1,
+                SendOp::Send { sgl: whole(&bytes(16, 7)), solicited: false, invalidate: None },
+            );
             p.pump();
             assert_eq!(p.b.cq(), [ok(9, WcOpcode::Recv, 16)]);
             assert_eq!(r.to_vec(), bytes(16, 7).to_vec());
@@ -288,15 +335,14 @@ fn reads_in_order_within_the_ord() {
         assert_eq!(mem.to_vec(), bytes(4096, 5).to_vec()[1024 * i..1024 * (i + 1)]);
     }
     // MSNs of Read Requests count on their own queue.
-    let msns: Vec<_> = p
-        .a
-        .fpdus()
-        .iter()
-        .map(|(h, _)| match h {
-            DdpHeader::Untagged { qn: 1, msn, .. } => *msn,
-            _ => 0,
-        })
-        .collect();
+    let msns: Vec<_> =
+        p.a.fpdus()
+            .iter()
+            .map(|(h, _)| match h {
+                DdpHeader::Untagged { qn: 1, msn, .. } => *msn,
+                _ => 0,
+            })
+            .collect();
     assert_eq!(msns, [1, 2, 3, 4]);
 }
 
@@ -309,7 +355,10 @@ fn send_with_invalidate_then_a_second_use_is_refused() {
     let (stag, mem) = p.b.mr(4096, 0xee, 0, remote_rw());
     p.b.post_recv(1, 64);
     p.a.post(1, SendOp::Write { sgl: whole(&bytes(100, 1)), stag, to: 0 });
-    p.a.post(2, SendOp::Send { sgl: whole(&bytes(16, 2)), solicited: false, invalidate: Some(stag) });
+    p.a.post(
+        2,
+        SendOp::Send { sgl: whole(&bytes(16, 2)), solicited: false, invalidate: Some(stag) },
+    );
     p.pump();
     assert!(!p.b.dev.is_valid(stag), "invalid before the completion is polled");
     let wc = p.b.qp.poll_cq().unwrap();
@@ -349,7 +398,10 @@ fn fast_register_and_local_invalidate_run_in_queue_order() {
     p.b.post(5, SendOp::LocalInv { stag: key1 });
     p.pump();
     let wcs = p.b.cq();
-    assert_eq!(wcs[..3], [ok(1, WcOpcode::FastReg, 0), ok(2, WcOpcode::Send, 0), ok(4, WcOpcode::LocalInv, 0)]);
+    assert_eq!(
+        wcs[..3],
+        [ok(1, WcOpcode::FastReg, 0), ok(2, WcOpcode::Send, 0), ok(4, WcOpcode::LocalInv, 0)]
+    );
     assert_eq!(wcs[3].status, WcStatus::LocalProtection, "invalidated once only");
 }
 
@@ -368,9 +420,15 @@ fn a_clean_close_sends_what_is_posted_and_an_abort_flushes() {
     // The FIN reaches b.
     p.b.qp.transport_closed();
     assert_eq!(p.b.events(), [Event::Down(Down::Closed)]);
-    assert_eq!(p.b.cq().iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(2, WcStatus::Flushed)]);
+    assert_eq!(
+        p.b.cq().iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(2, WcStatus::Flushed)]
+    );
     p.a.qp.transport_closed();
-    assert_eq!(p.a.cq().iter().map(|w| w.status).collect::<Vec<_>>(), [WcStatus::Success, WcStatus::Flushed]);
+    assert_eq!(
+        p.a.cq().iter().map(|w| w.status).collect::<Vec<_>>(),
+        [WcStatus::Success, WcStatus::Flushed]
+    );
 
     let mut p = Pair::connect(false, |_, _| {});
     p.a.qp.post_recv(iwarp::RecvWr { wr_id: 5, sgl: vec![] }).unwrap();
@@ -447,5 +505,12 @@ fn a_reject_carries_private_data_back() {
     a.handle_input(&buf[..n]);
     assert_eq!(a.poll_event(), Some(Event::Rejected { private_data: hex("0000 0400") }));
     assert_eq!(a.close_action(), Some(Close::Graceful));
-    assert!(a.post_send(iwarp::SendWr { wr_id: 0, signaled: true, op: SendOp::LocalInv { stag: Stag(1) } }).is_err());
+    assert!(
+        a.post_send(iwarp::SendWr {
+            wr_id: 0,
+            signaled: true,
+            op: SendOp::LocalInv { stag: Stag(1) }
+        })
+        .is_err()
+    );
 }

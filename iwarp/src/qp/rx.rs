@@ -7,7 +7,9 @@
 //! source STag and the IRD before it is queued. Anything else earns the
 //! RFC's Terminate, and the stream stops there.
 
-use super::{Close, Down, Inbound, Qp, QpState, RecvWr, Rtr, Wc, WcOpcode, WcStatus, wire_terminate};
+use super::{
+    Close, Down, Inbound, Qp, QpState, RecvWr, Rtr, Wc, WcOpcode, WcStatus, wire_terminate,
+};
 use crate::mr::{Access, MrError, Stag, walk};
 use crate::wire::{DdpHeader, Event, Opcode, ReadRequest, TermLayer, Terminate};
 
@@ -69,10 +71,8 @@ impl Qp {
     /// Bytes from the transport, in any pieces. Everything is consumed.
     pub fn handle_input(&mut self, data: &[u8]) {
         let mut data = data;
-        if matches!(
-            self.state,
-            QpState::AwaitReply | QpState::AwaitRequest | QpState::AwaitAccept
-        ) {
+        if matches!(self.state, QpState::AwaitReply | QpState::AwaitRequest | QpState::AwaitAccept)
+        {
             data = self.setup_input(data);
         }
         while matches!(self.state, QpState::Rts | QpState::Closing | QpState::AwaitRtr(_)) {
@@ -165,7 +165,9 @@ impl Qp {
                 }
                 if len > 0 {
                     let w = Access::LOCAL_WRITE;
-                    self.dev.check(pd, o.sink, to, u64::from(len), w).map_err(|e| self.ddp_tagged(e))?;
+                    self.dev
+                        .check(pd, o.sink, to, u64::from(len), w)
+                        .map_err(|e| self.ddp_tagged(e))?;
                 }
                 Seg::ReadResponse { to }
             }
@@ -182,9 +184,16 @@ impl Qp {
                         if mo != 0 {
                             return Err(self.ddp_untagged(4));
                         }
-                        let max = if opcode == Opcode::Terminate { MAX_TERMINATE } else { ReadRequest::LEN };
+                        let max = if opcode == Opcode::Terminate {
+                            MAX_TERMINATE
+                        } else {
+                            ReadRequest::LEN
+                        };
                         let fits = len as usize <= max;
-                        if !ctrl.last || !fits || (opcode == Opcode::ReadRequest && len as usize != max) {
+                        if !ctrl.last
+                            || !fits
+                            || (opcode == Opcode::ReadRequest && len as usize != max)
+                        {
                             return Err(self.ddp_untagged(5));
                         }
                         Seg::Gather(Vec::with_capacity(len as usize))
@@ -197,7 +206,13 @@ impl Qp {
     }
 
     /// A segment of a Send: the first opens a posted receive.
-    fn send_segment(&mut self, opcode: Opcode, inval: u32, mo: u32, len: u32) -> Result<Seg, Terminate> {
+    fn send_segment(
+        &mut self,
+        opcode: Opcode,
+        inval: u32,
+        mo: u32,
+        len: u32,
+    ) -> Result<Seg, Terminate> {
         if self.rx.send.is_none() {
             if mo != 0 {
                 return Err(self.ddp_untagged(4));
@@ -329,7 +344,8 @@ impl Qp {
         }
         let src = Stag(r.src_stag);
         if r.size > 0 {
-            let check = self.dev.check(self.cfg.pd, src, r.src_to, u64::from(r.size), Access::REMOTE_READ);
+            let check =
+                self.dev.check(self.cfg.pd, src, r.src_to, u64::from(r.size), Access::REMOTE_READ);
             check.map_err(|e| self.term(TermLayer::Rdmap, 1, e.rdmap_code(), rdmap))?;
         }
         self.irq.push_back(Inbound {
@@ -347,11 +363,10 @@ impl Qp {
         // A Terminate that does not parse still ends the stream.
         let t = Terminate::parse_as(body, self.cfg.term_layout)
             .unwrap_or_else(|_| Terminate::new(TermLayer::Rdmap, 2, 0xff));
-        let status =
-            if t.etype == 1 { WcStatus::RemoteAccess } else { WcStatus::RemoteOperation };
+        let status = if t.etype == 1 { WcStatus::RemoteAccess } else { WcStatus::RemoteOperation };
         // The oldest request in flight is the one the peer refused.
-        if let Some(o) = self.orq.pop_front() {
-            if let Some(wr_id) = o.wr_id {
+        if let Some(o) = self.orq.pop_front()
+            && let Some(wr_id) = o.wr_id {
                 self.cq.push_back(Wc {
                     wr_id,
                     opcode: WcOpcode::RdmaRead,
@@ -361,7 +376,6 @@ impl Qp {
                     solicited: false,
                 });
             }
-        }
         self.go_down(Down::TerminateReceived(t), Close::Graceful);
     }
 

@@ -65,7 +65,7 @@ impl Qp {
         self.ird = self.cfg.ird.max(peer.ord).min(IrdOrd::MAX);
         self.ord = self.cfg.ord.min(peer.ird);
         // Peer-to-peer: echo it and pick the RTR, Write first.
-        let rtr = peer.p2p.then(|| {
+        let rtr = peer.p2p.then_some({
             if peer.write_rtr || !(peer.read_rtr || peer.send_rtr) {
                 Rtr::Write
             } else if peer.read_rtr {

@@ -15,7 +15,12 @@ const RTR_STAG: u32 = 1;
 /// A message being cut into FPDUs.
 #[derive(Debug)]
 enum Msg {
-    Sq { wr: SendWr, sent: u32, len: u32, msn: u32 },
+    Sq {
+        wr: SendWr,
+        sent: u32,
+        len: u32,
+        msn: u32,
+    },
     /// The Read Response at the head of the IRQ.
     ReadResponse,
 }
@@ -116,7 +121,13 @@ impl Qp {
             }
             Rtr::Read => {
                 let sink = Stag(RTR_STAG);
-                let r = ReadRequest { sink_stag: sink.0, sink_to: 0, size: 0, src_stag: RTR_STAG, src_to: 0 };
+                let r = ReadRequest {
+                    sink_stag: sink.0,
+                    sink_to: 0,
+                    size: 0,
+                    src_stag: RTR_STAG,
+                    src_to: 0,
+                };
                 self.emit_read_request(&r);
                 let o = Outbound { wr_id: None, signaled: false, sink, sink_to: 0, len: 0, got: 0 };
                 self.orq.push_back(o);
@@ -192,9 +203,22 @@ impl Qp {
     fn sq_fpdu(&mut self, wr: SendWr, sent: u32, len: u32, msn: u32) -> bool {
         let (header, n) = match &wr.op {
             SendOp::Read { sink, sink_to, len, stag, to } => {
-                let r = ReadRequest { sink_stag: sink.0, sink_to: *sink_to, size: *len, src_stag: stag.0, src_to: *to };
+                let r = ReadRequest {
+                    sink_stag: sink.0,
+                    sink_to: *sink_to,
+                    size: *len,
+                    src_stag: stag.0,
+                    src_to: *to,
+                };
                 self.emit_read_request(&r);
-                let o = Outbound { wr_id: Some(wr.wr_id), signaled: wr.signaled, sink: *sink, sink_to: *sink_to, len: *len, got: 0 };
+                let o = Outbound {
+                    wr_id: Some(wr.wr_id),
+                    signaled: wr.signaled,
+                    sink: *sink,
+                    sink_to: *sink_to,
+                    len: *len,
+                    got: 0,
+                };
                 self.orq.push_back(o);
                 return true;
             }
@@ -223,7 +247,11 @@ impl Qp {
         let sent = sent + n;
         if sent == len {
             if wr.signaled {
-                let opcode = if matches!(wr.op, SendOp::Write { .. }) { WcOpcode::RdmaWrite } else { WcOpcode::Send };
+                let opcode = if matches!(wr.op, SendOp::Write { .. }) {
+                    WcOpcode::RdmaWrite
+                } else {
+                    WcOpcode::Send
+                };
                 self.cq.push_back(ok(wr.wr_id, opcode, len));
             }
         } else {
@@ -238,7 +266,14 @@ impl Qp {
         self.tx.scratch.clear();
         if n > 0 {
             let to = r.src_to + u64::from(r.sent);
-            let res = self.dev.read(self.cfg.pd, r.src, to, n as usize, Access::REMOTE_READ, &mut self.tx.scratch);
+            let res = self.dev.read(
+                self.cfg.pd,
+                r.src,
+                to,
+                n as usize,
+                Access::REMOTE_READ,
+                &mut self.tx.scratch,
+            );
             if let Err(e) = res {
                 // The source went away after the request was accepted.
                 self.fail(Terminate::new(TermLayer::Rdmap, 1, e.rdmap_code()));
@@ -262,7 +297,9 @@ impl Qp {
     fn run_local(&mut self, wr: SendWr) {
         let pd = self.cfg.pd;
         let (opcode, res) = match wr.op {
-            SendOp::FastReg { stag, sgl, iova, access } => (WcOpcode::FastReg, self.dev.fast_reg(pd, stag, sgl, iova, access)),
+            SendOp::FastReg { stag, sgl, iova, access } => {
+                (WcOpcode::FastReg, self.dev.fast_reg(pd, stag, sgl, iova, access))
+            }
             SendOp::LocalInv { stag } => (WcOpcode::LocalInv, self.dev.invalidate(pd, stag)),
             _ => unreachable!("local requests only"),
         };
@@ -290,5 +327,7 @@ fn sgl_len(sgl: &[ulp_ddp::SgEntry]) -> u32 {
 /// `n` bytes of `sgl` from byte `at` into `out` (replacing its contents).
 fn gather(sgl: &[ulp_ddp::SgEntry], at: u32, n: u32, out: &mut Vec<u8>) {
     out.clear();
-    walk(sgl, u64::from(at), n as usize, |e, off, k| out.extend_from_slice(&e.buf.lock()[off..off + k]));
+    walk(sgl, u64::from(at), n as usize, |e, off, k| {
+        out.extend_from_slice(&e.buf.lock()[off..off + k])
+    });
 }

@@ -418,7 +418,10 @@ mod tests {
 
     #[test]
     fn bad_control_bytes() {
-        assert_eq!(DdpHeader::parse(&hex("4248")), Err(WireError::BadDdpVersion { tagged: false, version: 2 }));
+        assert_eq!(
+            DdpHeader::parse(&hex("4248")),
+            Err(WireError::BadDdpVersion { tagged: false, version: 2 })
+        );
         assert_eq!(DdpHeader::parse(&hex("4103")), Err(WireError::BadRdmapVersion(0)));
         assert_eq!(DdpHeader::parse(&hex("4148")), Err(WireError::BadOpcode(8)));
         // T must agree with the opcode: an untagged Write, a tagged Send.

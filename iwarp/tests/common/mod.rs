@@ -67,7 +67,9 @@ impl Pair {
     /// Move bytes both ways until neither side has any.
     pub fn pump(&mut self) {
         let mut buf = vec![0; self.piece];
-        while move_bytes(&mut self.a, &mut self.b, &mut buf) | move_bytes(&mut self.b, &mut self.a, &mut buf) {}
+        while move_bytes(&mut self.a, &mut self.b, &mut buf)
+            | move_bytes(&mut self.b, &mut self.a, &mut buf)
+        {}
     }
 }
 
