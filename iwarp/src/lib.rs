@@ -11,6 +11,8 @@
 //!
 //! Nothing here touches a socket, a device or the clock.
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod mr;
 pub mod qp;
 pub mod wire;

@@ -366,16 +366,17 @@ impl Qp {
         let status = if t.etype == 1 { WcStatus::RemoteAccess } else { WcStatus::RemoteOperation };
         // The oldest request in flight is the one the peer refused.
         if let Some(o) = self.orq.pop_front()
-            && let Some(wr_id) = o.wr_id {
-                self.cq.push_back(Wc {
-                    wr_id,
-                    opcode: WcOpcode::RdmaRead,
-                    status,
-                    byte_len: 0,
-                    invalidated: None,
-                    solicited: false,
-                });
-            }
+            && let Some(wr_id) = o.wr_id
+        {
+            self.cq.push_back(Wc {
+                wr_id,
+                opcode: WcOpcode::RdmaRead,
+                status,
+                byte_len: 0,
+                invalidated: None,
+                solicited: false,
+            });
+        }
         self.go_down(Down::TerminateReceived(t), Close::Graceful);
     }
 
