@@ -137,8 +137,9 @@ fn every_opcode_with_and_without_crc() {
 /// has L.
 #[test]
 fn segmentation_at_mulpdu() {
-    for emss in [536, 1448, 8960] {
-        let mut p = Pair::connect(true, |c, _| c.emss = emss);
+    for mtu in [576, 1500, 9000] {
+        let emss = mtu - 52;
+        let mut p = Pair::connect(true, |c, _| *c = c.clone().path_mtu(mtu));
         let (b_stag, _) = p.b.mr(20000, 0, 0, remote_rw());
         p.b.post_recv(1, 20000);
         p.a.post(

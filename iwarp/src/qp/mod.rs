@@ -45,7 +45,8 @@ pub struct QpConfig {
     /// Active side: ask for peer-to-peer setup with this RTR. The passive
     /// side takes what the initiator offers.
     pub p2p: Option<Rtr>,
-    /// The TCP segment payload size FPDUs are cut to (MULPDU follows).
+    /// The TCP segment payload size FPDUs are cut to (MULPDU follows);
+    /// see [`QpConfig::path_mtu`].
     pub emss: usize,
     pub sq_depth: usize,
     pub rq_depth: usize,
@@ -58,6 +59,13 @@ pub struct QpConfig {
 }
 
 impl QpConfig {
+    /// Cut FPDUs for a path MTU: IPv4 and TCP headers with timestamps
+    /// take 52 bytes of each packet.
+    pub fn path_mtu(mut self, mtu: usize) -> Self {
+        self.emss = mtu.saturating_sub(52);
+        self
+    }
+
     pub fn new(pd: Pd) -> Self {
         Self {
             pd,
@@ -409,7 +417,8 @@ impl Qp {
             SendOp::FastReg { sgl, .. } => check_sgl(sgl)?,
             SendOp::Read { .. } if self.ord == 0 => return Err(VerbsError::NoReads),
             SendOp::Read { sink, sink_to, len, .. } => {
-                let w = Access::LOCAL_WRITE;
+                // The peer's Read Responses address the sink by STag.
+                let w = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
                 self.dev.check(self.cfg.pd, *sink, *sink_to, u64::from(*len), w)?;
             }
             SendOp::LocalInv { .. } => {}
@@ -511,6 +520,7 @@ impl Qp {
         if self.state == QpState::Closing
             && self.sq.is_empty()
             && self.irq.is_empty()
+            && self.orq.is_empty()
             && self.tx.idle()
         {
             self.close.get_or_insert(Close::Graceful);

@@ -229,7 +229,7 @@ impl Qp {
         if mo != open.placed || opcode != open.opcode {
             return Err(self.ddp_untagged(4));
         }
-        let room: u64 = open.wr.sgl.iter().map(|e| e.len as u64).sum();
+        let room = open.wr.sgl.iter().map(|e| e.len as u64).sum::<u64>().min(u32::MAX.into());
         if u64::from(mo) + u64::from(len) > room {
             let t = self.ddp_untagged(5);
             let open = self.rx.send.take().expect("open");

@@ -239,7 +239,7 @@ impl Qp {
                 let n = (len - sent).min((self.tx.mulpdu - DdpHeader::TAGGED_LEN) as u32);
                 gather(sgl, sent, n, &mut self.tx.scratch);
                 let ctrl = Ctrl { last: sent + n == len, opcode: Opcode::Write };
-                (DdpHeader::Tagged { ctrl, stag: stag.0, to: to + u64::from(sent) }, n)
+                (DdpHeader::Tagged { ctrl, stag: stag.0, to: to.wrapping_add(u64::from(sent)) }, n)
             }
             SendOp::FastReg { .. } | SendOp::LocalInv { .. } => unreachable!("run when reached"),
         };
