@@ -383,6 +383,17 @@ mod tests {
                     to: 0xff2af64142a6e000,
                 },
             ),
+            // Send with Solicited Event, and with SE and Invalidate.
+            ("4145 00000000 00000000 00000003 00000000", untagged(true, Opcode::SendSe, 0, 3, 0)),
+            (
+                "4146 7fe79102 00000000 00000004 00000000",
+                untagged(true, Opcode::SendSeInvalidate, 0x7fe79102, 4, 0),
+            ),
+            // A middle segment of a Send: L clear, MO 1424.
+            (
+                "0143 00000000 00000000 00000002 00000590",
+                untagged(false, Opcode::Send, 0, 2, 0x590),
+            ),
             // Terminate: QN 2, MSN 1.
             (
                 "4147 00000000 00000002 00000001 00000000",
