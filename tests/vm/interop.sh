@@ -126,7 +126,8 @@ guest_alive() { kill -0 "$GUEST_PID" 2>/dev/null; }
 shown=0
 relay() {
 	local lines
-	lines=$(tr -d '\r' <"$TMP/guest-console.log" 2>/dev/null | grep -aE '^(ok  |FAIL)' || true)
+	[ -e "$TMP/guest-console.log" ] || return 0
+	lines=$(tr -d '\r' <"$TMP/guest-console.log" | grep -aE '^(ok  |FAIL)' || true)
 	local n
 	n=$(printf '%s' "$lines" | grep -c . || true)
 	if ((n > shown)); then
