@@ -258,11 +258,11 @@ fn workload(link: &mut dyn Link) {
     const MIB: usize = 1 << 20;
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let b_sink = IoBuf::new(MIB);
-    let b_sink_stag = eb.dev.reg_mr(eb.pd, sgl(&b_sink), 0x7000_0000, rw);
+    let b_sink_stag = eb.dev.reg_mr(eb.pd, sgl(&b_sink), 0x7000_0000, rw).unwrap();
     let b_src = pattern(MIB, 3);
-    let b_src_stag = eb.dev.reg_mr(eb.pd, sgl(&b_src), 0x1000, Access::REMOTE_READ);
+    let b_src_stag = eb.dev.reg_mr(eb.pd, sgl(&b_src), 0x1000, Access::REMOTE_READ).unwrap();
     let a_sink = IoBuf::new(MIB);
-    let a_sink_stag = ea.dev.reg_mr(ea.pd, sgl(&a_sink), 0, rw);
+    let a_sink_stag = ea.dev.reg_mr(ea.pd, sgl(&a_sink), 0, rw).unwrap();
     let sizes: Vec<usize> = (0..64).map(|i| (i * 67) % 4097).collect();
     let recvs: Vec<IoBuf> = (0..=sizes.len()).map(|_| IoBuf::new(4096)).collect();
     for (i, r) in recvs.iter().enumerate() {

@@ -171,10 +171,20 @@ impl Device {
     }
 
     /// Register `sgl` under a new STag at once (`ib_reg_mr`).
-    pub fn reg_mr(&self, pd: Pd, sgl: Vec<SgEntry>, iova: u64, access: Access) -> Stag {
-        let stag = self.alloc_mr(pd).next_key();
-        self.fast_reg(pd, stag, sgl, iova, access).expect("a fresh index registers");
-        stag
+    pub fn reg_mr(
+        &self,
+        pd: Pd,
+        sgl: Vec<SgEntry>,
+        iova: u64,
+        access: Access,
+    ) -> Result<Stag, MrError> {
+        let index = self.alloc_mr(pd);
+        let stag = index.next_key();
+        self.fast_reg(pd, stag, sgl, iova, access).inspect_err(|_| {
+            // Give the index back; its key never moved.
+            let _ = self.dereg_mr(index);
+        })?;
+        Ok(stag)
     }
 
     /// Make `stag` (an allocated index with a new key) valid over `sgl`,
@@ -195,7 +205,7 @@ impl Device {
             Some(_) if slot.region.is_some() => return Err(MrError::Busy),
             Some(_) => {}
         }
-        let len = sgl.iter().map(|e| e.len as u64).sum::<u64>();
+        let len = sgl_len(&sgl);
         iova.checked_add(len).ok_or(MrError::ToWrap)?;
         slot.key = stag.key();
         slot.region = Some(Region { pd, sgl, iova, len, access });
@@ -312,6 +322,11 @@ fn lookup(
     Ok(r)
 }
 
+/// Bytes `sgl` covers.
+pub(crate) fn sgl_len(sgl: &[SgEntry]) -> u64 {
+    sgl.iter().map(|e| e.len as u64).sum()
+}
+
 /// Visit the pieces of `sgl` covering `len` bytes from byte `at`: each
 /// entry with the offset in its buffer and the piece's length.
 pub(crate) fn walk(
@@ -349,10 +364,10 @@ mod tests {
         let dev = Device::new();
         let pd = dev.alloc_pd();
         let buf = IoBuf::new(64);
-        let a = dev.reg_mr(pd, sgl(&buf, &[(0, 64)]), 0, Access::REMOTE_WRITE);
+        let a = dev.reg_mr(pd, sgl(&buf, &[(0, 64)]), 0, Access::REMOTE_WRITE).unwrap();
         assert_ne!(a.index(), 0, "STag index 0 is never used");
         dev.dereg_mr(a).unwrap();
-        let b = dev.reg_mr(pd, sgl(&buf, &[(0, 64)]), 0, Access::REMOTE_WRITE);
+        let b = dev.reg_mr(pd, sgl(&buf, &[(0, 64)]), 0, Access::REMOTE_WRITE).unwrap();
         assert_eq!((b.index(), b.key()), (a.index(), a.key().wrapping_add(1)));
         assert_eq!(dev.check(pd, a, 0, 1, Access::REMOTE_WRITE), Err(MrError::InvalidStag));
         // Fast registration: allocate, register with a bumped key,
@@ -370,6 +385,9 @@ mod tests {
         let k2 = k1.next_key();
         dev.fast_reg(pd, k2, sgl(&buf, &[(0, 8)]), 0x1000, Access::REMOTE_READ).unwrap();
         assert!(dev.is_valid(k2) && !dev.is_valid(k1));
+        // A region whose TO range wraps is refused, not a panic.
+        let wrap = dev.reg_mr(pd, sgl(&buf, &[(0, 8)]), u64::MAX - 3, Access::REMOTE_READ);
+        assert_eq!(wrap, Err(MrError::ToWrap));
     }
 
     #[test]
@@ -378,7 +396,7 @@ mod tests {
         let (pd, other) = (dev.alloc_pd(), dev.alloc_pd());
         let buf = IoBuf::new(32);
         // Two pieces: bytes 4..8 and 20..28 of the buffer, TO 0x100.
-        let s = dev.reg_mr(pd, sgl(&buf, &[(4, 4), (20, 8)]), 0x100, Access::REMOTE_WRITE);
+        let s = dev.reg_mr(pd, sgl(&buf, &[(4, 4), (20, 8)]), 0x100, Access::REMOTE_WRITE).unwrap();
         let w = Access::REMOTE_WRITE;
         assert_eq!(dev.check(pd, s, 0x100, 12, w), Ok(()));
         assert_eq!(dev.check(pd, s, 0x101, 12, w), Err(MrError::BaseBounds));

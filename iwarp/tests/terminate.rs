@@ -32,12 +32,10 @@ fn target(crc: bool, layout: TermLayout, ird: u16) -> Target {
     let (w, w_mem) = p.b.mr(4096, 0xee, 0x1000, Access::REMOTE_WRITE);
     let (r, _) = p.b.mr(4096, 0, 0, Access::REMOTE_READ);
     let other = p.b.dev.alloc_pd();
-    let o = p.b.dev.reg_mr(
-        other,
-        whole(&IoBuf::new(64)),
-        0,
-        Access::REMOTE_WRITE | Access::REMOTE_READ,
-    );
+    let o =
+        p.b.dev
+            .reg_mr(other, whole(&IoBuf::new(64)), 0, Access::REMOTE_WRITE | Access::REMOTE_READ)
+            .unwrap();
     p.b.post_recv(1, 64);
     Target { p, w, w_mem, r, o }
 }

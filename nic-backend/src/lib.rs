@@ -531,7 +531,7 @@ impl DdpDevice for NicHandle {
             }
             let mut entries: Vec<(ulp_ddp::IoBuf, usize, usize)> = Vec::new();
             for (i, e) in io.sgl.iter().enumerate() {
-                if e.len == 0 || e.offset.checked_add(e.len).is_none_or(|end| end > e.buf.len()) {
+                if e.len == 0 || !e.in_bounds() {
                     return Err(DdpError::BadEntry(i));
                 }
                 match entries.last_mut() {

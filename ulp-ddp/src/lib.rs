@@ -184,6 +184,13 @@ pub struct SgEntry {
     pub len: usize,
 }
 
+impl SgEntry {
+    /// Whether the entry lies inside its buffer.
+    pub fn in_bounds(&self) -> bool {
+        self.offset.checked_add(self.len).is_some_and(|end| end <= self.buf.len())
+    }
+}
+
 /// A per-I/O mapping (`ulp_ddp_io`): data for `tag` goes to `sgl`, byte 0
 /// of the command's data at the first entry's offset.
 #[derive(Debug, Clone)]

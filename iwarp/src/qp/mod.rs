@@ -410,7 +410,7 @@ impl Qp {
         match &wr.op {
             SendOp::Send { sgl, .. } | SendOp::Write { sgl, .. } => {
                 check_sgl(sgl)?;
-                if sgl.iter().map(|e| e.len as u64).sum::<u64>() > u64::from(u32::MAX) {
+                if crate::mr::sgl_len(sgl) > u64::from(u32::MAX) {
                     return Err(VerbsError::BadSgl);
                 }
             }
@@ -539,8 +539,7 @@ fn opcode_of(op: &SendOp) -> WcOpcode {
 }
 
 fn check_sgl(sgl: &[SgEntry]) -> Result<(), VerbsError> {
-    let fits = |e: &SgEntry| e.offset.checked_add(e.len).is_some_and(|end| end <= e.buf.len());
-    if sgl.iter().all(fits) { Ok(()) } else { Err(VerbsError::BadSgl) }
+    if sgl.iter().all(SgEntry::in_bounds) { Ok(()) } else { Err(VerbsError::BadSgl) }
 }
 
 /// The Terminate for a peer's malformed bytes.

@@ -10,7 +10,7 @@
 use super::{
     Close, Down, Inbound, Qp, QpState, RecvWr, Rtr, Wc, WcOpcode, WcStatus, wire_terminate,
 };
-use crate::mr::{Access, MrError, Stag, walk};
+use crate::mr::{Access, MrError, Stag, sgl_len, walk};
 use crate::wire::{DdpHeader, Event, Opcode, ReadRequest, TermLayer, Terminate};
 
 /// The longest Terminate body: header, length, DDP and RDMAP headers.
@@ -229,7 +229,7 @@ impl Qp {
         if mo != open.placed || opcode != open.opcode {
             return Err(self.ddp_untagged(4));
         }
-        let room = open.wr.sgl.iter().map(|e| e.len as u64).sum::<u64>().min(u32::MAX.into());
+        let room = sgl_len(&open.wr.sgl).min(u32::MAX.into());
         if u64::from(mo) + u64::from(len) > room {
             let t = self.ddp_untagged(5);
             let open = self.rx.send.take().expect("open");

@@ -6,8 +6,10 @@
 //! work requests (fast register, local invalidate) run when reached.
 
 use super::{Outbound, Qp, QpState, Rtr, SendOp, SendWr, Wc, WcOpcode, WcStatus};
-use crate::mr::{Access, Stag, walk};
-use crate::wire::{Ctrl, DdpHeader, Opcode, ReadRequest, TermLayer, Terminate, emit_fpdu, mulpdu};
+use crate::mr::{Access, Stag, sgl_len, walk};
+use crate::wire::{
+    Ctrl, DdpHeader, Opcode, ReadRequest, TermLayer, Terminate, emit_fpdu, emit_fpdu_with, mulpdu,
+};
 
 /// The STag siw puts in RTRs (tagged STag 0 upsets some NICs).
 const RTR_STAG: u32 = 1;
@@ -140,7 +142,8 @@ impl Qp {
         }
     }
 
-    /// One FPDU of `header` carrying `self.tx.scratch` (or nothing).
+    /// One FPDU of `header` carrying `self.tx.scratch` (or nothing): the
+    /// small bodies (Read Request, Terminate), not data.
     fn emit(&mut self, header: DdpHeader, with_payload: bool) {
         let payload: &[u8] = if with_payload { &self.tx.scratch } else { &[] };
         emit_fpdu(&header, payload, self.crc, &mut self.tx.buf);
@@ -186,8 +189,8 @@ impl Qp {
                     }
                     let wr = self.sq.pop_front().expect("front");
                     let (len, msn) = match &wr.op {
-                        SendOp::Send { sgl, .. } => (sgl_len(sgl), self.tx.next_msn(0)),
-                        SendOp::Write { sgl, .. } => (sgl_len(sgl), 0),
+                        SendOp::Send { sgl, .. } => (sgl_len(sgl) as u32, self.tx.next_msn(0)),
+                        SendOp::Write { sgl, .. } => (sgl_len(sgl) as u32, 0),
                         _ => (0, 0),
                     };
                     Msg::Sq { wr, sent: 0, len, msn }
@@ -201,7 +204,7 @@ impl Qp {
     }
 
     fn sq_fpdu(&mut self, wr: SendWr, sent: u32, len: u32, msn: u32) -> bool {
-        let (header, n) = match &wr.op {
+        let (header, n, sgl) = match &wr.op {
             SendOp::Read { sink, sink_to, len, stag, to } => {
                 let r = ReadRequest {
                     sink_stag: sink.0,
@@ -224,7 +227,6 @@ impl Qp {
             }
             SendOp::Send { sgl, solicited, invalidate } => {
                 let n = (len - sent).min((self.tx.mulpdu - DdpHeader::UNTAGGED_LEN) as u32);
-                gather(sgl, sent, n, &mut self.tx.scratch);
                 let opcode = match (solicited, invalidate.is_some()) {
                     (false, false) => Opcode::Send,
                     (false, true) => Opcode::SendInvalidate,
@@ -233,17 +235,24 @@ impl Qp {
                 };
                 let ctrl = Ctrl { last: sent + n == len, opcode };
                 let inval_stag = invalidate.map_or(0, |s| s.0);
-                (DdpHeader::Untagged { ctrl, inval_stag, qn: 0, msn, mo: sent }, n)
+                (DdpHeader::Untagged { ctrl, inval_stag, qn: 0, msn, mo: sent }, n, sgl)
             }
             SendOp::Write { sgl, stag, to } => {
                 let n = (len - sent).min((self.tx.mulpdu - DdpHeader::TAGGED_LEN) as u32);
-                gather(sgl, sent, n, &mut self.tx.scratch);
                 let ctrl = Ctrl { last: sent + n == len, opcode: Opcode::Write };
-                (DdpHeader::Tagged { ctrl, stag: stag.0, to: to.wrapping_add(u64::from(sent)) }, n)
+                let to = to.wrapping_add(u64::from(sent));
+                (DdpHeader::Tagged { ctrl, stag: stag.0, to }, n, sgl)
             }
             SendOp::FastReg { .. } | SendOp::LocalInv { .. } => unreachable!("run when reached"),
         };
-        self.emit(header, true);
+        // The payload goes from the SGL straight into the FPDU.
+        let fill = |out: &mut Vec<u8>| {
+            walk(sgl, u64::from(sent), n as usize, |e, off, k| {
+                out.extend_from_slice(&e.buf.lock()[off..off + k])
+            });
+            Ok::<_, std::convert::Infallible>(())
+        };
+        let Ok(()) = emit_fpdu_with(&header, n as usize, self.crc, &mut self.tx.buf, fill);
         let sent = sent + n;
         if sent == len {
             if wr.signaled {
@@ -263,27 +272,28 @@ impl Qp {
     fn read_response_fpdu(&mut self) -> bool {
         let r = self.irq.front().expect("a Read Response is queued").clone();
         let n = (r.len - r.sent).min((self.tx.mulpdu - DdpHeader::TAGGED_LEN) as u32);
-        self.tx.scratch.clear();
-        if n > 0 {
-            let to = r.src_to + u64::from(r.sent);
-            let res = self.dev.read(
-                self.cfg.pd,
-                r.src,
-                to,
-                n as usize,
-                Access::REMOTE_READ,
-                &mut self.tx.scratch,
-            );
-            if let Err(e) = res {
-                // The source went away after the request was accepted.
-                self.fail(Terminate::new(TermLayer::Rdmap, 1, e.rdmap_code()));
-                return true;
-            }
-        }
         let last = r.sent + n == r.len;
         let ctrl = Ctrl { last, opcode: Opcode::ReadResponse };
-        let to = r.sink_to.wrapping_add(u64::from(r.sent));
-        self.emit(DdpHeader::Tagged { ctrl, stag: r.sink, to }, true);
+        let header =
+            DdpHeader::Tagged { ctrl, stag: r.sink, to: r.sink_to.wrapping_add(u64::from(r.sent)) };
+        // The source bytes go from the region straight into the FPDU.
+        let (dev, pd) = (&self.dev, self.cfg.pd);
+        let fill = |out: &mut Vec<u8>| match n {
+            0 => Ok(()),
+            _ => dev.read(
+                pd,
+                r.src,
+                r.src_to + u64::from(r.sent),
+                n as usize,
+                Access::REMOTE_READ,
+                out,
+            ),
+        };
+        if let Err(e) = emit_fpdu_with(&header, n as usize, self.crc, &mut self.tx.buf, fill) {
+            // The source went away after the request was accepted.
+            self.fail(Terminate::new(TermLayer::Rdmap, 1, e.rdmap_code()));
+            return true;
+        }
         if last {
             self.irq.pop_front();
         } else {
@@ -318,16 +328,4 @@ impl Qp {
 
 fn ok(wr_id: u64, opcode: WcOpcode, byte_len: u32) -> Wc {
     Wc { wr_id, opcode, status: WcStatus::Success, byte_len, invalidated: None, solicited: false }
-}
-
-fn sgl_len(sgl: &[ulp_ddp::SgEntry]) -> u32 {
-    sgl.iter().map(|e| e.len as u32).sum()
-}
-
-/// `n` bytes of `sgl` from byte `at` into `out` (replacing its contents).
-fn gather(sgl: &[ulp_ddp::SgEntry], at: u32, n: u32, out: &mut Vec<u8>) {
-    out.clear();
-    walk(sgl, u64::from(at), n as usize, |e, off, k| {
-        out.extend_from_slice(&e.buf.lock()[off..off + k])
-    });
 }

@@ -32,15 +32,36 @@ pub fn mulpdu(emss: usize) -> usize {
 /// and the CRC32C (little-endian bytes, as siw sends it) when `crc`, zeros
 /// otherwise.
 pub fn emit_fpdu(header: &DdpHeader, payload: &[u8], crc: bool, out: &mut Vec<u8>) {
+    let fill = |out: &mut Vec<u8>| {
+        out.extend_from_slice(payload);
+        Ok::<_, std::convert::Infallible>(())
+    };
+    let Ok(()) = emit_fpdu_with(header, payload.len(), crc, out, fill);
+}
+
+/// [`emit_fpdu`] with the `payload_len` payload bytes appended by `fill`
+/// straight into `out`. If `fill` fails, `out` is left as it was.
+pub fn emit_fpdu_with<E>(
+    header: &DdpHeader,
+    payload_len: usize,
+    crc: bool,
+    out: &mut Vec<u8>,
+    fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+) -> Result<(), E> {
     let start = out.len();
-    let ulpdu = header.buffer_len() + payload.len();
+    let ulpdu = header.buffer_len() + payload_len;
     debug_assert!(ulpdu <= usize::from(u16::MAX), "a ULPDU of {ulpdu} bytes");
     out.extend_from_slice(&(ulpdu as u16).to_be_bytes());
     header.emit(out);
-    out.extend_from_slice(payload);
+    if let Err(e) = fill(out) {
+        out.truncate(start);
+        return Err(e);
+    }
+    debug_assert_eq!(out.len() - start, LEN + ulpdu, "fill wrote the payload length");
     out.resize(out.len() + pad(ulpdu), 0);
     let sum = if crc { crc32c_append(0, &out[start..]) } else { 0 };
     out.extend_from_slice(&sum.to_le_bytes());
+    Ok(())
 }
 
 /// What the framer found.

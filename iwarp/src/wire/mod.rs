@@ -7,7 +7,7 @@ mod framer;
 mod mpa;
 
 pub use ddp::{Ctrl, DdpHeader, Opcode, ReadRequest, TermLayer, TermLayout, Terminate};
-pub use framer::{Event, FpduFramer, emit_fpdu, fpdu_len, mulpdu};
+pub use framer::{Event, FpduFramer, emit_fpdu, emit_fpdu_with, fpdu_len, mulpdu};
 pub use mpa::{IrdOrd, MpaFrame, MpaKind};
 
 /// What a peer's bytes can be wrong about, with the Terminate it earns

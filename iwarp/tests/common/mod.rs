@@ -99,7 +99,7 @@ impl Side {
     /// Register `len` bytes of a fresh buffer filled with `fill`.
     pub fn mr(&self, len: usize, fill: u8, iova: u64, access: Access) -> (Stag, IoBuf) {
         let buf = IoBuf::from_vec(vec![fill; len]);
-        let stag = self.dev.reg_mr(self.pd, whole(&buf), iova, access);
+        let stag = self.dev.reg_mr(self.pd, whole(&buf), iova, access).unwrap();
         (stag, buf)
     }
 
