@@ -31,7 +31,13 @@ const CAPS: Caps = Caps::NVME_TCP.union(Caps::NVME_TCP_DDGST_RX);
 
 impl DdpDevice for Vouching {
     fn limits(&self) -> Limits {
-        Limits { max_ddp_sgl_len: 0, io_threshold: 0, tls: false, full_ccid_range: true }
+        Limits {
+            max_ddp_sgl_len: 0,
+            io_threshold: 0,
+            tls: false,
+            full_ccid_range: true,
+            max_stags: 0,
+        }
     }
     fn caps(&self) -> (Caps, Caps) {
         (CAPS, CAPS)

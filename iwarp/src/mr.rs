@@ -8,60 +8,11 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ulp_ddp::SgEntry;
-
-/// A steering tag: `index << 8 | key`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Stag(pub u32);
-
-impl Stag {
-    pub fn new(index: u32, key: u8) -> Self {
-        Self((index << 8) | u32::from(key))
-    }
-
-    pub fn index(self) -> u32 {
-        self.0 >> 8
-    }
-
-    pub fn key(self) -> u8 {
-        self.0 as u8
-    }
-
-    /// The same index with the next key (Linux `ib_inc_rkey`).
-    pub fn next_key(self) -> Self {
-        Self::new(self.index(), self.key().wrapping_add(1))
-    }
-}
-
-impl std::fmt::Display for Stag {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#010x}", self.0)
-    }
-}
+pub use ulp_ddp::{Access, Stag};
 
 /// A protection domain: an STag serves only QPs of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Pd(pub u32);
-
-/// Access rights of a memory region.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Access(u8);
-
-impl Access {
-    pub const LOCAL_WRITE: Access = Access(1);
-    pub const REMOTE_READ: Access = Access(2);
-    pub const REMOTE_WRITE: Access = Access(4);
-
-    pub fn contains(self, other: Access) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl std::ops::BitOr for Access {
-    type Output = Access;
-    fn bitor(self, o: Access) -> Access {
-        Access(self.0 | o.0)
-    }
-}
 
 /// Why the table refused an access, in the words both RFC 5040 (RDMAP,
 /// remote protection) and RFC 5041 (DDP, tagged buffer) have codes for.

@@ -22,7 +22,7 @@ use crc32c::crc32c_append;
 use smoltcp::phy::PlacedRanges;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use ulp_ddp::{Caps, Config, HintFlags, IoBuf, Role, SkCtx, Stats};
+use ulp_ddp::{Caps, HintFlags, IoBuf, NvmeTcpConfig, Role, SkCtx, Stats};
 
 /// Headers passed while waiting for a resync to be confirmed.
 const CHAIN_MEMORY: usize = 64;
@@ -54,7 +54,7 @@ impl Mapping {
     /// when `crc` is given. `None` if the bytes do not fit: the caller
     /// checked at the PDU header that they do, so that is a bug, and the
     /// bytes are then left to the ULP as unplaced.
-    fn place(&self, pos: usize, src: &[u8], mut crc: Option<u32>) -> Option<Option<u32>> {
+    pub fn place(&self, pos: usize, src: &[u8], mut crc: Option<u32>) -> Option<Option<u32>> {
         let mut entry_start = 0;
         let mut done = 0;
         for (buf, off, len) in &self.entries {
@@ -126,7 +126,7 @@ struct TxTrack {
     crc_on: bool,
     crc: u32,
     /// Digests sent and not yet acknowledged: (stream offset, bytes).
-    records: VecDeque<(u64, [u8; 4])>,
+    records: DigestRecords,
 }
 
 /// What the flow needs from the device for one segment.
@@ -173,7 +173,7 @@ impl Placed {
     /// Stream bytes `[start, end)` were placed and the ULP was told so.
     /// Ranges that do not fit are left out: the stack copies them too,
     /// which the ULP never reads, and which is always correct.
-    fn push(&mut self, start: u64, end: u64) -> bool {
+    pub fn push(&mut self, start: u64, end: u64) -> bool {
         let (Ok(a), Ok(b)) = (u16::try_from(start - self.base), u16::try_from(end - self.base))
         else {
             debug_assert!(false, "a segment payload is shorter than 64 KiB");
@@ -184,7 +184,7 @@ impl Placed {
 }
 
 pub(crate) struct Flow {
-    pub config: Config,
+    pub config: NvmeTcpConfig,
     pub ctx: Arc<SkCtx>,
     pub peer_isn: u32,
     pub local_isn: u32,
@@ -197,7 +197,7 @@ pub(crate) struct Flow {
 
 impl Flow {
     pub fn new(
-        config: Config,
+        config: NvmeTcpConfig,
         peer_isn: u32,
         local_isn: u32,
         tx_crc: bool,
@@ -207,8 +207,10 @@ impl Flow {
             Role::Host => (Direction::ControllerToHost, Direction::HostToController),
             Role::Controller => (Direction::HostToController, Direction::ControllerToHost),
         };
-        let digests =
-            (config.dgst & Config::DGST_HEADER != 0, config.dgst & Config::DGST_DATA != 0);
+        let digests = (
+            config.dgst & NvmeTcpConfig::DGST_HEADER != 0,
+            config.dgst & NvmeTcpConfig::DGST_DATA != 0,
+        );
         let rx_tracker = Tracker::new(rx_dir, digests);
         let tx_tracker = Tracker::new(tx_dir, digests);
         Self {
@@ -258,7 +260,7 @@ impl Flow {
         if let Some(slot) = self.table.get_mut(usize::from(tag))
             && slot.take().is_some()
         {
-            self.ctx.freed(offset, tag);
+            self.ctx.freed(offset, u32::from(tag));
             stats.oneshot_freed += 1;
         }
     }
@@ -541,32 +543,14 @@ impl Flow {
 
     /// An acknowledgment for everything before stream offset `ack`.
     pub fn tx_acked(&mut self, ack: u64) {
-        while self.tx.records.front().is_some_and(|&(at, _)| at + 4 <= ack) {
-            self.tx.records.pop_front();
-        }
+        forget_acked(&mut self.tx.records, ack);
     }
 
     /// An outgoing segment at stream offset `off`. Fills data digests the
     /// ULP left to us; returns whether the payload changed.
     pub fn tx_segment(&mut self, off: u64, payload: &mut [u8], env: &mut Env) -> bool {
         let end = off + payload.len() as u64;
-        let mut edited = false;
-        // A retransmission: put back the digests it carried.
-        if off < self.tx.next {
-            let old_end = end.min(self.tx.next);
-            for &(at, bytes) in
-                self.tx.records.iter().filter(|&&(at, _)| at < old_end && at + 4 > off)
-            {
-                for (i, b) in bytes.iter().enumerate() {
-                    let s = at + i as u64;
-                    if (off..old_end).contains(&s) {
-                        payload[(s - off) as usize] = *b;
-                    }
-                }
-                env.stats.tx_digest_restored += 1;
-                edited = true;
-            }
-        }
+        let mut edited = restore_digests(&self.tx.records, self.tx.next, off, payload, env.stats);
         if end <= self.tx.next || !self.tx.ok {
             return edited;
         }
@@ -632,5 +616,44 @@ impl Flow {
             m.live = true;
             env.stats.oneshot_armed += 1;
         }
+    }
+}
+
+/// Digests the device wrote and the peer has not acknowledged yet:
+/// (stream offset, bytes), in stream order.
+pub(crate) type DigestRecords = VecDeque<(u64, [u8; 4])>;
+
+/// Put back into a retransmitted segment (`payload` at stream offset
+/// `off`, partly before `tx_next`) the digests it carried the first time.
+/// Whether any byte changed.
+pub(crate) fn restore_digests(
+    records: &DigestRecords,
+    tx_next: u64,
+    off: u64,
+    payload: &mut [u8],
+    stats: &mut Stats,
+) -> bool {
+    if off >= tx_next {
+        return false;
+    }
+    let old_end = (off + payload.len() as u64).min(tx_next);
+    let mut edited = false;
+    for &(at, bytes) in records.iter().filter(|&&(at, _)| at < old_end && at + 4 > off) {
+        for (i, b) in bytes.iter().enumerate() {
+            let s = at + i as u64;
+            if (off..old_end).contains(&s) {
+                payload[(s - off) as usize] = *b;
+            }
+        }
+        stats.tx_digest_restored += 1;
+        edited = true;
+    }
+    edited
+}
+
+/// Drop the records the peer acknowledged (everything before `ack`).
+pub(crate) fn forget_acked(records: &mut DigestRecords, ack: u64) {
+    while records.front().is_some_and(|&(at, _)| at + 4 <= ack) {
+        records.pop_front();
     }
 }

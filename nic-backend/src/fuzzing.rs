@@ -2,7 +2,7 @@
 //! replays its corpus. Not part of the API.
 
 use crate::flow::{Env, Flow, Mapping, Placed};
-use ulp_ddp::{Caps, Config, IoBuf, Role, Stats};
+use ulp_ddp::{Caps, IoBuf, NvmeTcpConfig, Role, Stats};
 
 /// Bytes around and between mapped ranges that must never change.
 const GUARD: usize = 64;
@@ -62,7 +62,7 @@ pub fn rx(data: &[u8]) -> Stats {
     let role = if mode & 1 == 0 { Role::Host } else { Role::Controller };
     let dgst = (mode >> 1) & 3;
     let active = Caps::from_bits(u32::from(mode >> 3));
-    let config = Config {
+    let config = NvmeTcpConfig {
         role,
         pfv: 0,
         cpda: 0,

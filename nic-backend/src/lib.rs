@@ -31,6 +31,8 @@ mod flow;
 mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
+mod iwarp_flow;
+mod mpa;
 mod pdu;
 mod thread;
 
@@ -38,6 +40,7 @@ pub use copy::{copy_and_crc, copy_then_crc};
 pub use thread::{NicEngine, NicThread, thread_cpu_ns};
 
 use flow::{Env, Flow, Mapping, Placed};
+use iwarp_flow::{IwarpFlow, StagMapping};
 use smoltcp::phy::{self, Device, DeviceCapabilities, PacketMeta};
 use smoltcp::time::Instant;
 use smoltcp_glue::{Medium, WireEnd};
@@ -46,7 +49,10 @@ use std::collections::HashMap;
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use ulp_ddp::{Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, Limits, Role, SkHandle, Stats};
+use ulp_ddp::{
+    Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, Limits, NvmeTcpConfig, Role, SkHandle, Stag,
+    StagIo, Stats,
+};
 
 /// What a NIC offers and what it starts with.
 #[derive(Debug, Clone, Copy)]
@@ -65,7 +71,8 @@ pub struct NicConfig {
 
 impl Default for NicConfig {
     /// A ConnectX-7-like device: up to 128 SG entries, offload from 32 KiB,
-    /// tags below the queue size, everything on.
+    /// tags below the queue size, 4096 STags per iWARP socket, everything
+    /// on.
     fn default() -> Self {
         Self {
             hw: Caps::ALL,
@@ -75,6 +82,7 @@ impl Default for NicConfig {
                 io_threshold: 32 << 10,
                 tls: false,
                 full_ccid_range: false,
+                max_stags: 4096,
             },
             checksum: true,
             zero_copy: true,
@@ -92,10 +100,67 @@ struct Isns {
 /// Connections remembered for their handshakes before the oldest go.
 const HANDSHAKES: usize = 4096;
 
+/// An offloaded socket, by the protocol it carries.
+enum Sock {
+    NvmeTcp(Flow),
+    Iwarp(IwarpFlow),
+}
+
+impl Sock {
+    fn isns(&self) -> (u32, u32) {
+        match self {
+            Sock::NvmeTcp(f) => (f.peer_isn, f.local_isn),
+            Sock::Iwarp(f) => (f.peer_isn, f.local_isn),
+        }
+    }
+
+    fn rx_next(&self) -> u64 {
+        match self {
+            Sock::NvmeTcp(f) => f.rx_next(),
+            Sock::Iwarp(f) => f.rx_next(),
+        }
+    }
+
+    fn tx_next(&self) -> u64 {
+        match self {
+            Sock::NvmeTcp(f) => f.tx_next(),
+            Sock::Iwarp(f) => f.tx_next(),
+        }
+    }
+
+    fn tx_acked(&mut self, ack: u64) {
+        match self {
+            Sock::NvmeTcp(f) => f.tx_acked(ack),
+            Sock::Iwarp(f) => f.tx_acked(ack),
+        }
+    }
+
+    fn rx_segment(&mut self, off: u64, payload: &[u8], env: &mut Env) {
+        match self {
+            Sock::NvmeTcp(f) => f.rx_segment(off, payload, env),
+            Sock::Iwarp(f) => f.rx_segment(off, payload, env),
+        }
+    }
+
+    fn rx_synced(&self) -> bool {
+        match self {
+            Sock::NvmeTcp(f) => f.rx_synced(),
+            Sock::Iwarp(f) => f.rx_synced(),
+        }
+    }
+
+    fn iwarp(&mut self) -> Result<&mut IwarpFlow, DdpError> {
+        match self {
+            Sock::Iwarp(f) => Ok(f),
+            Sock::NvmeTcp(_) => Err(DdpError::WrongUlp),
+        }
+    }
+}
+
 struct State {
     cfg: NicConfig,
     handshakes: HashMap<(SocketAddrV4, SocketAddrV4), Isns>,
-    flows: slab::Slab<Flow>,
+    flows: slab::Slab<Sock>,
     by_key: HashMap<(SocketAddrV4, SocketAddrV4), usize>,
     stats: Stats,
 }
@@ -160,12 +225,13 @@ impl State {
         }
         let State { flows, stats, cfg, .. } = self;
         let Some(flow) = flows.get_mut(id) else { return true };
+        let (peer_isn, local_isn) = flow.isns();
         if let Some(ack) = seg.ack {
-            let off = frame::stream_offset(ack, flow.local_isn, flow.tx_next());
+            let off = frame::stream_offset(ack, local_isn, flow.tx_next());
             flow.tx_acked(off);
         }
         if seg.payload_len > 0 {
-            let off = frame::stream_offset(seg.seq, flow.peer_isn, flow.rx_next());
+            let off = frame::stream_offset(seg.seq, peer_isn, flow.rx_next());
             let payload = &frame[seg.payload_at..seg.payload_at + seg.payload_len];
             placed.base = off;
             let mut env = Env { active: cfg.active, stats, placed };
@@ -196,15 +262,24 @@ impl State {
         let Some(&id) = self.by_key.get(&key) else { return false };
         let State { flows, stats, cfg, .. } = self;
         let Some(flow) = flows.get_mut(id) else { return false };
-        let oneshot = flow.config.role == Role::Host && cfg.active.contains(Caps::NVME_TCP_ONESHOT);
-        if seg.payload_len == 0 || !(flow.tx_crc || oneshot) {
+        let wanted = match flow {
+            Sock::NvmeTcp(f) => {
+                f.tx_crc
+                    || (f.config.role == Role::Host && cfg.active.contains(Caps::NVME_TCP_ONESHOT))
+            }
+            Sock::Iwarp(f) => f.tx_wanted(),
+        };
+        if seg.payload_len == 0 || !wanted {
             return false;
         }
-        let off = frame::stream_offset(seg.seq, flow.local_isn, flow.tx_next());
+        let off = frame::stream_offset(seg.seq, flow.isns().1, flow.tx_next());
         let mut unused = Placed::default();
         let mut env = Env { active: cfg.active, stats, placed: &mut unused };
         let payload = &mut frame[seg.payload_at..seg.payload_at + seg.payload_len];
-        flow.tx_segment(off, payload, &mut env)
+        match flow {
+            Sock::NvmeTcp(f) => f.tx_segment(off, payload, &mut env),
+            Sock::Iwarp(f) => f.tx_segment(off, payload, &mut env),
+        }
     }
 }
 
@@ -429,7 +504,7 @@ impl NicHandle {
     /// Whether the receive context of a socket follows real PDU boundaries
     /// (for tests and reports).
     pub fn rx_synced(&self, sk: &SkHandle) -> Option<bool> {
-        self.shared.lock().flows.get(sk.id as usize).map(Flow::rx_synced)
+        self.shared.lock().flows.get(sk.id as usize).map(Sock::rx_synced)
     }
 
     /// Offloaded sockets.
@@ -480,16 +555,30 @@ impl DdpDevice for NicHandle {
             let (Some(peer), Some(local)) = (isn.peer, isn.local) else {
                 return Err(DdpError::NoHandshake);
             };
-            let data_digest = config.dgst & Config::DGST_DATA != 0;
-            let tx_crc = data_digest && st.cfg.active.contains(Caps::NVME_TCP_DDGST_TX);
-            let table = if st.cfg.limits.full_ccid_range {
-                65536
-            } else {
-                config.queue_size.clamp(1, 65536) as usize
+            let (sock, tx_crc) = match config {
+                Config::NvmeTcp(config) => {
+                    let data_digest = config.dgst & NvmeTcpConfig::DGST_DATA != 0;
+                    let tx_crc = data_digest && st.cfg.active.contains(Caps::NVME_TCP_DDGST_TX);
+                    let table = if st.cfg.limits.full_ccid_range {
+                        65536
+                    } else {
+                        config.queue_size.clamp(1, 65536) as usize
+                    };
+                    (Sock::NvmeTcp(Flow::new(*config, peer, local, tx_crc, table)), tx_crc)
+                }
+                Config::Iwarp(config) => {
+                    if st.cfg.limits.max_stags == 0 {
+                        return Err(DdpError::WrongUlp);
+                    }
+                    let tx_crc = config.crc && st.cfg.active.contains(Caps::NVME_TCP_DDGST_TX);
+                    (Sock::Iwarp(IwarpFlow::new(*config, peer, local, tx_crc)), tx_crc)
+                }
             };
-            let flow = Flow::new(*config, peer, local, tx_crc, table);
-            let ctx = flow.ctx.clone();
-            let slot = st.flows.insert(flow);
+            let ctx = match &sock {
+                Sock::NvmeTcp(f) => f.ctx.clone(),
+                Sock::Iwarp(f) => f.ctx.clone(),
+            };
+            let slot = st.flows.insert(sock);
             st.by_key.insert(key, slot);
             let granted =
                 if tx_crc { st.cfg.active } else { st.cfg.active.without(Caps::NVME_TCP_DDGST_TX) };
@@ -544,7 +633,10 @@ impl DdpDevice for NicHandle {
             if entries.is_empty() {
                 return Err(DdpError::Empty);
             }
-            let flow = st.flows.get_mut(sk.id as usize).ok_or(DdpError::NoSocket)?;
+            let Sock::NvmeTcp(flow) = st.flows.get_mut(sk.id as usize).ok_or(DdpError::NoSocket)?
+            else {
+                return Err(DdpError::WrongUlp);
+            };
             let slot = flow.slot(io.tag).ok_or(DdpError::BadTag(io.tag))?;
             if slot.is_some() {
                 return Err(DdpError::Busy(io.tag));
@@ -563,7 +655,7 @@ impl DdpDevice for NicHandle {
     fn teardown(&self, sk: &SkHandle, tag: u16) {
         let mut st = self.shared.lock();
         let State { flows, stats, .. } = &mut *st;
-        if let Some(flow) = flows.get_mut(sk.id as usize)
+        if let Some(Sock::NvmeTcp(flow)) = flows.get_mut(sk.id as usize)
             && let Some(slot) = flow.slot(tag)
             && slot.take().is_some()
         {
@@ -577,13 +669,77 @@ impl DdpDevice for NicHandle {
     fn resync(&self, sk: &SkHandle, seq: u64) {
         let mut st = self.shared.lock();
         let State { flows, stats, .. } = &mut *st;
-        if let Some(flow) = flows.get_mut(sk.id as usize) {
-            flow.resync(seq, stats);
+        match flows.get_mut(sk.id as usize) {
+            Some(Sock::NvmeTcp(f)) => {
+                f.resync(seq, stats);
+            }
+            Some(Sock::Iwarp(f)) => {
+                f.resync(seq, stats);
+            }
+            None => {}
         }
     }
 
     fn stats(&self) -> Stats {
         self.shared.lock().stats
+    }
+
+    fn stag_setup(&self, sk: &SkHandle, io: StagIo) -> Result<(), DdpError> {
+        self.map_stag(sk, io, None)
+    }
+
+    fn stag_advertise(&self, sk: &SkHandle, io: StagIo, send_at: u64) -> Result<(), DdpError> {
+        self.map_stag(sk, io, Some(send_at))
+    }
+
+    fn stag_invalidate(&self, sk: &SkHandle, stag: Stag) {
+        let mut st = self.shared.lock();
+        let State { flows, stats, .. } = &mut *st;
+        if let Some(Sock::Iwarp(f)) = flows.get_mut(sk.id as usize)
+            && f.remove_stag(stag)
+        {
+            stats.stag_invalidate += 1;
+        }
+    }
+}
+
+impl NicHandle {
+    /// Map a tagged buffer, live now or when the Send at `arm_at` leaves.
+    fn map_stag(&self, sk: &SkHandle, io: StagIo, arm_at: Option<u64>) -> Result<(), DdpError> {
+        let mut st = self.shared.lock();
+        let (active, limits) = (st.cfg.active, st.cfg.limits);
+        let result = (|| {
+            if !active.contains(Caps::NVME_TCP) {
+                return Err(DdpError::NotActive(Caps::NVME_TCP));
+            }
+            if arm_at.is_some() && !active.contains(Caps::NVME_TCP_ONESHOT) {
+                return Err(DdpError::NotActive(Caps::NVME_TCP_ONESHOT));
+            }
+            if limits.max_ddp_sgl_len > 0 && io.sgl.len() > limits.max_ddp_sgl_len as usize {
+                return Err(DdpError::TooManyEntries(io.sgl.len()));
+            }
+            if let Some(i) = io.sgl.iter().position(|e| e.len == 0 || !e.in_bounds()) {
+                return Err(DdpError::BadEntry(i));
+            }
+            let flow = st.flows.get_mut(sk.id as usize).ok_or(DdpError::NoSocket)?.iwarp()?;
+            if flow.stag_busy(io.stag) {
+                return Err(DdpError::StagBusy(io.stag));
+            }
+            if flow.stags() >= limits.max_stags as usize {
+                return Err(DdpError::TooManyStags(limits.max_stags));
+            }
+            let m = StagMapping::new(io, arm_at).ok_or(DdpError::Empty)?;
+            if m.map.len == 0 {
+                return Err(DdpError::Empty);
+            }
+            flow.insert_stag(m);
+            Ok(())
+        })();
+        match &result {
+            Ok(()) => st.stats.stag_setup += 1,
+            Err(_) => st.stats.stag_setup_fail += 1,
+        }
+        result
     }
 }
 

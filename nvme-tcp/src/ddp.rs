@@ -17,7 +17,8 @@
 use crate::wire::crc32c_append;
 use std::sync::Arc;
 use ulp_ddp::{
-    Caps, Config, DdpDevice, DdpIo, FlowId, HintFlags, IoBuf, Limits, SgEntry, SkHandle,
+    Caps, Config, DdpDevice, DdpIo, FlowId, HintFlags, IoBuf, Limits, NvmeTcpConfig, SgEntry,
+    SkHandle,
 };
 
 /// Scatter-gather entries are pages, as a block layer would hand them over.
@@ -134,9 +135,9 @@ pub(crate) struct DdpSocket {
 impl DdpSocket {
     /// Ask the device to offload the socket; `None` (software only) if it
     /// will not.
-    pub fn add(dev: Arc<dyn DdpDevice>, flow: FlowId, config: &Config) -> Option<Self> {
+    pub fn add(dev: Arc<dyn DdpDevice>, flow: FlowId, config: &NvmeTcpConfig) -> Option<Self> {
         let limits = dev.limits();
-        match dev.sk_add(flow, config) {
+        match dev.sk_add(flow, &Config::NvmeTcp(*config)) {
             Ok(sk) => Some(Self { dev, sk, limits }),
             Err(e) => {
                 tracing::debug!(error = %e, "offload refused; software only");

@@ -1,7 +1,8 @@
-//! The ULP DDP offload contract between an upper-layer protocol (NVMe/TCP)
-//! and a NIC: capabilities, limits, per-socket configuration, per-I/O
-//! buffer mappings, receive hints, resync, and statistics, named as in
-//! Linux's `include/net/ulp_ddp.h` so a reader of either finds the other.
+//! The ULP DDP offload contract between an upper-layer protocol (NVMe/TCP,
+//! or iWARP's MPA/DDP/RDMAP) and a NIC: capabilities, limits, per-socket
+//! configuration, per-I/O buffer mappings (by CID, or by STag), receive
+//! hints, resync, and statistics, named as in Linux's
+//! `include/net/ulp_ddp.h` so a reader of either finds the other.
 //!
 //! Types and traits only: no logic that belongs to one NIC or one protocol.
 //!
@@ -19,12 +20,19 @@
 //!   when it next runs, instead of being called from softirq context.
 //! - Besides Linux's receive capabilities there are two more: transmit data
 //!   digest offload (from the v4/v5 series) and one-shot mappings.
+//! - Beside Linux's one ULP type there is a second, iWARP
+//!   ([`Config::Iwarp`]), whose mappings are tagged buffers ([`StagIo`]).
+//!   The capabilities keep their meanings on it: placement of tagged
+//!   segments, MPA CRC verify and compute, and one-shot STags (armed by
+//!   the Send that advertises them, freed by the Send that closes them).
 
 mod iobuf;
 mod sk;
+mod stag;
 
 pub use iobuf::IoBuf;
 pub use sk::{Freed, HintFlags, RxHint, SkCtx};
+pub use stag::{Access, Stag, StagIo};
 
 use std::fmt;
 use std::net::SocketAddrV4;
@@ -35,14 +43,17 @@ use std::sync::Arc;
 pub struct Caps(u32);
 
 impl Caps {
-    /// Direct data placement of NVMe/TCP data PDUs (`ULP_DDP_CAP_NVME_TCP`).
+    /// Direct data placement of NVMe/TCP data PDUs (`ULP_DDP_CAP_NVME_TCP`);
+    /// on an iWARP socket, of tagged segments (RDMA Write, Read Response).
     pub const NVME_TCP: Caps = Caps(1 << 0);
     /// Receive data digest verification (`ULP_DDP_CAP_NVME_TCP_DDGST_RX`).
     pub const NVME_TCP_DDGST_RX: Caps = Caps(1 << 1);
     /// Transmit data digest computation.
     pub const NVME_TCP_DDGST_TX: Caps = Caps(1 << 2);
     /// One-shot mappings: armed by the command capsule going out, freed by
-    /// the response coming in.
+    /// the response coming in; on an iWARP socket, STags armed by the Send
+    /// that advertises them and freed by the peer's Send that closes them.
+    /// The receive and transmit digest bits stand for the MPA CRC there.
     pub const NVME_TCP_ONESHOT: Caps = Caps(1 << 3);
 
     pub const NONE: Caps = Caps(0);
@@ -133,6 +144,9 @@ pub struct Limits {
     /// Whether tags may use the full 16-bit range; if not, they must be
     /// below the socket's queue size (the device indexes a table by tag).
     pub full_ccid_range: bool,
+    /// Tagged buffers one iWARP socket may have mapped at once; 0 for a
+    /// device that does not follow MPA/DDP streams at all.
+    pub max_stags: u32,
 }
 
 /// Which end of NVMe/TCP a socket is: it decides which PDUs the device
@@ -144,9 +158,32 @@ pub enum Role {
     Controller,
 }
 
-/// Per-socket configuration (`ulp_ddp_config` / `nvme_tcp_ddp_config`).
+/// Per-socket configuration (`ulp_ddp_config`): which protocol the socket
+/// carries, and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Config {
+pub enum Config {
+    NvmeTcp(NvmeTcpConfig),
+    Iwarp(IwarpConfig),
+}
+
+/// An iWARP socket, from the first FPDU on (after MPA setup).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IwarpConfig {
+    /// MPA CRCs are in force (RFC 5044 §7.1, the C bit).
+    pub crc: bool,
+    /// Both ends agreed, while connecting, to the one-shot encodings:
+    /// opcode 0x8 (a Send that advertises an STag) and 0xC (a Send that
+    /// closes one).
+    pub oneshot_opcodes: bool,
+    /// Stream offset where the next received FPDU starts.
+    pub rx_start: u64,
+    /// Stream offset where the next transmitted FPDU starts.
+    pub tx_start: u64,
+}
+
+/// An NVMe/TCP socket (`nvme_tcp_ddp_config`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvmeTcpConfig {
     pub role: Role,
     /// PDU format version (0).
     pub pfv: u16,
@@ -164,7 +201,7 @@ pub struct Config {
     pub tx_start: u64,
 }
 
-impl Config {
+impl NvmeTcpConfig {
     pub const DGST_HEADER: u8 = 1 << 0;
     pub const DGST_DATA: u8 = 1 << 1;
 }
@@ -248,6 +285,12 @@ pub enum DdpError {
     Empty,
     #[error("scatter-gather entry {0} lies outside its buffer")]
     BadEntry(usize),
+    #[error("STag {0} is already mapped")]
+    StagBusy(Stag),
+    #[error("the socket has {0} STags mapped, as many as the device takes")]
+    TooManyStags(u32),
+    #[error("the socket does not carry that protocol")]
+    WrongUlp,
 }
 
 /// Device counters: Linux's ten `rx_nvmeotcp_*` stats, then the work the
@@ -290,6 +333,16 @@ pub struct Stats {
     /// Received segments with a bad TCP checksum, dropped by checksum
     /// offload where the stack would have dropped them.
     pub rx_csum_bad: u64,
+    /// STag mappings made, refused, and removed by a local invalidate.
+    pub stag_setup: u64,
+    pub stag_setup_fail: u64,
+    pub stag_invalidate: u64,
+    /// STags freed by the device on a peer's Send with Invalidate (or
+    /// one-shot close), before the message went up.
+    pub stag_remote_invalidate: u64,
+    /// Tagged segments the device would not place: no such STag, a stale
+    /// key, no remote-write right, or a range outside the buffer.
+    pub stag_refused: u64,
 }
 
 /// The device operations (`ulp_ddp_dev_ops`).
@@ -311,4 +364,25 @@ pub trait DdpDevice: Send + Sync {
     /// Confirm a resync request: a PDU header starts at stream offset `seq`.
     fn resync(&self, sk: &SkHandle, seq: u64);
     fn stats(&self) -> Stats;
+
+    /// Map a tagged buffer on an iWARP socket: tagged segments addressed
+    /// to it may be placed from now on (a registration).
+    fn stag_setup(&self, sk: &SkHandle, io: StagIo) -> Result<(), DdpError> {
+        let _ = (sk, io);
+        Err(DdpError::WrongUlp)
+    }
+
+    /// One-shot initiation: map a tagged buffer that goes live when the
+    /// Send advertising it, the FPDU at stream offset `send_at`, leaves,
+    /// and that the peer's close frees (reported through the mailbox).
+    fn stag_advertise(&self, sk: &SkHandle, io: StagIo, send_at: u64) -> Result<(), DdpError> {
+        let _ = (sk, io, send_at);
+        Err(DdpError::WrongUlp)
+    }
+
+    /// Unmap a tagged buffer (a local invalidate). Unknown STags are
+    /// ignored: the peer may have closed it first.
+    fn stag_invalidate(&self, sk: &SkHandle, stag: Stag) {
+        let _ = (sk, stag);
+    }
 }

@@ -38,11 +38,12 @@ pub struct RxHint {
     pub flags: HintFlags,
 }
 
-/// A one-shot mapping freed by the response PDU at stream offset `offset`.
+/// A one-shot mapping freed by the message at stream offset `offset`: a
+/// CID freed by its response PDU, or an STag closed by the peer's Send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Freed {
     pub offset: u64,
-    pub tag: u16,
+    pub tag: u32,
 }
 
 /// Hints kept before the device stops adding (and stops placing).
@@ -119,8 +120,8 @@ impl SkCtx {
         self.lock().done.push(tag);
     }
 
-    /// A one-shot mapping was invalidated by the response at `offset`.
-    pub fn freed(&self, offset: u64, tag: u16) {
+    /// A one-shot mapping was invalidated by the message at `offset`.
+    pub fn freed(&self, offset: u64, tag: u32) {
         self.lock().freed.push_back(Freed { offset, tag });
     }
 

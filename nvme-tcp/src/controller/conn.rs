@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use tracing::{debug, trace, warn};
-use ulp_ddp::{Config, DdpDevice, FlowId, IoBuf, Role};
+use ulp_ddp::{DdpDevice, FlowId, IoBuf, NvmeTcpConfig, Role};
 
 /// Stop taking new PDUs while this much is waiting to be sent: a host that
 /// does not read its completions is slowed by TCP, not by our memory.
@@ -213,7 +213,7 @@ impl Connection {
         }
         let Some((dev, flow)) = self.attach.take() else { return };
         let tx = self.tx.framing();
-        let config = Config {
+        let config = NvmeTcpConfig {
             role: Role::Controller,
             pfv: 0,
             cpda: 0,

@@ -18,7 +18,7 @@ use crate::wire::{
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
-use ulp_ddp::{Config, DdpDevice, FlowId, IoBuf, Role};
+use ulp_ddp::{DdpDevice, FlowId, IoBuf, NvmeTcpConfig, Role};
 
 /// In-capsule data the admin queue and Fabrics commands may carry.
 pub(crate) const ADMIN_INLINE: usize = 8192;
@@ -63,7 +63,7 @@ pub enum QueueError {
     /// The device reported freeing a mapping this queue did not expect it
     /// to free with this response (a bogus remote invalidation).
     #[error("device freed tag {freed} with the response for CID {cid}")]
-    OneShotMismatch { cid: u16, freed: u16 },
+    OneShotMismatch { cid: u16, freed: u32 },
 }
 
 pub(crate) enum QueueEvent {
@@ -168,7 +168,7 @@ impl Queue {
     /// `threshold` bytes or more (the device's own threshold if `None`) are
     /// mapped for placement.
     pub fn offload(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId, threshold: Option<u32>) {
-        let config = Config {
+        let config = NvmeTcpConfig {
             role: Role::Host,
             pfv: 0,
             cpda: self.cpda,
@@ -536,7 +536,7 @@ impl Queue {
         };
         let freed = self.ddp.as_ref().and_then(|d| d.sk.ctx.take_freed(resp));
         match (cmd.mapped, freed) {
-            (Mapped::OneShot, Some(f)) if f.offset == resp && f.tag == cid => {
+            (Mapped::OneShot, Some(f)) if f.offset == resp && f.tag == u32::from(cid) => {
                 cmd.mapped = Mapped::No;
             }
             (_, Some(f)) => return self.fail(QueueError::OneShotMismatch { cid, freed: f.tag }),
