@@ -231,6 +231,38 @@ impl Device {
         Ok(())
     }
 
+    /// Continue `crc` over `len` bytes from `to` of `stag`, after the
+    /// check: a digest over data that someone else (the NIC) placed.
+    pub fn crc(
+        &self,
+        pd: Pd,
+        stag: Stag,
+        to: u64,
+        len: usize,
+        right: Access,
+        mut crc: u32,
+    ) -> Result<u32, MrError> {
+        let t = self.table();
+        let r = lookup(&t, pd, stag, to, len as u64, right)?;
+        walk(&r.sgl, to - r.iova, len, |e, off, n| {
+            crc = crc32c::crc32c_append(crc, &e.buf.lock()[off..off + n]);
+        });
+        Ok(crc)
+    }
+
+    /// The mapping a NIC needs to place into `stag`, if it is valid.
+    pub fn stag_io(&self, stag: Stag) -> Option<ulp_ddp::StagIo> {
+        let t = self.table();
+        let r = t.slots.get(stag.index() as usize)?;
+        let region = r.region.as_ref().filter(|_| r.key == stag.key())?;
+        Some(ulp_ddp::StagIo {
+            stag,
+            sgl: region.sgl.clone(),
+            base: region.iova,
+            access: region.access,
+        })
+    }
+
     /// Append `len` bytes from `to` of `stag` to `out`, after the check.
     pub fn read(
         &self,

@@ -7,9 +7,12 @@
 //! [`setup`] does MPA, [`rx`] the receive path and every check a peer's
 //! bytes must pass, [`tx`] turns work requests into FPDUs.
 
+mod offload;
 mod rx;
 mod setup;
 mod tx;
+
+pub use offload::QpStats;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -104,6 +107,18 @@ pub enum SendOp {
     Read { sink: Stag, sink_to: u64, len: u32, stag: Stag, to: u64 },
     /// Fast register: make `stag` (an allocated index, new key) valid.
     FastReg { stag: Stag, sgl: Vec<SgEntry>, iova: u64, access: Access },
+    /// One-shot initiation: fast register `stag` over `region` and send
+    /// `sgl`, which tells the peer about it, in one request. Under a NIC
+    /// with one-shot offload the STag goes live there as the Send leaves,
+    /// and the peer's Send with Invalidate frees it there.
+    Advertise {
+        stag: Stag,
+        region: Vec<SgEntry>,
+        iova: u64,
+        access: Access,
+        sgl: Vec<SgEntry>,
+        solicited: bool,
+    },
     /// Local invalidate.
     LocalInv { stag: Stag },
 }
@@ -296,6 +311,16 @@ pub struct Qp {
     close: Option<Close>,
     /// A Terminate queued to go out before the close.
     terminate: Option<Terminate>,
+    offload: offload::Offload,
+    /// Stream offset of the next received byte.
+    rx_off: u64,
+    /// Stream offset where the current received FPDU started.
+    fpdu_at: u64,
+    /// Initiator: where FPDUs start on transmit, until the offload is
+    /// handed over (after the Reply has been taken in).
+    pending_tx_start: Option<u64>,
+    runs: Vec<(u64, u64, ulp_ddp::HintFlags)>,
+    stats: QpStats,
 }
 
 impl std::fmt::Debug for Qp {
@@ -326,6 +351,12 @@ impl Qp {
             events: VecDeque::new(),
             close: None,
             terminate: None,
+            offload: offload::Offload::Off,
+            rx_off: 0,
+            fpdu_at: 0,
+            pending_tx_start: None,
+            runs: Vec::new(),
+            stats: QpStats::default(),
             cfg,
         }
     }
@@ -415,6 +446,13 @@ impl Qp {
                 }
             }
             SendOp::FastReg { sgl, .. } => check_sgl(sgl)?,
+            SendOp::Advertise { region, sgl, .. } => {
+                check_sgl(region)?;
+                check_sgl(sgl)?;
+                if crate::mr::sgl_len(sgl) > u64::from(u32::MAX) {
+                    return Err(VerbsError::BadSgl);
+                }
+            }
             SendOp::Read { .. } if self.ord == 0 => return Err(VerbsError::NoReads),
             SendOp::Read { sink, sink_to, len, .. } => {
                 // The peer's Read Responses address the sink by STag.
@@ -424,6 +462,7 @@ impl Qp {
             SendOp::LocalInv { .. } => {}
         }
         self.sq.push_back(wr);
+        self.stats.control_calls += 1;
         Ok(())
     }
 
@@ -530,7 +569,7 @@ impl Qp {
 
 fn opcode_of(op: &SendOp) -> WcOpcode {
     match op {
-        SendOp::Send { .. } => WcOpcode::Send,
+        SendOp::Send { .. } | SendOp::Advertise { .. } => WcOpcode::Send,
         SendOp::Write { .. } => WcOpcode::RdmaWrite,
         SendOp::Read { .. } => WcOpcode::RdmaRead,
         SendOp::FastReg { .. } => WcOpcode::FastReg,

@@ -73,14 +73,44 @@ impl Qp {
         let mut data = data;
         if matches!(self.state, QpState::AwaitReply | QpState::AwaitRequest | QpState::AwaitAccept)
         {
-            data = self.setup_input(data);
+            let rest = self.setup_input(data);
+            self.rx_off += (data.len() - rest.len()) as u64;
+            data = rest;
+            if let Some(tx_start) = self.pending_tx_start.take() {
+                self.start_offload(tx_start);
+            }
         }
-        while matches!(self.state, QpState::Rts | QpState::Closing | QpState::AwaitRtr(_)) {
+        if data.is_empty() || !self.in_fpdus() {
+            self.rx_off += data.len() as u64;
+            return;
+        }
+        let start = self.rx_off;
+        let runs = self.hint_runs(start, start + data.len() as u64);
+        for &(a, b, hint) in &runs {
+            self.framer.set_hint(hint);
+            self.fpdus(&data[(a - start) as usize..(b - start) as usize]);
+        }
+        self.runs = runs;
+        self.rx_off = start + data.len() as u64;
+    }
+
+    fn in_fpdus(&self) -> bool {
+        matches!(self.state, QpState::Rts | QpState::Closing | QpState::AwaitRtr(_))
+    }
+
+    /// Stream bytes that all came with the same hint.
+    fn fpdus(&mut self, mut data: &[u8]) {
+        while self.in_fpdus() {
+            if self.framer.at_fpdu_start() {
+                self.fpdu_at = self.rx_off;
+                self.at_boundary(self.rx_off);
+            }
             let (used, ev) = match self.framer.next(data) {
                 Ok(x) => x,
                 Err(e) => return self.fail(wire_terminate(e)),
             };
             data = &data[used..];
+            self.rx_off += used as u64;
             match ev {
                 None => break,
                 Some(Event::Header { header, payload_len }) => {
@@ -96,13 +126,45 @@ impl Qp {
                     }
                 }
                 Some(Event::End) => {
-                    if let Err(t) = self.on_end() {
+                    let r = self.check_unverified().and_then(|()| self.on_end());
+                    if let Err(t) = r {
                         self.fail(t);
                     }
                     self.rx.header = None;
                 }
             }
         }
+    }
+
+    /// An FPDU the NIC took on and did not vouch for: its CRC, from the
+    /// header, the payload where it landed, and the PAD.
+    fn check_unverified(&mut self) -> Result<(), Terminate> {
+        let Some(trailer) = self.framer.take_unverified() else { return Ok(()) };
+        let len = self.rx.payload_len as usize;
+        let pd = self.cfg.pd;
+        let mut framer = std::mem::replace(&mut self.framer, crate::wire::FpduFramer::new(false));
+        let crc = framer.recompute(|crc| match &self.rx.seg {
+            Seg::Write { stag, to } => {
+                self.dev.crc(pd, *stag, *to, len, Access::REMOTE_WRITE, crc).unwrap_or(!crc)
+            }
+            Seg::ReadResponse { to } => {
+                let sink = self.orq.front().map_or(Stag(0), |o| o.sink);
+                self.dev.crc(pd, sink, *to, len, Access::LOCAL_WRITE, crc).unwrap_or(!crc)
+            }
+            Seg::Send { mo } => {
+                let mut crc = crc;
+                if let Some(open) = &self.rx.send {
+                    walk(&open.wr.sgl, u64::from(*mo), len, |e, off, n| {
+                        crc = crc32c::crc32c_append(crc, &e.buf.lock()[off..off + n]);
+                    });
+                }
+                crc
+            }
+            Seg::Gather(body) => crc32c::crc32c_append(crc, body),
+            Seg::Idle | Seg::Skip => crc,
+        });
+        self.framer = framer;
+        if crc == trailer { Ok(()) } else { Err(wire_terminate(crate::wire::WireError::BadCrc)) }
     }
 
     /// A Terminate quoting the segment at hand: its length and DDP header
@@ -241,19 +303,38 @@ impl Qp {
 
     fn on_data(&mut self, offset: u32, bytes: &[u8]) -> Result<(), Terminate> {
         let pd = self.cfg.pd;
-        match &mut self.rx.seg {
-            Seg::Idle | Seg::Skip => {}
-            Seg::Write { stag, to } => {
-                let (stag, to) = (*stag, *to + u64::from(offset));
-                let w = Access::REMOTE_WRITE;
-                self.dev.write(pd, stag, to, bytes, w).map_err(|e| self.ddp_tagged(e))?;
-            }
+        let n = bytes.len() as u64;
+        let tagged = match &self.rx.seg {
+            Seg::Write { stag, to } => Some((*stag, *to + u64::from(offset), Access::REMOTE_WRITE)),
             Seg::ReadResponse { to } => {
-                let to = *to + u64::from(offset);
                 let sink = self.orq.front().expect("checked at the header").sink;
-                let w = Access::LOCAL_WRITE;
-                self.dev.write(pd, sink, to, bytes, w).map_err(|e| self.ddp_tagged(e))?;
+                Some((sink, *to + u64::from(offset), Access::LOCAL_WRITE))
             }
+            _ => None,
+        };
+        if let Some((stag, to, right)) = tagged {
+            self.stats.tagged_bytes += n;
+            if !self.framer.placed() {
+                self.dev.write(pd, stag, to, bytes, right).map_err(|e| self.ddp_tagged(e))?;
+                self.stats.copy_bytes += n;
+            } else {
+                // The NIC wrote them where the header (checked) says.
+                self.stats.placed_bytes += n;
+                if self.framer.wants_payload_crc() {
+                    let crc = self.dev.crc(pd, stag, to, bytes.len(), right, self.framer.crc());
+                    let crc = crc.map_err(|e| self.ddp_tagged(e))?;
+                    self.framer.digested(crc, bytes.len());
+                }
+            }
+            return Ok(());
+        }
+        if self.framer.placed() {
+            // Nothing but tagged payload is ever placed: these bytes are
+            // not in the stream, and no one can say what they were.
+            return Err(Terminate::new(TermLayer::Llp, 0, 5));
+        }
+        match &mut self.rx.seg {
+            Seg::Idle | Seg::Skip | Seg::Write { .. } | Seg::ReadResponse { .. } => {}
             Seg::Send { mo } => {
                 let open = self.rx.send.as_ref().expect("a Send segment has a receive");
                 let mut done = 0;
@@ -304,7 +385,18 @@ impl Qp {
                         // Consumed by the connection manager.
                     } else if open.opcode.invalidates() {
                         // Invalidate first; the completion says it is done.
+                        // A NIC may have freed its copy already: it must
+                        // have freed this one and nothing else.
                         let stag = Stag(open.inval);
+                        match self.nic_freed(self.fpdu_at, stag) {
+                            Ok(true) => self.stats.remote_invalidates += 1,
+                            Ok(false) => {}
+                            Err(other) => {
+                                tracing::warn!(%stag, freed = %Stag(other), "NIC freed another STag");
+                                self.complete_recv(open, WcStatus::RemoteInvalidate, None);
+                                return Err(Terminate::new(TermLayer::Llp, 0, 5));
+                            }
+                        }
                         match self.dev.invalidate(self.cfg.pd, stag) {
                             Ok(()) => self.complete_recv(open, WcStatus::Success, Some(stag)),
                             Err(e) => {

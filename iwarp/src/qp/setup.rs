@@ -86,6 +86,7 @@ impl Qp {
         reply.rev = req.rev;
         reply.emit(self.tx.setup_bytes());
         self.framer = FpduFramer::new(self.crc);
+        self.start_offload(self.tx.stream_end());
         match rtr {
             Some(rtr) => self.state = QpState::AwaitRtr(rtr),
             None => self.established(Vec::new()),
@@ -214,6 +215,7 @@ impl Qp {
         }
         self.crc = f.crc || self.cfg.crc;
         self.framer = FpduFramer::new(self.crc);
+        self.pending_tx_start = Some(self.tx.stream_end());
         if let Some(io) = f.ird_ord {
             self.ord = self.cfg.ord.min(io.ird);
             self.ird = self.cfg.ird;

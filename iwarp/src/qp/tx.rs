@@ -36,18 +36,33 @@ pub(super) struct TxState {
     sent: [u32; 3],
     cur: Option<Msg>,
     scratch: Vec<u8>,
+    /// Bytes handed to the transport so far.
+    drained: u64,
 }
 
 impl TxState {
     pub(super) fn new(emss: usize) -> Self {
         // Room for the largest header and a byte of payload, at least.
         let mulpdu = mulpdu(emss).max(DdpHeader::UNTAGGED_LEN + ReadRequest::LEN);
-        Self { mulpdu, buf: Vec::new(), at: 0, sent: [0; 3], cur: None, scratch: Vec::new() }
+        Self {
+            mulpdu,
+            buf: Vec::new(),
+            at: 0,
+            sent: [0; 3],
+            cur: None,
+            scratch: Vec::new(),
+            drained: 0,
+        }
     }
 
     /// Where setup frames go: straight out, ahead of any FPDU.
     pub(super) fn setup_bytes(&mut self) -> &mut Vec<u8> {
         &mut self.buf
+    }
+
+    /// The stream offset the next byte put in the buffer will have.
+    pub(super) fn stream_end(&self) -> u64 {
+        self.drained + (self.buf.len() - self.at) as u64
     }
 
     /// Nothing buffered and no message half sent.
@@ -77,6 +92,7 @@ impl TxState {
         let n = (self.buf.len() - self.at).min(out.len());
         out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
         self.at += n;
+        self.drained += n as u64;
         if self.at == self.buf.len() {
             self.clear();
         }
@@ -146,7 +162,7 @@ impl Qp {
     /// small bodies (Read Request, Terminate), not data.
     fn emit(&mut self, header: DdpHeader, with_payload: bool) {
         let payload: &[u8] = if with_payload { &self.tx.scratch } else { &[] };
-        emit_fpdu(&header, payload, self.crc, &mut self.tx.buf);
+        emit_fpdu(&header, payload, self.our_crc(), &mut self.tx.buf);
     }
 
     fn emit_read_request(&mut self, r: &ReadRequest) {
@@ -155,6 +171,12 @@ impl Qp {
         r.emit(&mut self.tx.scratch);
         let ctrl = Ctrl { last: true, opcode: Opcode::ReadRequest };
         self.emit(DdpHeader::Untagged { ctrl, inval_stag: 0, qn: 1, msn, mo: 0 }, true);
+    }
+
+    /// Whether we compute the MPA CRC of what we send (else the NIC does,
+    /// over the zeros we leave).
+    fn our_crc(&self) -> bool {
+        self.crc && !self.active().is_some_and(|a| a.tx_crc)
     }
 
     /// Put the next FPDU into the buffer; false when there is none.
@@ -189,7 +211,9 @@ impl Qp {
                     }
                     let wr = self.sq.pop_front().expect("front");
                     let (len, msn) = match &wr.op {
-                        SendOp::Send { sgl, .. } => (sgl_len(sgl) as u32, self.tx.next_msn(0)),
+                        SendOp::Send { sgl, .. } | SendOp::Advertise { sgl, .. } => {
+                            (sgl_len(sgl) as u32, self.tx.next_msn(0))
+                        }
                         SendOp::Write { sgl, .. } => (sgl_len(sgl) as u32, 0),
                         _ => (0, 0),
                     };
@@ -237,6 +261,25 @@ impl Qp {
                 let inval_stag = invalidate.map_or(0, |s| s.0);
                 (DdpHeader::Untagged { ctrl, inval_stag, qn: 0, msn, mo: sent }, n, sgl)
             }
+            SendOp::Advertise { stag, region, iova, access, sgl, solicited } => {
+                if sent == 0 {
+                    let pd = self.cfg.pd;
+                    if let Err(e) = self.dev.fast_reg(pd, *stag, region.clone(), *iova, *access) {
+                        tracing::debug!(error = %e, "iwarp: advertised registration failed");
+                        // No Send goes out: its MSN is the next one's.
+                        self.tx.sent[0] = self.tx.sent[0].wrapping_sub(1);
+                        let mut wc = ok(wr.wr_id, WcOpcode::Send, 0);
+                        wc.status = WcStatus::LocalProtection;
+                        self.cq.push_back(wc);
+                        return true;
+                    }
+                    self.nic_advertise(*stag, self.tx.stream_end());
+                }
+                let n = (len - sent).min((self.tx.mulpdu - DdpHeader::UNTAGGED_LEN) as u32);
+                let opcode = if *solicited { Opcode::SendSe } else { Opcode::Send };
+                let ctrl = Ctrl { last: sent + n == len, opcode };
+                (DdpHeader::Untagged { ctrl, inval_stag: 0, qn: 0, msn, mo: sent }, n, sgl)
+            }
             SendOp::Write { sgl, stag, to } => {
                 let n = (len - sent).min((self.tx.mulpdu - DdpHeader::TAGGED_LEN) as u32);
                 let ctrl = Ctrl { last: sent + n == len, opcode: Opcode::Write };
@@ -252,7 +295,7 @@ impl Qp {
             });
             Ok::<_, std::convert::Infallible>(())
         };
-        let Ok(()) = emit_fpdu_with(&header, n as usize, self.crc, &mut self.tx.buf, fill);
+        let Ok(()) = emit_fpdu_with(&header, n as usize, self.our_crc(), &mut self.tx.buf, fill);
         let sent = sent + n;
         if sent == len {
             if wr.signaled {
@@ -289,7 +332,8 @@ impl Qp {
                 out,
             ),
         };
-        if let Err(e) = emit_fpdu_with(&header, n as usize, self.crc, &mut self.tx.buf, fill) {
+        if let Err(e) = emit_fpdu_with(&header, n as usize, self.our_crc(), &mut self.tx.buf, fill)
+        {
             // The source went away after the request was accepted.
             self.fail(Terminate::new(TermLayer::Rdmap, 1, e.rdmap_code()));
             return true;
@@ -308,9 +352,16 @@ impl Qp {
         let pd = self.cfg.pd;
         let (opcode, res) = match wr.op {
             SendOp::FastReg { stag, sgl, iova, access } => {
-                (WcOpcode::FastReg, self.dev.fast_reg(pd, stag, sgl, iova, access))
+                let r = self.dev.fast_reg(pd, stag, sgl, iova, access);
+                if r.is_ok() {
+                    self.nic_register(stag);
+                }
+                (WcOpcode::FastReg, r)
             }
-            SendOp::LocalInv { stag } => (WcOpcode::LocalInv, self.dev.invalidate(pd, stag)),
+            SendOp::LocalInv { stag } => {
+                self.nic_invalidate(stag);
+                (WcOpcode::LocalInv, self.dev.invalidate(pd, stag))
+            }
             _ => unreachable!("local requests only"),
         };
         match res {

@@ -4,8 +4,17 @@
 //!
 //! Markers are not supported: they are never offered, and a peer that
 //! asks for them is rejected at connection setup, as siw does.
+//!
+//! Under a NIC that offloads the MPA CRC or places tagged payload, each
+//! run of input comes with the NIC's hint ([`FpduFramer::set_hint`]). An
+//! FPDU whose header the NIC digested is the NIC's to vouch for: if every
+//! byte up to its CRC trailer comes vouched, no CRC is computed here;
+//! otherwise the caller recomputes it from where the payload landed
+//! ([`FpduFramer::take_unverified`]). Payload the NIC placed is not in the
+//! stream: the caller digests it from its buffer when the CRC is ours.
 
 use super::{DdpHeader, WireError, crc32c_append};
+use ulp_ddp::HintFlags;
 
 const LEN: usize = 2;
 const CRC: usize = 4;
@@ -105,12 +114,105 @@ pub struct FpduFramer {
     buf: [u8; LEN + DdpHeader::UNTAGGED_LEN],
     have: usize,
     crc: u32,
+    trailer: [u8; CRC],
+    /// The NIC's hint for the input at hand.
+    hint: HintFlags,
+    /// Bytes of the current FPDU's length and header.
+    header_len: usize,
+    payload_len: u32,
+    /// The NIC digested this FPDU's header: the CRC is its to vouch for.
+    nic_crc: bool,
+    /// Every byte of this FPDU so far came with the NIC's CRC_OK.
+    vouched: bool,
+    pad: [u8; 3],
+    pad_len: usize,
+    /// The trailer of an FPDU that ended unvouched, for the caller.
+    unverified: Option<u32>,
+    sw_crc_bytes: u64,
+    nic_crc_bytes: u64,
 }
 
 impl FpduFramer {
     /// A framer checking CRCs when `crc` was negotiated.
     pub fn new(crc: bool) -> Self {
-        Self { crc_on: crc, state: State::Length, buf: [0; 20], have: 0, crc: 0 }
+        Self {
+            crc_on: crc,
+            state: State::Length,
+            buf: [0; 20],
+            have: 0,
+            crc: 0,
+            trailer: [0; CRC],
+            hint: HintFlags::NONE,
+            header_len: 0,
+            payload_len: 0,
+            nic_crc: false,
+            vouched: false,
+            pad: [0; 3],
+            pad_len: 0,
+            unverified: None,
+            sw_crc_bytes: 0,
+            nic_crc_bytes: 0,
+        }
+    }
+
+    /// How the NIC handled the bytes the next calls take.
+    pub fn set_hint(&mut self, hint: HintFlags) {
+        self.hint = hint;
+    }
+
+    /// The bytes at hand were placed by the NIC: they are not in the
+    /// stream, only where they belong.
+    pub fn placed(&self) -> bool {
+        self.hint.contains(HintFlags::PLACED)
+    }
+
+    /// The CRC of the current FPDU is computed here, so placed payload
+    /// must be digested from its buffer ([`FpduFramer::crc`]).
+    pub fn wants_payload_crc(&self) -> bool {
+        self.crc_on && !self.nic_crc
+    }
+
+    fn digest_payload(&mut self, bytes: &[u8]) {
+        self.crc = crc32c_append(self.crc, bytes);
+        self.sw_crc_bytes += bytes.len() as u64;
+    }
+
+    /// The running CRC, for the caller to continue over `n` payload bytes
+    /// it takes from their buffer and give back with [`Self::digested`].
+    pub fn crc(&self) -> u32 {
+        self.crc
+    }
+
+    pub fn digested(&mut self, crc: u32, n: usize) {
+        self.crc = crc;
+        self.sw_crc_bytes += n as u64;
+    }
+
+    /// After `End`: the CRC trailer of an FPDU the NIC took on and did
+    /// not vouch for (bytes were missed, or it found the CRC wrong). The
+    /// caller checks it with [`FpduFramer::recompute`].
+    pub fn take_unverified(&mut self) -> Option<u32> {
+        self.unverified.take()
+    }
+
+    /// The CRC of the FPDU that just ended, with its payload digested by
+    /// `payload` from where it landed.
+    pub fn recompute(&mut self, payload: impl FnOnce(u32) -> u32) -> u32 {
+        let crc = crc32c_append(0, &self.buf[..self.header_len]);
+        let crc = payload(crc);
+        self.sw_crc_bytes += u64::from(self.payload_len);
+        crc32c_append(crc, &self.pad[..self.pad_len])
+    }
+
+    /// Payload bytes digested here, and vouched for by the NIC.
+    pub fn crc_bytes(&self) -> (u64, u64) {
+        (self.sw_crc_bytes, self.nic_crc_bytes)
+    }
+
+    fn note(&mut self, k: usize) {
+        if k > 0 {
+            self.vouched &= self.hint.contains(HintFlags::CRC_OK);
+        }
     }
 
     /// Between FPDUs: the next byte starts one.
@@ -119,7 +221,7 @@ impl FpduFramer {
     }
 
     fn digest(&mut self, bytes: &[u8]) {
-        if self.crc_on {
+        if self.crc_on && !self.nic_crc {
             self.crc = crc32c_append(self.crc, bytes);
         }
     }
@@ -142,7 +244,11 @@ impl FpduFramer {
             let rest = &input[used..];
             match self.state {
                 State::Length => {
+                    if self.have == 0 {
+                        self.vouched = true;
+                    }
                     let (k, full) = self.gather(rest, LEN + 2);
+                    self.note(k);
                     used += k;
                     if !full {
                         return Ok((used, None));
@@ -157,16 +263,24 @@ impl FpduFramer {
                 }
                 State::Header { need } => {
                     let (k, full) = self.gather(rest, LEN + need);
+                    self.note(k);
                     used += k;
                     if !full {
                         return Ok((used, None));
                     }
                     let header = DdpHeader::parse(&self.buf[LEN..LEN + need])?;
                     let ulpdu = usize::from(u16::from_be_bytes([self.buf[0], self.buf[1]]));
-                    self.crc =
-                        if self.crc_on { crc32c_append(0, &self.buf[..LEN + need]) } else { 0 };
+                    self.header_len = LEN + need;
+                    self.nic_crc = self.crc_on && self.vouched;
+                    self.crc = if self.wants_payload_crc() {
+                        crc32c_append(0, &self.buf[..LEN + need])
+                    } else {
+                        0
+                    };
                     self.have = 0;
                     let payload_len = (ulpdu - need) as u32;
+                    self.payload_len = payload_len;
+                    self.pad_len = 0;
                     self.state = State::Data { left: payload_len, offset: 0, pad: pad(ulpdu) };
                     return Ok((used, Some(Event::Header { header, payload_len })));
                 }
@@ -177,7 +291,10 @@ impl FpduFramer {
                         return Ok((used, None));
                     }
                     let bytes = &rest[..k];
-                    self.digest(bytes);
+                    self.note(k);
+                    if !self.placed() && self.wants_payload_crc() {
+                        self.digest_payload(bytes);
+                    }
                     used += k;
                     let (left, next) = (left - k as u32, offset + k as u32);
                     self.state = State::Data { left, offset: next, pad };
@@ -185,6 +302,9 @@ impl FpduFramer {
                 }
                 State::Pad { left } => {
                     let k = left.min(rest.len());
+                    self.note(k);
+                    self.pad[self.pad_len..self.pad_len + k].copy_from_slice(&rest[..k]);
+                    self.pad_len += k;
                     self.digest(&rest[..k]);
                     used += k;
                     if k < left {
@@ -194,15 +314,23 @@ impl FpduFramer {
                     self.state = State::Crc;
                 }
                 State::Crc => {
-                    let (k, full) = self.gather(rest, CRC);
+                    let k = (CRC - self.have).min(rest.len());
+                    self.trailer[self.have..self.have + k].copy_from_slice(&rest[..k]);
+                    self.have += k;
+                    self.note(k);
                     used += k;
-                    if !full {
+                    if self.have < CRC {
                         return Ok((used, None));
                     }
                     self.have = 0;
-                    let got =
-                        u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
-                    if self.crc_on && got != self.crc {
+                    let got = u32::from_le_bytes(self.trailer);
+                    if self.nic_crc {
+                        if self.vouched {
+                            self.nic_crc_bytes += u64::from(self.payload_len);
+                        } else {
+                            self.unverified = Some(got);
+                        }
+                    } else if self.crc_on && got != self.crc {
                         return Err(WireError::BadCrc);
                     }
                     self.state = State::End;

@@ -1,0 +1,191 @@
+//! A queue pair over a NIC that speaks the ULP DDP contract: the socket
+//! is handed to the device when FPDUs start, STags the peer may address
+//! are mirrored to it, and what it reports back is checked.
+//!
+//! The device is an accelerator, never an authority. The QP's own STag
+//! table decides every access; placement and CRC verdicts are hints taken
+//! only where they agree with what the QP would have done, and the QP
+//! recomputes what the device did not vouch for.
+
+use std::sync::Arc;
+
+use ulp_ddp::{Caps, Config, DdpDevice, FlowId, HintFlags, IwarpConfig, SkHandle, Stag};
+
+use super::Qp;
+
+/// What the QP did with received and sent payload: the work a NIC saves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QpStats {
+    /// Payload bytes of tagged segments received.
+    pub tagged_bytes: u64,
+    /// Received payload bytes the QP copied out of the stream.
+    pub copy_bytes: u64,
+    /// Received payload bytes the NIC placed.
+    pub placed_bytes: u64,
+    /// Received payload bytes whose MPA CRC the QP computed, and that the
+    /// NIC vouched for instead.
+    pub crc_bytes: u64,
+    pub nic_crc_bytes: u64,
+    /// Sent payload bytes whose MPA CRC was left to the NIC.
+    pub tx_nic_crc_bytes: u64,
+    /// Calls into the device per I/O path: registrations, posted Sends,
+    /// local invalidates, one-shot advertisements.
+    pub control_calls: u64,
+    /// STags the NIC freed on a peer's close, and that the QP confirmed.
+    pub remote_invalidates: u64,
+    /// Resyncs the QP confirmed to the NIC.
+    pub resyncs: u64,
+}
+
+pub(super) enum Offload {
+    Off,
+    /// To be handed over when FPDUs start.
+    Pending(Arc<dyn DdpDevice>, FlowId),
+    On(Active),
+}
+
+pub(super) struct Active {
+    pub dev: Arc<dyn DdpDevice>,
+    pub sk: SkHandle,
+    /// The NIC writes our MPA CRCs.
+    pub tx_crc: bool,
+    /// A resync the NIC asked to confirm: an FPDU starting there.
+    pub resync: Option<u64>,
+}
+
+impl Active {
+    pub fn oneshot(&self) -> bool {
+        self.sk.offloads.contains(Caps::NVME_TCP_ONESHOT)
+    }
+}
+
+impl Qp {
+    /// Let `dev` offload this QP's socket (`flow`) once FPDUs start. Call
+    /// before the connection is set up.
+    pub fn offload(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId) {
+        self.offload = Offload::Pending(dev, flow);
+    }
+
+    /// Whether a device took the socket.
+    pub fn is_offloaded(&self) -> bool {
+        matches!(self.offload, Offload::On(_))
+    }
+
+    /// What the QP and its NIC did.
+    pub fn stats(&self) -> QpStats {
+        let mut s = self.stats;
+        (s.crc_bytes, s.nic_crc_bytes) = self.framer.crc_bytes();
+        s
+    }
+
+    pub(super) fn active(&self) -> Option<&Active> {
+        match &self.offload {
+            Offload::On(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// FPDUs start here, both ways: hand the socket over if asked to.
+    pub(super) fn start_offload(&mut self, tx_start: u64) {
+        let Offload::Pending(dev, flow) = std::mem::replace(&mut self.offload, Offload::Off) else {
+            return;
+        };
+        let config = Config::Iwarp(IwarpConfig {
+            crc: self.crc,
+            oneshot_opcodes: false,
+            rx_start: self.rx_off,
+            tx_start,
+        });
+        match dev.sk_add(flow, &config) {
+            Ok(sk) => {
+                let tx_crc = self.crc && sk.offloads.contains(Caps::NVME_TCP_DDGST_TX);
+                self.offload = Offload::On(Active { dev, sk, tx_crc, resync: None });
+            }
+            Err(e) => tracing::debug!(error = %e, "offload refused; software only"),
+        }
+    }
+
+    /// The NIC's hints for received stream bytes `[start, end)`, as runs.
+    pub(super) fn hint_runs(&mut self, start: u64, end: u64) -> Vec<(u64, u64, HintFlags)> {
+        let mut runs = std::mem::take(&mut self.runs);
+        runs.clear();
+        match &mut self.offload {
+            Offload::On(a) => {
+                if let Some(r) = a.sk.ctx.take_resync_request() {
+                    a.resync = Some(r);
+                }
+                a.sk.ctx.with_hints(start, end, |s, e, f| runs.push((s, e, f)));
+            }
+            _ => runs.push((start, end, HintFlags::NONE)),
+        }
+        runs
+    }
+
+    /// At an FPDU boundary at stream offset `at`: confirm the NIC's
+    /// resync request if it named this very place.
+    pub(super) fn at_boundary(&mut self, at: u64) {
+        let Offload::On(a) = &mut self.offload else { return };
+        match a.resync {
+            Some(r) if r == at => {
+                a.dev.resync(&a.sk, r);
+                a.resync = None;
+                self.stats.resyncs += 1;
+            }
+            Some(r) if r < at => a.resync = None,
+            _ => {}
+        }
+    }
+
+    /// Mirror a registration to the NIC (live now).
+    pub(super) fn nic_register(&mut self, stag: Stag) {
+        let Some(a) = self.active() else { return };
+        if let Some(io) = self.dev.stag_io(stag)
+            && let Err(e) = a.dev.stag_setup(&a.sk, io)
+        {
+            tracing::debug!(error = %e, %stag, "STag not offloaded");
+        }
+    }
+
+    /// Mirror a local invalidate to the NIC.
+    pub(super) fn nic_invalidate(&mut self, stag: Stag) {
+        if let Some(a) = self.active() {
+            a.dev.stag_invalidate(&a.sk, stag);
+        }
+    }
+
+    /// One-shot initiation: `stag` goes live on the NIC when the Send at
+    /// stream offset `send_at` leaves. Falls back to a plain registration
+    /// where the NIC cannot.
+    pub(super) fn nic_advertise(&mut self, stag: Stag, send_at: u64) {
+        let Some(a) = self.active() else { return };
+        let Some(io) = self.dev.stag_io(stag) else { return };
+        let r = if a.oneshot() {
+            a.dev.stag_advertise(&a.sk, io, send_at)
+        } else {
+            a.dev.stag_setup(&a.sk, io)
+        };
+        if let Err(e) = r {
+            tracing::debug!(error = %e, %stag, "STag not offloaded");
+        }
+    }
+
+    /// The NIC's report for the closing Send whose last FPDU started at
+    /// `at`: `Ok(true)` if it freed `stag`, `Ok(false)` if it did nothing,
+    /// `Err` with what it freed instead (a protocol violation).
+    pub(super) fn nic_freed(&self, at: u64, stag: Stag) -> Result<bool, u32> {
+        let Some(a) = self.active() else { return Ok(false) };
+        match a.sk.ctx.take_freed(at) {
+            None => Ok(false),
+            Some(f) if f.offset == at && f.tag == stag.0 => Ok(true),
+            Some(f) => Err(f.tag),
+        }
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        if let Offload::On(a) = &self.offload {
+            a.dev.sk_del(&a.sk);
+        }
+    }
+}
