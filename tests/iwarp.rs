@@ -4,6 +4,11 @@
 //! Read RTR), a 1 MiB RDMA Write, a 1 MiB RDMA Read, a run of Sends of
 //! every size up to 4 KiB, a Send with Invalidate, a refused Write that
 //! earns a Terminate on a second connection, and clean closes.
+//!
+//! On smoltcp each end has the software NIC under its stack, offloads on
+//! or off, and the link may lose, reorder and duplicate frames: tagged
+//! placement, MPA CRC offload both ways and the one-shot STag paths are
+//! checked against the software path and against a hostile peer.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpListener, TcpStream};
@@ -13,9 +18,11 @@ use iwarp::{
     Access, Close, Device, Down, Event, Pd, Qp, QpConfig, RecvWr, Rtr, SendOp, SendWr, Stag, Wc,
     WcStatus,
 };
+use nic_backend::{NicConfig, NicHandle, OffloadNic};
 use smoltcp::wire::Ipv4Cidr;
-use smoltcp_glue::{Stack, StackConfig, VirtualWire, WireEnd};
-use ulp_ddp::{IoBuf, SgEntry};
+use smoltcp_glue::{Impairments, Profile, Stack, StackConfig, VirtualWire, WireEnd};
+use std::sync::Arc;
+use ulp_ddp::{Caps, DdpDevice, FlowId, IoBuf, SgEntry};
 
 /// Liveness only: a hang fails instead of blocking CI for ever.
 const GIVE_UP: Duration = Duration::from_secs(120);
@@ -25,6 +32,9 @@ const GIVE_UP: Duration = Duration::from_secs(120);
 trait Link {
     /// One turn for both sides; whether anything moved.
     fn step(&mut self, qps: [&mut Qp; 2]) -> bool;
+
+    /// Give each QP its end's NIC, if it has one.
+    fn offload(&self, _qps: [&mut Qp; 2]) {}
 }
 
 /// Step until `done` holds.
@@ -36,7 +46,14 @@ fn run(
 ) {
     let start = Instant::now();
     while !done(a, b) {
-        assert!(start.elapsed() < GIVE_UP, "stalled: a {:?}, b {:?}", a.state(), b.state());
+        assert!(
+            start.elapsed() < GIVE_UP,
+            "stalled: a {:?} {:?}, b {:?} {:?}",
+            a.state(),
+            a.stats(),
+            b.state(),
+            b.stats()
+        );
         if !link.step([a, b]) {
             std::thread::yield_now();
         }
@@ -127,19 +144,33 @@ impl Link for Kernel {
 const A_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const B_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 
+type SmolDev = OffloadNic<Impairments<WireEnd>>;
+
 struct Smol {
-    stacks: [Stack<WireEnd>; 2],
+    stacks: [Stack<SmolDev>; 2],
     conns: [smoltcp_glue::TcpConn; 2],
+    nics: [NicHandle; 2],
     closed: [bool; 2],
     shut: [bool; 2],
 }
 
 impl Smol {
+    /// No NIC work and a clean link.
     fn new() -> Smol {
+        let off = NicConfig { hw: Caps::NONE, active: Caps::NONE, checksum: false, ..nic() };
+        Smol::with([off, off], Profile::default())
+    }
+
+    /// Each end's NIC as `nics` say; frames towards b suffer `to_b`.
+    fn with(nics: [NicConfig; 2], to_b: Profile) -> Smol {
         let now = smoltcp::time::Instant::now();
         let (wa, wb) = VirtualWire::pair(1500 + 14, 512);
-        let mut a = Stack::new(wa, StackConfig::new(Ipv4Cidr::new(A_IP, 24)), now);
-        let mut b = Stack::new(wb, StackConfig::new(Ipv4Cidr::new(B_IP, 24)), now);
+        let clean = Profile::default();
+        let da = OffloadNic::new(Impairments::new(wa, clean, clean, 1), nics[0]);
+        let db = OffloadNic::new(Impairments::new(wb, to_b, clean, 2), nics[1]);
+        let handles = [da.handle(), db.handle()];
+        let mut a = Stack::new(da, StackConfig::new(Ipv4Cidr::new(A_IP, 24)), now);
+        let mut b = Stack::new(db, StackConfig::new(Ipv4Cidr::new(B_IP, 24)), now);
         b.listen(4420, 1).unwrap();
         let ca = a.connect(SocketAddrV4::new(B_IP, 4420)).unwrap();
         let start = Instant::now();
@@ -152,8 +183,21 @@ impl Smol {
             }
             assert!(start.elapsed() < GIVE_UP, "no TCP connection");
         };
-        Smol { stacks: [a, b], conns: [ca, cb], closed: [false; 2], shut: [false; 2] }
+        Smol {
+            stacks: [a, b],
+            conns: [ca, cb],
+            nics: handles,
+            closed: [false; 2],
+            shut: [false; 2],
+        }
     }
+}
+
+/// A NIC with every offload (and a threshold of one byte).
+fn nic() -> NicConfig {
+    let mut c = NicConfig::default();
+    c.limits.io_threshold = 1;
+    c
 }
 
 impl Link for Smol {
@@ -186,6 +230,14 @@ impl Link for Smol {
             moved |= stack.poll(now);
         }
         moved
+    }
+
+    fn offload(&self, qps: [&mut Qp; 2]) {
+        for (i, qp) in qps.into_iter().enumerate() {
+            let (local, remote) = self.stacks[i].endpoints(&self.conns[i]).unwrap();
+            let dev: Arc<dyn DdpDevice> = Arc::new(self.nics[i].clone());
+            qp.offload(dev, FlowId { local, remote });
+        }
     }
 }
 
@@ -227,6 +279,7 @@ fn connect(link: &mut dyn Link, ea: &End, eb: &End) -> (Qp, Qp) {
     let mut a =
         Qp::connect(&ea.dev, config(ea.pd, true), b"iwarp over a stream", Duration::ZERO).unwrap();
     let mut b = Qp::listen(&eb.dev, config(eb.pd, false), Duration::ZERO);
+    link.offload([&mut a, &mut b]);
     let mut asked = None;
     run(link, &mut a, &mut b, |_, b| {
         asked = asked.take().or_else(|| b.poll_event());
@@ -354,4 +407,307 @@ fn over_kernel_tcp_on_loopback() {
 fn over_smoltcp_on_the_in_process_wire() {
     workload(&mut Smol::new());
     refused(&mut Smol::new());
+}
+
+// ---- the software NIC under both ends ----
+
+const KIB64: usize = 64 << 10;
+
+/// A NIC doing `caps`.
+fn nic_doing(caps: Caps) -> NicConfig {
+    NicConfig { active: caps, ..nic() }
+}
+
+fn post(qp: &mut Qp, wr_id: u64, op: SendOp) {
+    qp.post_send(SendWr { wr_id, signaled: true, op }).unwrap();
+}
+
+/// Register `buf[off..off + len]` through `qp` (so its NIC learns of it)
+/// at tagged offset 0x10_0000 with `access`; the STag.
+fn reg(qp: &mut Qp, buf: &IoBuf, off: usize, len: usize, access: Access) -> Stag {
+    qp.reg_mr(vec![SgEntry { buf: buf.clone(), offset: off, len }], 0x10_0000, access).unwrap()
+}
+
+/// Whether two buffers hold the same bytes (without printing megabytes).
+fn same(a: &IoBuf, b: &IoBuf) -> bool {
+    let (a, b) = (a.to_vec(), b.to_vec());
+    if let Some(i) = a.iter().zip(&b).position(|(x, y)| x != y) {
+        let n = a[i..].iter().zip(&b[i..]).take_while(|(x, y)| x != y).count();
+        eprintln!(
+            "first difference at byte {i} of {}, {n} bytes long: {:?} vs {:?}",
+            a.len(),
+            &a[i..i + 8.min(n)],
+            &b[i..i + 8.min(n)]
+        );
+    }
+    a == b
+}
+
+fn wait_wcs(link: &mut dyn Link, a: &mut Qp, b: &mut Qp, na: usize, nb: usize) -> [Vec<Wc>; 2] {
+    let (mut wa, mut wb) = (Vec::new(), Vec::new());
+    run(link, a, b, |a, b| drain(a, &mut wa) >= na && drain(b, &mut wb) >= nb);
+    [wa, wb]
+}
+
+#[test]
+fn tagged_payload_skips_the_host_with_offloads_and_not_without() {
+    const MIB: usize = 1 << 20;
+    let mut data = Vec::new();
+    for caps in [Caps::ALL, Caps::NONE] {
+        let mut link = Smol::with([nic_doing(caps); 2], Profile::default());
+        let (ea, eb) = (end(), end());
+        let (mut a, mut b) = connect(&mut link, &ea, &eb);
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        let b_sink = IoBuf::new(MIB);
+        let b_stag = reg(&mut b, &b_sink, 0, MIB, rw);
+        let a_sink = IoBuf::new(MIB);
+        let a_stag = reg(&mut a, &a_sink, 0, MIB, rw);
+        let b_src = pattern(MIB, 5);
+        let src = eb.dev.reg_mr(eb.pd, sgl(&b_src), 0, Access::REMOTE_READ).unwrap();
+        let written = pattern(MIB, 7);
+        post(&mut a, 1, SendOp::Write { sgl: sgl(&written), stag: b_stag, to: 0x10_0000 });
+        let read =
+            SendOp::Read { sink: a_stag, sink_to: 0x10_0000, len: MIB as u32, stag: src, to: 0 };
+        post(&mut a, 2, read);
+        let [wa, wb] = wait_wcs(&mut link, &mut a, &mut b, 2, 0);
+        assert!(wa.iter().chain(&wb).all(|w| w.status == WcStatus::Success), "{wa:?} {wb:?}");
+        assert!(same(&b_sink, &written), "RDMA Write with {caps}");
+        assert!(same(&a_sink, &b_src), "RDMA Read with {caps}");
+        let (sa, sb) = (a.stats(), b.stats());
+        let tx_crc = link.nics[0].stats().tx_crc_offloaded_bytes;
+        eprintln!("{caps}: a {sa:?}\n  b {sb:?}\n  a's NIC {:?}", link.nics[0].stats());
+        for s in [sa, sb] {
+            assert_eq!(s.tagged_bytes, MIB as u64);
+            if caps == Caps::ALL {
+                assert_eq!((s.placed_bytes, s.copy_bytes), (MIB as u64, 0), "no copy");
+                assert_eq!(s.crc_bytes, 0, "no CRC on the host");
+                assert!(s.nic_crc_bytes >= MIB as u64);
+            } else {
+                assert_eq!((s.placed_bytes, s.copy_bytes), (0, MIB as u64));
+                assert!(s.crc_bytes >= MIB as u64 && s.nic_crc_bytes == 0);
+            }
+        }
+        // a's NIC wrote the CRCs of a's Write; b's NIC checked them.
+        assert_eq!(tx_crc >= MIB as u64, caps == Caps::ALL);
+        data.push((b_sink.to_vec(), a_sink.to_vec()));
+    }
+    assert!(data[0] == data[1], "identical data either way");
+}
+
+/// `ios` I/Os in the manner of NVMe over RDMA: b (the host) makes a
+/// 64 KiB buffer known to a (the controller), which writes it and
+/// answers. One-shot: b advertises in one request and a's answer closes
+/// the STag. Classic: b registers, sends, and invalidates it after the
+/// answer. Returns b's control calls per I/O and its NIC's counters.
+fn io_round(oneshot: bool, ios: usize) -> (f64, ulp_ddp::Stats) {
+    let mut link = Smol::with([nic(); 2], Profile::default());
+    let (ea, eb) = (end(), end());
+    let (mut a, mut b) = connect(&mut link, &ea, &eb);
+    let answers: Vec<IoBuf> = (0..ios).map(|_| IoBuf::new(16)).collect();
+    let commands: Vec<IoBuf> = (0..ios).map(|_| IoBuf::new(16)).collect();
+    for (i, r) in answers.iter().enumerate() {
+        b.post_recv(RecvWr { wr_id: 100 + i as u64, sgl: sgl(r) }).unwrap();
+    }
+    for (i, c) in commands.iter().enumerate() {
+        a.post_recv(RecvWr { wr_id: 200 + i as u64, sgl: sgl(c) }).unwrap();
+    }
+    let calls_before = b.stats().control_calls;
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    for (i, command) in commands.iter().enumerate() {
+        let buf = IoBuf::new(KIB64);
+        let stag = eb.dev.alloc_mr(eb.pd).next_key();
+        let region = sgl(&buf);
+        let cmd = IoBuf::from_vec(stag.0.to_be_bytes().repeat(4));
+        if oneshot {
+            let op = SendOp::Advertise {
+                stag,
+                region,
+                iova: 0,
+                access: rw,
+                sgl: sgl(&cmd),
+                solicited: false,
+            };
+            post(&mut b, 1, op);
+        } else {
+            post(&mut b, 1, SendOp::FastReg { stag, sgl: region, iova: 0, access: rw });
+            post(&mut b, 2, SendOp::Send { sgl: sgl(&cmd), solicited: false, invalidate: None });
+        }
+        // a: the command names the STag; write it, then answer.
+        let [got, _] = wait_wcs(&mut link, &mut a, &mut b, 1, 0);
+        assert_eq!(got[0].status, WcStatus::Success);
+        let named = Stag(u32::from_be_bytes(command.to_vec()[..4].try_into().unwrap()));
+        assert_eq!(named, stag);
+        let payload = pattern(KIB64, i as u8);
+        post(&mut a, 3, SendOp::Write { sgl: sgl(&payload), stag: named, to: 0 });
+        let close = oneshot.then_some(named);
+        post(&mut a, 4, SendOp::Send { sgl: sgl(&answers[0]), solicited: true, invalidate: close });
+        let mut wb = Vec::new();
+        run(&mut link, &mut a, &mut b, |a, b| {
+            while a.poll_cq().is_some() {}
+            drain(b, &mut wb);
+            wb.iter().any(|w| w.opcode == iwarp::WcOpcode::Recv)
+        });
+        let answer = wb.iter().find(|w| w.opcode == iwarp::WcOpcode::Recv).unwrap();
+        // The driver's own check: the STag closed is the one advertised.
+        assert_eq!(answer.invalidated, close);
+        if !oneshot {
+            post(&mut b, 5, SendOp::LocalInv { stag });
+        }
+        assert!(same(&buf, &payload), "I/O {i}");
+        assert!(!oneshot || !eb.dev.is_valid(stag), "closed by a");
+    }
+    run(&mut link, &mut a, &mut b, |_, b| !b.has_output());
+    let per_io = (b.stats().control_calls - calls_before) as f64 / ios as f64;
+    (per_io, link.nics[1].stats())
+}
+
+#[test]
+fn one_shot_stags_take_one_control_call_per_io_and_classic_three() {
+    let (classic, cs) = io_round(false, 8);
+    let (oneshot, os) = io_round(true, 8);
+    eprintln!("classic {classic} calls/IO {cs:?}\none-shot {oneshot} calls/IO {os:?}");
+    assert_eq!((classic, oneshot), (3.0, 1.0));
+    // Both placed every byte; only one-shot let the NIC arm and free.
+    for s in [cs, os] {
+        assert!(s.nic_placed_bytes >= 8 * KIB64 as u64, "{s:?}");
+    }
+    assert_eq!((cs.oneshot_armed, cs.stag_remote_invalidate, cs.stag_invalidate), (0, 0, 8));
+    assert_eq!((os.oneshot_armed, os.stag_remote_invalidate, os.stag_invalidate), (8, 8, 0));
+}
+
+#[test]
+fn a_close_of_another_stag_is_reported_as_what_it_freed() {
+    let mut link = Smol::with([nic(); 2], Profile::default());
+    let (ea, eb) = (end(), end());
+    let (mut a, mut b) = connect(&mut link, &ea, &eb);
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let other = IoBuf::new(4096);
+    let other_stag = reg(&mut b, &other, 0, 4096, rw);
+    let buf = IoBuf::new(4096);
+    let stag = eb.dev.alloc_mr(eb.pd).next_key();
+    let answer = IoBuf::new(16);
+    b.post_recv(RecvWr { wr_id: 7, sgl: sgl(&answer) }).unwrap();
+    let cmd = IoBuf::new(16);
+    a.post_recv(RecvWr { wr_id: 8, sgl: sgl(&cmd) }).unwrap();
+    let op = SendOp::Advertise {
+        stag,
+        region: sgl(&buf),
+        iova: 0,
+        access: rw,
+        sgl: sgl(&cmd),
+        solicited: false,
+    };
+    post(&mut b, 1, op);
+    wait_wcs(&mut link, &mut a, &mut b, 1, 1);
+    assert_eq!(cmd.to_vec().len(), 16);
+    // a answers the command by closing the wrong STag (b's other buffer).
+    let inval = Some(other_stag);
+    post(&mut a, 2, SendOp::Send { sgl: vec![], solicited: false, invalidate: inval });
+    let mut wb = Vec::new();
+    run(&mut link, &mut a, &mut b, |_, b| drain(b, &mut wb) > 0);
+    let got = wb[0].invalidated;
+    assert_eq!(got, Some(other_stag), "the NIC and the QP report what was freed");
+    assert_ne!(got, Some(stag), "the driver sees the mismatch");
+    assert!(eb.dev.is_valid(stag), "the advertised STag is still there");
+    assert_eq!(link.nics[1].stats().stag_remote_invalidate, 1);
+    // The driver fails the connection: a fatal protocol violation.
+    b.abort();
+    run(&mut link, &mut a, &mut b, |a, _| *a.state() == iwarp::QpState::Closed);
+}
+
+/// b's buffer: `GUARD` canary bytes either side of `LEN` bytes mapped.
+const GUARD: usize = 256;
+const LEN: usize = 8192;
+const CANARY: u8 = 0xee;
+
+#[test]
+fn a_hostile_peer_gets_nothing_placed_and_the_rfc_terminate() {
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    // (what a does, the Terminate's layer/type/code, the NIC refused it).
+    type Attack = fn(Stag, Stag, Stag, Stag) -> (SendOp, (u8, u8, u8), bool);
+    let attacks: [(&str, Attack); 6] = [
+        ("unknown STag", |_, _, _, _| (write(Stag(0x7777_0001), 0x10_0000, 64), (1, 1, 0), true)),
+        ("stale key", |s, _, _, _| (write(s.next_key(), 0x10_0000, 64), (1, 1, 0), true)),
+        ("no remote-write right", |_, r, _, _| (write(r, 0x10_0000, 64), (1, 1, 0), true)),
+        ("TO past the end", |s, _, _, _| {
+            (write(s, 0x10_0000 + LEN as u64 - 8, 64), (1, 1, 1), true)
+        }),
+        ("after its invalidation", |_, _, gone, _| (write(gone, 0x10_0000, 64), (1, 1, 0), true)),
+        ("invalidate someone else's STag", |_, _, _, foreign| {
+            let op = SendOp::Send { sgl: vec![], solicited: false, invalidate: Some(foreign) };
+            (op, (0, 1, 9), false)
+        }),
+    ];
+    for (what, attack) in attacks {
+        let mut link = Smol::with([nic(); 2], Profile::default());
+        let (ea, eb) = (end(), end());
+        let (mut a, mut b) = connect(&mut link, &ea, &eb);
+        let buf = IoBuf::from_vec(vec![CANARY; GUARD + LEN + GUARD]);
+        let stag = reg(&mut b, &buf, GUARD, LEN, rw);
+        let ro = reg(&mut b, &buf, GUARD, LEN, Access::REMOTE_READ);
+        let gone = reg(&mut b, &buf, GUARD, LEN, rw);
+        post(&mut b, 0, SendOp::LocalInv { stag: gone });
+        let other_pd = eb.dev.alloc_pd();
+        let foreign = eb.dev.reg_mr(other_pd, sgl(&IoBuf::new(64)), 0, rw).unwrap();
+        b.post_recv(RecvWr { wr_id: 1, sgl: sgl(&IoBuf::new(64)) }).unwrap();
+        let (op, (layer, etype, code), refused) = attack(stag, ro, gone, foreign);
+        // b's send queue runs its local requests before a's bytes come.
+        run(&mut link, &mut a, &mut b, |_, b| !b.has_output());
+        post(&mut a, 9, op);
+        let mut got = None;
+        run(&mut link, &mut a, &mut b, |a, _| {
+            got = got.take().or_else(|| a.poll_event());
+            got.is_some()
+        });
+        let Some(Event::Down(Down::TerminateReceived(t))) = got else { panic!("{what}: {got:?}") };
+        assert_eq!((t.layer as u8, t.etype, t.code), (layer, etype, code), "{what}");
+        assert!(buf.to_vec().iter().all(|&b| b == CANARY), "{what}: a byte changed");
+        let nic = link.nics[1].stats();
+        assert_eq!(nic.nic_placed_bytes, 0, "{what}");
+        assert_eq!(nic.stag_refused, u64::from(refused), "{what}");
+        assert!(eb.dev.is_valid(foreign), "{what}");
+    }
+}
+
+fn write(stag: Stag, to: u64, len: usize) -> SendOp {
+    SendOp::Write { sgl: sgl(&pattern(len, 1)), stag, to }
+}
+
+#[test]
+fn loss_reorder_and_duplicates_keep_every_byte_and_place_most() {
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let profiles = [
+        ("loss", Profile { loss: 0.02, ..Profile::default() }),
+        ("reorder", Profile { reorder: 0.05, ..Profile::default() }),
+        ("duplicate", Profile { duplicate: 0.05, ..Profile::default() }),
+        ("all three", Profile { loss: 0.01, reorder: 0.02, duplicate: 0.02, ..Profile::default() }),
+    ];
+    for (what, profile) in profiles {
+        let mut link = Smol::with([nic(); 2], profile);
+        let (ea, eb) = (end(), end());
+        let (mut a, mut b) = connect(&mut link, &ea, &eb);
+        const TOTAL: usize = 1 << 20;
+        let sink = IoBuf::new(TOTAL);
+        let stag = reg(&mut b, &sink, 0, TOTAL, rw);
+        let data = pattern(TOTAL, 11);
+        for (i, at) in (0..TOTAL).step_by(KIB64).enumerate() {
+            let piece = vec![SgEntry { buf: data.clone(), offset: at, len: KIB64 }];
+            post(&mut a, i as u64, SendOp::Write { sgl: piece, stag, to: 0x10_0000 + at as u64 });
+        }
+        // A Send behind the Writes completes once they all landed.
+        b.post_recv(RecvWr { wr_id: 1, sgl: vec![] }).unwrap();
+        post(&mut a, 99, SendOp::Send { sgl: vec![], solicited: false, invalidate: None });
+        wait_wcs(&mut link, &mut a, &mut b, TOTAL / KIB64 + 1, 1);
+        assert!(same(&sink, &data), "{what}: every byte");
+        let (s, nic) = (b.stats(), link.nics[1].stats());
+        assert_eq!(s.placed_bytes + s.copy_bytes, TOTAL as u64, "{what}");
+        eprintln!(
+            "{what}: {:.1}% placed, {:.1}% of CRCs vouched by the NIC, {} resyncs ({} confirmed)",
+            100.0 * s.placed_bytes as f64 / TOTAL as f64,
+            100.0 * s.nic_crc_bytes as f64 / TOTAL as f64,
+            nic.resync,
+            nic.resync_confirmed,
+        );
+        assert!(s.placed_bytes > 0, "{what}: the NIC kept placing");
+    }
 }

@@ -466,6 +466,21 @@ impl Qp {
         Ok(())
     }
 
+    /// Register `sgl` for the peer at tagged offset `iova` (`ib_reg_mr`),
+    /// now, and with this QP's NIC if it has one: the STag.
+    pub fn reg_mr(
+        &mut self,
+        sgl: Vec<SgEntry>,
+        iova: u64,
+        access: Access,
+    ) -> Result<Stag, VerbsError> {
+        check_sgl(&sgl)?;
+        let stag = self.dev.reg_mr(self.cfg.pd, sgl, iova, access)?;
+        self.nic_register(stag);
+        self.stats.control_calls += 1;
+        Ok(stag)
+    }
+
     /// Close cleanly: what is posted still goes out, then FIN.
     pub fn disconnect(&mut self) {
         match self.state {
