@@ -276,9 +276,15 @@ fn drain(qp: &mut Qp, into: &mut Vec<Wc>) -> usize {
 
 /// Connect `a` to `b` over `link`, with private data both ways.
 fn connect(link: &mut dyn Link, ea: &End, eb: &End) -> (Qp, Qp) {
-    let mut a =
-        Qp::connect(&ea.dev, config(ea.pd, true), b"iwarp over a stream", Duration::ZERO).unwrap();
-    let mut b = Qp::listen(&eb.dev, config(eb.pd, false), Duration::ZERO);
+    connect_offering(link, ea, eb, [false; 2])
+}
+
+/// [`connect`], each side offering the one-shot opcodes as `oneshot` says.
+fn connect_offering(link: &mut dyn Link, ea: &End, eb: &End, oneshot: [bool; 2]) -> (Qp, Qp) {
+    let (mut ca, mut cb) = (config(ea.pd, true), config(eb.pd, false));
+    (ca.oneshot_opcodes, cb.oneshot_opcodes) = (oneshot[0], oneshot[1]);
+    let mut a = Qp::connect(&ea.dev, ca, b"iwarp over a stream", Duration::ZERO).unwrap();
+    let mut b = Qp::listen(&eb.dev, cb, Duration::ZERO);
     link.offload([&mut a, &mut b]);
     let mut asked = None;
     run(link, &mut a, &mut b, |_, b| {
@@ -499,10 +505,12 @@ fn tagged_payload_skips_the_host_with_offloads_and_not_without() {
 /// answers. One-shot: b advertises in one request and a's answer closes
 /// the STag. Classic: b registers, sends, and invalidates it after the
 /// answer. Returns b's control calls per I/O and its NIC's counters.
-fn io_round(oneshot: bool, ios: usize) -> (f64, ulp_ddp::Stats) {
+fn io_round(oneshot: bool, ios: usize, offers: [bool; 2]) -> (f64, ulp_ddp::Stats) {
     let mut link = Smol::with([nic(); 2], Profile::default());
     let (ea, eb) = (end(), end());
-    let (mut a, mut b) = connect(&mut link, &ea, &eb);
+    let (mut a, mut b) = connect_offering(&mut link, &ea, &eb, offers);
+    let patent = offers == [true; 2];
+    assert_eq!((a.oneshot_opcodes(), b.oneshot_opcodes()), (patent, patent), "{offers:?}");
     let answers: Vec<IoBuf> = (0..ios).map(|_| IoBuf::new(16)).collect();
     let commands: Vec<IoBuf> = (0..ios).map(|_| IoBuf::new(16)).collect();
     for (i, r) in answers.iter().enumerate() {
@@ -535,6 +543,8 @@ fn io_round(oneshot: bool, ios: usize) -> (f64, ulp_ddp::Stats) {
         // a: the command names the STag; write it, then answer.
         let [got, _] = wait_wcs(&mut link, &mut a, &mut b, 1, 0);
         assert_eq!(got[0].status, WcStatus::Success);
+        // Opcode 0x8 names the STag in its header, where agreed.
+        assert_eq!(got[0].advertised, (oneshot && patent).then_some(stag));
         let named = Stag(u32::from_be_bytes(command.to_vec()[..4].try_into().unwrap()));
         assert_eq!(named, stag);
         let payload = pattern(KIB64, i as u8);
@@ -563,8 +573,8 @@ fn io_round(oneshot: bool, ios: usize) -> (f64, ulp_ddp::Stats) {
 
 #[test]
 fn one_shot_stags_take_one_control_call_per_io_and_classic_three() {
-    let (classic, cs) = io_round(false, 8);
-    let (oneshot, os) = io_round(true, 8);
+    let (classic, cs) = io_round(false, 8, [false; 2]);
+    let (oneshot, os) = io_round(true, 8, [false; 2]);
     eprintln!("classic {classic} calls/IO {cs:?}\none-shot {oneshot} calls/IO {os:?}");
     assert_eq!((classic, oneshot), (3.0, 1.0));
     // Both placed every byte; only one-shot let the NIC arm and free.
@@ -709,5 +719,20 @@ fn loss_reorder_and_duplicates_keep_every_byte_and_place_most() {
             nic.resync_confirmed,
         );
         assert!(s.placed_bytes > 0, "{what}: the NIC kept placing");
+    }
+}
+
+#[test]
+fn the_patents_opcodes_are_used_only_when_both_ends_offered_them() {
+    // Both offered: opcodes 0x8 and 0xC on the wire, same semantics.
+    let (calls, s) = io_round(true, 4, [true; 2]);
+    assert_eq!(calls, 1.0);
+    assert_eq!((s.oneshot_armed, s.stag_remote_invalidate, s.stag_refused), (4, 4, 0));
+    // One side offered, the other is a standard peer (as Linux siw):
+    // standard Sends and Send with Invalidate, still one call per I/O.
+    for offers in [[true, false], [false, true]] {
+        let (calls, s) = io_round(true, 4, offers);
+        assert_eq!(calls, 1.0);
+        assert_eq!((s.oneshot_armed, s.stag_remote_invalidate), (4, 4), "{offers:?}");
     }
 }

@@ -18,7 +18,15 @@ fn remote_rw() -> Access {
 }
 
 fn ok(wr_id: u64, opcode: WcOpcode, byte_len: u32) -> Wc {
-    Wc { wr_id, opcode, status: WcStatus::Success, byte_len, invalidated: None, solicited: false }
+    Wc {
+        wr_id,
+        opcode,
+        status: WcStatus::Success,
+        byte_len,
+        invalidated: None,
+        solicited: false,
+        advertised: None,
+    }
 }
 
 #[test]

@@ -64,7 +64,7 @@ fn quoting(hdr: &str, segment: &[u8], rdmap: bool) -> Vec<u8> {
     let mut want = hex(hdr);
     let ulpdu = u16::from_be_bytes([segment[0], segment[1]]);
     want.extend(ulpdu.to_be_bytes());
-    let ctrl = DdpHeader::peek(&segment[2..4]).unwrap();
+    let ctrl = DdpHeader::peek(&segment[2..4], false).unwrap();
     want.extend(&segment[2..2 + ctrl.opcode.header_len()]);
     if rdmap {
         want.extend(&segment[20..20 + ReadRequest::LEN]);

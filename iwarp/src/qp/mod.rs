@@ -55,6 +55,9 @@ pub struct QpConfig {
     pub rq_depth: usize,
     /// How Terminates are read and written (Linux siw swaps fields).
     pub term_layout: TermLayout,
+    /// Offer (or accept) the one-shot opcodes 0x8 and 0xC through the MPA
+    /// private data; used only when the peer does too.
+    pub oneshot_opcodes: bool,
     /// How long the initiator waits for the MPA Reply (siw: 10 s).
     pub reply_timeout: Duration,
     /// How long the responder waits for the MPA Request (siw: 5 s).
@@ -80,6 +83,7 @@ impl QpConfig {
             sq_depth: 256,
             rq_depth: 256,
             term_layout: TermLayout::Rfc5040,
+            oneshot_opcodes: false,
             reply_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(5),
         }
@@ -169,6 +173,8 @@ pub struct Wc {
     pub invalidated: Option<Stag>,
     /// A Send with Solicited Event.
     pub solicited: bool,
+    /// A one-shot advertisement (opcode 0x8): the STag the peer offered.
+    pub advertised: Option<Stag>,
 }
 
 /// What the connection manager reports.
@@ -293,6 +299,8 @@ pub struct Qp {
     deadline: Option<Duration>,
     /// Negotiated after setup.
     crc: bool,
+    /// Both ends agreed to the one-shot opcodes.
+    oneshot: bool,
     ird: u16,
     ord: u16,
     /// Setup bytes gathered until an MPA frame is whole.
@@ -336,6 +344,7 @@ impl Qp {
             state,
             deadline: None,
             crc: false,
+            oneshot: false,
             ird: cfg.ird,
             ord: cfg.ord,
             mpa: Vec::new(),
@@ -375,6 +384,13 @@ impl Qp {
     }
 
     /// The negotiated (IRD, ORD).
+    /// How one-shot advertise and close travel on this connection: the
+    /// patent's opcodes 0x8 and 0xC (both ends agreed), or standard Sends
+    /// and Send with Invalidate.
+    pub fn oneshot_opcodes(&self) -> bool {
+        self.oneshot
+    }
+
     pub fn ird_ord(&self) -> (u16, u16) {
         (self.ird, self.ord)
     }
@@ -537,6 +553,7 @@ impl Qp {
             byte_len: 0,
             invalidated: None,
             solicited: false,
+            advertised: None,
         };
         if let Some(wr) = self.tx.abandon() {
             self.cq.push_back(flushed(wr.wr_id, opcode_of(&wr.op)));

@@ -92,7 +92,7 @@ impl Qp {
         };
         let config = Config::Iwarp(IwarpConfig {
             crc: self.crc,
-            oneshot_opcodes: false,
+            oneshot_opcodes: self.oneshot,
             rx_start: self.rx_off,
             tx_start,
         });

@@ -371,6 +371,7 @@ impl Qp {
                             byte_len: o.len,
                             invalidated: None,
                             solicited: false,
+                            advertised: None,
                         });
                     }
                 }
@@ -398,7 +399,13 @@ impl Qp {
                             }
                         }
                         match self.dev.invalidate(self.cfg.pd, stag) {
-                            Ok(()) => self.complete_recv(open, WcStatus::Success, Some(stag)),
+                            Ok(()) => {
+                                // The one-shot close frees the region too.
+                                if open.opcode == Opcode::SendClose {
+                                    let _ = self.dev.dereg_mr(stag);
+                                }
+                                self.complete_recv(open, WcStatus::Success, Some(stag))
+                            }
                             Err(e) => {
                                 let etype = if e == MrError::WrongPd { 1 } else { 2 };
                                 let t = self.term(TermLayer::Rdmap, etype, 9, None);
@@ -467,6 +474,7 @@ impl Qp {
                 byte_len: 0,
                 invalidated: None,
                 solicited: false,
+                advertised: None,
             });
         }
         self.go_down(Down::TerminateReceived(t), Close::Graceful);
@@ -480,6 +488,7 @@ impl Qp {
             byte_len: open.placed,
             invalidated,
             solicited: open.opcode.solicited(),
+            advertised: (open.opcode == Opcode::SendAdvertise).then_some(Stag(open.inval)),
         });
     }
 }

@@ -7,8 +7,34 @@ use super::{Close, Down, Event, Qp, QpConfig, QpState, Rtr, SetupError, VerbsErr
 use crate::mr::Device;
 use crate::wire::{FpduFramer, IrdOrd, MpaFrame, MpaKind};
 
-/// What this side sends in its own frames (Linux takes at most 256).
-const MAX_PRIVATE_DATA: usize = MpaFrame::MAX_PRIVATE_DATA as usize - 4;
+/// What this side sends in its own frames (Linux takes at most 256):
+/// room is kept for the IRD/ORD words and the one-shot offer.
+const MAX_PRIVATE_DATA: usize = MpaFrame::MAX_PRIVATE_DATA as usize - 4 - ONESHOT_OFFER.len();
+
+/// Appended to the ULP's private data to offer (in the Request) and
+/// accept (in the Reply) the one-shot opcodes 0x8 and 0xC. A standard
+/// peer passes it to its ULP as trailing bytes, which NVMe/RDMA ignores,
+/// and never answers it: the extension is used only when both ends sent
+/// it.
+const ONESHOT_OFFER: [u8; 8] = *b"1SHOT\x08\x0c\x01";
+
+/// `pd` with the offer appended when `offer`.
+fn with_offer(pd: &[u8], offer: bool) -> Vec<u8> {
+    let mut v = pd.to_vec();
+    if offer {
+        v.extend_from_slice(&ONESHOT_OFFER);
+    }
+    v
+}
+
+/// Take the offer off the end of `pd`: whether it was there.
+fn take_offer(pd: &mut Vec<u8>) -> bool {
+    let there = pd.ends_with(&ONESHOT_OFFER);
+    if there {
+        pd.truncate(pd.len() - ONESHOT_OFFER.len());
+    }
+    there
+}
 
 impl Qp {
     /// Active side: the TCP connection is up; the MPA Request with
@@ -32,7 +58,8 @@ impl Qp {
             write_rtr: c.p2p == Some(Rtr::Write),
             read_rtr: c.p2p == Some(Rtr::Read),
         };
-        let req = frame(MpaKind::Request, c.crc, false, Some(ird_ord), private_data);
+        let pd = with_offer(private_data, c.oneshot_opcodes);
+        let req = frame(MpaKind::Request, c.crc, false, Some(ird_ord), &pd);
         req.emit(qp.tx.setup_bytes());
         qp.deadline = Some(now + qp.cfg.reply_timeout);
         Ok(qp)
@@ -82,10 +109,11 @@ impl Qp {
             write_rtr: rtr == Some(Rtr::Write),
             read_rtr: rtr == Some(Rtr::Read),
         });
-        let mut reply = frame(MpaKind::Reply, self.crc, false, ird_ord, private_data);
+        let pd = with_offer(private_data, self.oneshot);
+        let mut reply = frame(MpaKind::Reply, self.crc, false, ird_ord, &pd);
         reply.rev = req.rev;
         reply.emit(self.tx.setup_bytes());
-        self.framer = FpduFramer::new(self.crc);
+        self.framer = FpduFramer::new(self.crc).with_oneshot(self.oneshot);
         self.start_offload(self.tx.stream_end());
         match rtr {
             Some(rtr) => self.state = QpState::AwaitRtr(rtr),
@@ -174,6 +202,8 @@ impl Qp {
                     self.fail_setup(SetupError::EarlyData, Close::Abortive);
                     return &[];
                 }
+                let mut f = f;
+                self.oneshot = take_offer(&mut f.private_data) && self.cfg.oneshot_opcodes;
                 self.events.push_back(Event::ConnectRequest {
                     rev: f.rev,
                     ird_ord: f.ird_ord,
@@ -199,7 +229,8 @@ impl Qp {
         }
     }
 
-    fn got_reply(&mut self, f: MpaFrame) {
+    fn got_reply(&mut self, mut f: MpaFrame) {
+        self.oneshot = take_offer(&mut f.private_data) && self.cfg.oneshot_opcodes;
         if f.reject {
             self.events.push_back(Event::Rejected { private_data: f.private_data });
             self.state = QpState::Error;
@@ -214,7 +245,7 @@ impl Qp {
             return self.fail_setup(SetupError::NotEnhanced, Close::Abortive);
         }
         self.crc = f.crc || self.cfg.crc;
-        self.framer = FpduFramer::new(self.crc);
+        self.framer = FpduFramer::new(self.crc).with_oneshot(self.oneshot);
         self.pending_tx_start = Some(self.tx.stream_end());
         if let Some(io) = f.ird_ord {
             self.ord = self.cfg.ord.min(io.ird);

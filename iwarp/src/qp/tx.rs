@@ -253,6 +253,7 @@ impl Qp {
                 let n = (len - sent).min((self.tx.mulpdu - DdpHeader::UNTAGGED_LEN) as u32);
                 let opcode = match (solicited, invalidate.is_some()) {
                     (false, false) => Opcode::Send,
+                    (false, true) if self.oneshot => Opcode::SendClose,
                     (false, true) => Opcode::SendInvalidate,
                     (true, false) => Opcode::SendSe,
                     (true, true) => Opcode::SendSeInvalidate,
@@ -276,9 +277,15 @@ impl Qp {
                     self.nic_advertise(*stag, self.tx.stream_end());
                 }
                 let n = (len - sent).min((self.tx.mulpdu - DdpHeader::UNTAGGED_LEN) as u32);
-                let opcode = if *solicited { Opcode::SendSe } else { Opcode::Send };
+                // The patent's encoding names the STag in the header; the
+                // standard one leaves it to the ULP's payload.
+                let (opcode, inval_stag) = match (self.oneshot, *solicited) {
+                    (true, _) => (Opcode::SendAdvertise, stag.0),
+                    (false, true) => (Opcode::SendSe, 0),
+                    (false, false) => (Opcode::Send, 0),
+                };
                 let ctrl = Ctrl { last: sent + n == len, opcode };
-                (DdpHeader::Untagged { ctrl, inval_stag: 0, qn: 0, msn, mo: sent }, n, sgl)
+                (DdpHeader::Untagged { ctrl, inval_stag, qn: 0, msn, mo: sent }, n, sgl)
             }
             SendOp::Write { sgl, stag, to } => {
                 let n = (len - sent).min((self.tx.mulpdu - DdpHeader::TAGGED_LEN) as u32);
@@ -378,5 +385,13 @@ impl Qp {
 }
 
 fn ok(wr_id: u64, opcode: WcOpcode, byte_len: u32) -> Wc {
-    Wc { wr_id, opcode, status: WcStatus::Success, byte_len, invalidated: None, solicited: false }
+    Wc {
+        wr_id,
+        opcode,
+        status: WcStatus::Success,
+        byte_len,
+        invalidated: None,
+        solicited: false,
+        advertised: None,
+    }
 }

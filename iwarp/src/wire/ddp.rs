@@ -15,6 +15,12 @@ pub enum Opcode {
     SendSe = 5,
     SendSeInvalidate = 6,
     Terminate = 7,
+    /// One-shot initiation (not RFC 5040; only where both ends agreed at
+    /// connection setup): a Send whose STag field advertises a buffer.
+    SendAdvertise = 8,
+    /// One-shot completion (likewise): a Send whose STag field names a
+    /// buffer the receiver invalidates and frees before it completes.
+    SendClose = 0xC,
 }
 
 impl Opcode {
@@ -29,6 +35,8 @@ impl Opcode {
             5 => SendSe,
             6 => SendSeInvalidate,
             7 => Terminate,
+            8 => SendAdvertise,
+            0xC => SendClose,
             _ => return None,
         })
     }
@@ -50,7 +58,12 @@ impl Opcode {
 
     /// Sends that carry an STag for the receiver to invalidate.
     pub fn invalidates(self) -> bool {
-        matches!(self, Opcode::SendInvalidate | Opcode::SendSeInvalidate)
+        matches!(self, Opcode::SendInvalidate | Opcode::SendSeInvalidate | Opcode::SendClose)
+    }
+
+    /// The one-shot encodings, outside RFC 5040.
+    pub fn oneshot(self) -> bool {
+        matches!(self, Opcode::SendAdvertise | Opcode::SendClose)
     }
 
     /// Sends with the solicited event bit.
@@ -79,7 +92,8 @@ const DDP_VERSION: u8 = 1;
 const RDMAP_VERSION: u8 = 1;
 
 impl Ctrl {
-    fn parse(b: &[u8]) -> Result<Ctrl, WireError> {
+    /// `oneshot`: the one-shot opcodes were agreed to.
+    fn parse(b: &[u8], oneshot: bool) -> Result<Ctrl, WireError> {
         let (ddp, rdmap) = (b[0], b[1]);
         if ddp & 0x03 != DDP_VERSION {
             return Err(WireError::BadDdpVersion { tagged: ddp & T != 0, version: ddp & 0x03 });
@@ -87,7 +101,9 @@ impl Ctrl {
         if rdmap >> 6 != RDMAP_VERSION {
             return Err(WireError::BadRdmapVersion(rdmap >> 6));
         }
-        let opcode = Opcode::from_u8(rdmap & 0x0f).ok_or(WireError::BadOpcode(rdmap & 0x0f))?;
+        let opcode = Opcode::from_u8(rdmap & 0x0f)
+            .filter(|o| oneshot || !o.oneshot())
+            .ok_or(WireError::BadOpcode(rdmap & 0x0f))?;
         // Linux siw takes the header's shape from the opcode alone; the T
         // bit must agree with it (RFC 5040 §4.1), and here it must.
         if (ddp & T != 0) != opcode.tagged() {
@@ -128,13 +144,19 @@ impl DdpHeader {
 
     /// The opcode of a header starting at `b`, from its first two bytes:
     /// how long the header is.
-    pub fn peek(b: &[u8]) -> Result<Ctrl, WireError> {
-        Ctrl::parse(b)
+    pub fn peek(b: &[u8], oneshot: bool) -> Result<Ctrl, WireError> {
+        Ctrl::parse(b, oneshot)
     }
 
-    /// The header at the start of a ULPDU.
+    /// The header at the start of a ULPDU (RFC opcodes only).
     pub fn parse(b: &[u8]) -> Result<DdpHeader, WireError> {
-        let ctrl = Ctrl::parse(b)?;
+        Self::parse_with(b, false)
+    }
+
+    /// The header at the start of a ULPDU; `oneshot`: the one-shot
+    /// opcodes were agreed to.
+    pub fn parse_with(b: &[u8], oneshot: bool) -> Result<DdpHeader, WireError> {
+        let ctrl = Ctrl::parse(b, oneshot)?;
         let need = ctrl.opcode.header_len();
         if b.len() < need {
             let len = b.len() as u16;
@@ -301,7 +323,7 @@ impl Terminate {
             at += 2;
         }
         if flags & D_RFC != 0 {
-            let len = DdpHeader::peek(b.get(at..at + 2).ok_or(bad)?)
+            let len = DdpHeader::peek(b.get(at..at + 2).ok_or(bad)?, false)
                 .map_or(DdpHeader::UNTAGGED_LEN, |c| c.opcode.header_len());
             t.ddp_header = Some(b.get(at..at + len).ok_or(bad)?.to_vec());
             at += len;

@@ -110,6 +110,8 @@ enum State {
 #[derive(Debug, Clone)]
 pub struct FpduFramer {
     crc_on: bool,
+    /// The one-shot opcodes were agreed to.
+    oneshot: bool,
     state: State,
     buf: [u8; LEN + DdpHeader::UNTAGGED_LEN],
     have: usize,
@@ -137,6 +139,7 @@ impl FpduFramer {
     pub fn new(crc: bool) -> Self {
         Self {
             crc_on: crc,
+            oneshot: false,
             state: State::Length,
             buf: [0; 20],
             have: 0,
@@ -153,6 +156,12 @@ impl FpduFramer {
             sw_crc_bytes: 0,
             nic_crc_bytes: 0,
         }
+    }
+
+    /// Accept the one-shot opcodes (agreed to at connection setup).
+    pub fn with_oneshot(mut self, oneshot: bool) -> Self {
+        self.oneshot = oneshot;
+        self
     }
 
     /// How the NIC handled the bytes the next calls take.
@@ -255,7 +264,8 @@ impl FpduFramer {
                     }
                     // The control bytes say how long the header is.
                     let ulpdu = u16::from_be_bytes([self.buf[0], self.buf[1]]);
-                    let need = DdpHeader::peek(&self.buf[LEN..LEN + 2])?.opcode.header_len();
+                    let need =
+                        DdpHeader::peek(&self.buf[LEN..LEN + 2], self.oneshot)?.opcode.header_len();
                     if usize::from(ulpdu) < need {
                         return Err(WireError::ShortUlpdu { len: ulpdu, need: need as u16 });
                     }
@@ -268,7 +278,7 @@ impl FpduFramer {
                     if !full {
                         return Ok((used, None));
                     }
-                    let header = DdpHeader::parse(&self.buf[LEN..LEN + need])?;
+                    let header = DdpHeader::parse_with(&self.buf[LEN..LEN + need], self.oneshot)?;
                     let ulpdu = usize::from(u16::from_be_bytes([self.buf[0], self.buf[1]]));
                     self.header_len = LEN + need;
                     self.nic_crc = self.crc_on && self.vouched;
