@@ -242,11 +242,7 @@ impl Device {
         right: Access,
         mut crc: u32,
     ) -> Result<u32, MrError> {
-        let t = self.table();
-        let r = lookup(&t, pd, stag, to, len as u64, right)?;
-        walk(&r.sgl, to - r.iova, len, |e, off, n| {
-            crc = crc32c::crc32c_append(crc, &e.buf.lock()[off..off + n]);
-        });
+        self.visit(pd, stag, to, len, right, |b| crc = crc32c::crc32c_append(crc, b))?;
         Ok(crc)
     }
 
@@ -273,11 +269,23 @@ impl Device {
         right: Access,
         out: &mut Vec<u8>,
     ) -> Result<(), MrError> {
+        self.visit(pd, stag, to, len, right, |b| out.extend_from_slice(b))
+    }
+
+    /// Give `f` the `len` bytes from `to` of `stag` in order, after the
+    /// check.
+    fn visit(
+        &self,
+        pd: Pd,
+        stag: Stag,
+        to: u64,
+        len: usize,
+        right: Access,
+        mut f: impl FnMut(&[u8]),
+    ) -> Result<(), MrError> {
         let t = self.table();
         let r = lookup(&t, pd, stag, to, len as u64, right)?;
-        walk(&r.sgl, to - r.iova, len, |e, off, n| {
-            out.extend_from_slice(&e.buf.lock()[off..off + n])
-        });
+        walk(&r.sgl, to - r.iova, len, |e, off, n| f(&e.buf.lock()[off..off + n]));
         Ok(())
     }
 }

@@ -269,22 +269,12 @@ impl Flow {
 
     /// An in-order or old segment: `payload` at stream offset `off`.
     pub fn rx_segment(&mut self, off: u64, payload: &[u8], env: &mut Env) {
-        let end = off + payload.len() as u64;
-        if end <= self.rx.next || payload.is_empty() {
-            // A retransmission or duplicate: untouched, no hint.
+        let Some((gap, at, data)) = admit(&mut self.rx.next, off, payload, env.stats) else {
             return;
-        }
-        let (at, data) = if off < self.rx.next {
-            (self.rx.next, &payload[(self.rx.next - off) as usize..])
-        } else {
-            if off > self.rx.next {
-                self.rx_gap(off - self.rx.next);
-            }
-            (off, payload)
         };
-        self.rx.next = end;
-        env.stats.packets += 1;
-        env.stats.bytes += data.len() as u64;
+        if gap > 0 {
+            self.rx_gap(gap);
+        }
         self.feed(at, data, env);
     }
 
@@ -656,4 +646,30 @@ pub(crate) fn forget_acked(records: &mut DigestRecords, ack: u64) {
     while records.front().is_some_and(|&(at, _)| at + 4 <= ack) {
         records.pop_front();
     }
+}
+
+/// A received segment (`payload` at stream offset `off`) against `next`,
+/// the offset expected: `None` for a retransmission or duplicate, which
+/// the device leaves untouched; otherwise the bytes never seen before
+/// missing ahead of it, and the new bytes with their offset. Advances
+/// `next` and counts the segment.
+pub(crate) fn admit<'a>(
+    next: &mut u64,
+    off: u64,
+    payload: &'a [u8],
+    stats: &mut Stats,
+) -> Option<(u64, u64, &'a [u8])> {
+    let end = off + payload.len() as u64;
+    if end <= *next || payload.is_empty() {
+        return None;
+    }
+    let (gap, at, data) = if off < *next {
+        (0, *next, &payload[(*next - off) as usize..])
+    } else {
+        (off - *next, off, payload)
+    };
+    *next = end;
+    stats.packets += 1;
+    stats.bytes += data.len() as u64;
+    Some((gap, at, data))
 }

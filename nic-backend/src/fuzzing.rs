@@ -176,7 +176,7 @@ pub fn mpa_rx(data: &[u8]) -> Stats {
         if !flow.stag_busy(stag)
             && let Some(m) = StagMapping::new(io, arm_at)
         {
-            flow.insert_stag(m);
+            flow.insert_stag(m, arm_at);
             stags.push(stag);
         }
         let writable =

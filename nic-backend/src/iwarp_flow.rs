@@ -18,7 +18,7 @@
 //! acknowledged so a retransmitted segment gets it again. An advertised
 //! STag goes live when the Send that carries it leaves.
 
-use crate::flow::{DigestRecords, Env, Mapping, forget_acked, restore_digests};
+use crate::flow::{DigestRecords, Env, Mapping, admit, forget_acked, restore_digests};
 use crate::mpa::{self, Event, Header, Kind, Tracker, op};
 use crc32c::crc32c_append;
 use std::collections::{HashMap, VecDeque};
@@ -36,8 +36,6 @@ pub(crate) struct StagMapping {
     pub map: Mapping,
     pub base: u64,
     pub access: Access,
-    /// Advertised STags go live when the Send at this offset leaves.
-    pub arm_at: Option<u64>,
 }
 
 impl StagMapping {
@@ -46,7 +44,7 @@ impl StagMapping {
         io.base.checked_add(io.len())?;
         let entries = io.sgl.into_iter().map(|e| (e.buf, e.offset, e.len)).collect();
         let map = Mapping { entries, len, oneshot: arm_at.is_some(), live: arm_at.is_none() };
-        Some(Self { stag: io.stag, map, base: io.base, access: io.access, arm_at })
+        Some(Self { stag: io.stag, map, base: io.base, access: io.access })
     }
 
     /// Where `len` bytes at tagged offset `to` start in the buffer, if the
@@ -92,6 +90,9 @@ pub(crate) struct IwarpFlow {
     pub tx_crc: bool,
     /// By STag index.
     stags: HashMap<u32, StagMapping>,
+    /// Advertised STags not live yet: (offset of the Send that arms
+    /// them, STag).
+    unarmed: Vec<(u64, Stag)>,
     rx_next: u64,
     rx_tracker: Tracker,
     sync: Sync,
@@ -112,6 +113,7 @@ impl IwarpFlow {
             local_isn,
             tx_crc,
             stags: HashMap::new(),
+            unarmed: Vec::new(),
             rx_next: config.rx_start,
             rx_tracker: Tracker::new(oneshot),
             sync: Sync::Synced,
@@ -147,14 +149,21 @@ impl IwarpFlow {
         self.stags.contains_key(&stag.index())
     }
 
-    pub fn insert_stag(&mut self, m: StagMapping) {
+    /// Map `m`, live now or (advertised) when the Send at `arm_at` leaves.
+    pub fn insert_stag(&mut self, m: StagMapping, arm_at: Option<u64>) {
+        if let Some(at) = arm_at {
+            self.unarmed.push((at, m.stag));
+        }
         self.stags.insert(m.stag.index(), m);
     }
 
     /// Remove `stag` if the table holds exactly it (key included).
     pub fn remove_stag(&mut self, stag: Stag) -> bool {
         match self.stags.get(&stag.index()) {
-            Some(m) if m.stag == stag => self.stags.remove(&stag.index()).is_some(),
+            Some(m) if m.stag == stag => {
+                self.unarmed.retain(|&(_, s)| s != stag);
+                self.stags.remove(&stag.index()).is_some()
+            }
             _ => false,
         }
     }
@@ -175,21 +184,12 @@ impl IwarpFlow {
 
     /// An in-order or old segment: `payload` at stream offset `off`.
     pub fn rx_segment(&mut self, off: u64, payload: &[u8], env: &mut Env) {
-        let end = off + payload.len() as u64;
-        if end <= self.rx_next || payload.is_empty() {
+        let Some((gap, at, data)) = admit(&mut self.rx_next, off, payload, env.stats) else {
             return;
-        }
-        let (at, data) = if off < self.rx_next {
-            (self.rx_next, &payload[(self.rx_next - off) as usize..])
-        } else {
-            if off > self.rx_next {
-                self.rx_gap(off - self.rx_next);
-            }
-            (off, payload)
         };
-        self.rx_next = end;
-        env.stats.packets += 1;
-        env.stats.bytes += data.len() as u64;
+        if gap > 0 {
+            self.rx_gap(gap);
+        }
         self.feed(at, data, env);
     }
 
@@ -415,7 +415,7 @@ impl IwarpFlow {
 
     /// Whether the NIC needs to see outgoing segments at all.
     pub fn tx_wanted(&self) -> bool {
-        self.tx_crc || self.stags.values().any(|m| m.arm_at.is_some() && !m.map.live)
+        self.tx_crc || !self.unarmed.is_empty()
     }
 
     /// An outgoing segment at stream offset `off`: CRCs written, advertised
@@ -477,10 +477,16 @@ impl IwarpFlow {
 
     /// Advertised STags waiting for the Send at `send_at` go live.
     fn arm(&mut self, send_at: u64, stats: &mut Stats) {
-        for m in self.stags.values_mut().filter(|m| m.arm_at == Some(send_at)) {
-            m.map.live = true;
-            m.arm_at = None;
-            stats.oneshot_armed += 1;
-        }
+        let stags = &mut self.stags;
+        self.unarmed.retain(|&(at, stag)| {
+            if at != send_at {
+                return true;
+            }
+            if let Some(m) = stags.get_mut(&stag.index()) {
+                m.map.live = true;
+                stats.oneshot_armed += 1;
+            }
+            false
+        });
     }
 }

@@ -107,6 +107,13 @@ enum Sock {
 }
 
 impl Sock {
+    fn ctx(&self) -> &Arc<ulp_ddp::SkCtx> {
+        match self {
+            Sock::NvmeTcp(f) => &f.ctx,
+            Sock::Iwarp(f) => &f.ctx,
+        }
+    }
+
     fn isns(&self) -> (u32, u32) {
         match self {
             Sock::NvmeTcp(f) => (f.peer_isn, f.local_isn),
@@ -574,10 +581,7 @@ impl DdpDevice for NicHandle {
                     (Sock::Iwarp(IwarpFlow::new(*config, peer, local, tx_crc)), tx_crc)
                 }
             };
-            let ctx = match &sock {
-                Sock::NvmeTcp(f) => f.ctx.clone(),
-                Sock::Iwarp(f) => f.ctx.clone(),
-            };
+            let ctx = sock.ctx().clone();
             let slot = st.flows.insert(sock);
             st.by_key.insert(key, slot);
             let granted =
@@ -732,7 +736,7 @@ impl NicHandle {
             if m.map.len == 0 {
                 return Err(DdpError::Empty);
             }
-            flow.insert_stag(m);
+            flow.insert_stag(m, arm_at);
             Ok(())
         })();
         match &result {

@@ -142,8 +142,8 @@ impl Qp {
         let Some(trailer) = self.framer.take_unverified() else { return Ok(()) };
         let len = self.rx.payload_len as usize;
         let pd = self.cfg.pd;
-        let mut framer = std::mem::replace(&mut self.framer, crate::wire::FpduFramer::new(false));
-        let crc = framer.recompute(|crc| match &self.rx.seg {
+        let crc = self.framer.header_crc();
+        let crc = match &self.rx.seg {
             Seg::Write { stag, to } => {
                 self.dev.crc(pd, *stag, *to, len, Access::REMOTE_WRITE, crc).unwrap_or(!crc)
             }
@@ -162,8 +162,8 @@ impl Qp {
             }
             Seg::Gather(body) => crc32c::crc32c_append(crc, body),
             Seg::Idle | Seg::Skip => crc,
-        });
-        self.framer = framer;
+        };
+        let crc = self.framer.pad_crc(crc);
         if crc == trailer { Ok(()) } else { Err(wire_terminate(crate::wire::WireError::BadCrc)) }
     }
 

@@ -199,16 +199,19 @@ impl FpduFramer {
 
     /// After `End`: the CRC trailer of an FPDU the NIC took on and did
     /// not vouch for (bytes were missed, or it found the CRC wrong). The
-    /// caller checks it with [`FpduFramer::recompute`].
+    /// caller recomputes the CRC: [`FpduFramer::header_crc`], then the
+    /// payload from where it landed, then [`FpduFramer::pad_crc`].
     pub fn take_unverified(&mut self) -> Option<u32> {
         self.unverified.take()
     }
 
-    /// The CRC of the FPDU that just ended, with its payload digested by
-    /// `payload` from where it landed.
-    pub fn recompute(&mut self, payload: impl FnOnce(u32) -> u32) -> u32 {
-        let crc = crc32c_append(0, &self.buf[..self.header_len]);
-        let crc = payload(crc);
+    /// The CRC over the ended FPDU's length and header.
+    pub fn header_crc(&self) -> u32 {
+        crc32c_append(0, &self.buf[..self.header_len])
+    }
+
+    /// `crc`, which went on over the payload, continued over the PAD.
+    pub fn pad_crc(&mut self, crc: u32) -> u32 {
         self.sw_crc_bytes += u64::from(self.payload_len);
         crc32c_append(crc, &self.pad[..self.pad_len])
     }
