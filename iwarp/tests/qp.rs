@@ -191,17 +191,18 @@ fn segmentation_at_mulpdu() {
 /// same bytes land and the same completions come, CRC on and off.
 #[test]
 fn fpdus_cut_at_every_byte() {
-    for crc in [false, true] {
+    for (crc, markers) in [(false, false), (true, false), (false, true), (true, true)] {
         let run = |cuts: &dyn Fn(&[u8]) -> Vec<Vec<u8>>| {
-            let mut p = Pair::connect(crc, |_, _| {});
+            let mut p = Pair::connect(crc, |c, _| c.markers = markers);
             p.piece = 7;
             let (stag, mem) = p.b.mr(4096, 0, 0, remote_rw());
             let (inv, _) = p.b.mr(16, 0, 0, remote_rw());
-            let recvs: Vec<_> = (0..3).map(|i| p.b.post_recv(i, 256)).collect();
-            // The recorded stream from the first run goes to a fresh side.
+            let recvs: Vec<_> = (0..3).map(|i| p.b.post_recv(i, 1024)).collect();
+            // The recorded stream from the first run goes to a fresh side;
+            // with markers, three land in it.
             p.a.post(
                 1,
-                SendOp::Send { sgl: whole(&bytes(200, 1)), solicited: false, invalidate: None },
+                SendOp::Send { sgl: whole(&bytes(1000, 1)), solicited: false, invalidate: None },
             );
             p.a.post(2, SendOp::Write { sgl: whole(&bytes(100, 2)), stag, to: 1000 });
             p.a.post(
@@ -233,13 +234,14 @@ fn fpdus_cut_at_every_byte() {
         assert_eq!(whole_run.0.len(), 3, "three receives complete");
         assert!(whole_run.3.is_empty(), "no Terminate");
         let len = whole_run.4;
+        assert!(!markers || len > 2 * 512, "the stream crosses marker positions");
         for k in 0..=len {
             let r = run(&|s| vec![s[..k].to_vec(), s[k..].to_vec()]);
-            assert_eq!(r, whole_run, "crc {crc}, cut at {k}");
+            assert_eq!(r, whole_run, "crc {crc}, markers {markers}, cut at {k}");
         }
         for piece in 1..=64 {
             let r = run(&|s| s.chunks(piece).map(<[u8]>::to_vec).collect());
-            assert_eq!(r, whole_run, "crc {crc}, pieces of {piece}");
+            assert_eq!(r, whole_run, "crc {crc}, markers {markers}, pieces of {piece}");
         }
     }
 }
@@ -333,7 +335,7 @@ fn reads_in_order_within_the_ord() {
     // Before any response: two Read Requests on the wire, no more.
     let mut buf = vec![0; 1 << 16];
     let n = p.a.qp.poll_transmit(&mut buf);
-    let reqs = parse_fpdus(&buf[..n], false);
+    let reqs = parse_fpdus(&buf[..n], false, false);
     assert_eq!(reqs.len(), 2);
     assert!(!p.a.qp.has_output());
     p.a.sent.extend_from_slice(&buf[..n]);
@@ -470,7 +472,7 @@ fn setup_timeouts_follow_the_clock() {
 }
 
 #[test]
-fn rejects_markers_and_early_data() {
+fn refuses_early_data_and_garbage() {
     let dev = Device::new();
     let pd = dev.alloc_pd();
     let request = |flags: u8, extra: &[u8]| {
@@ -479,23 +481,83 @@ fn rejects_markers_and_early_data() {
         b.extend_from_slice(extra);
         b
     };
-    // M: rejected as siw does (R|ENH, revision 2, IRD/ORD zero), closed.
-    let mut b = Qp::listen(&dev, cfg(pd, false), T0);
-    b.handle_input(&request(0x90, &[]));
-    let mut out = [0; 64];
-    let n = b.poll_transmit(&mut out);
-    assert_eq!(&out[..16], b"MPA ID Rep Frame");
-    assert_eq!(&out[16..n], hex("30 02 0004 0000 0000"));
-    assert_eq!(b.poll_event(), Some(Event::Down(Down::Setup(SetupError::Markers))));
-    assert_eq!(b.close_action(), Some(Close::Graceful));
     // Bytes right behind the Request: the initiator did not wait.
     let mut b = Qp::listen(&dev, cfg(pd, false), T0);
     b.handle_input(&request(0x10, &[0, 0x12]));
     assert_eq!(b.poll_event(), Some(Event::Down(Down::Setup(SetupError::EarlyData))));
-    // A Reply where a Request belongs, garbage, a Reply with M.
+    // Not an MPA frame at all.
     let mut b = Qp::listen(&dev, cfg(pd, false), T0);
     b.handle_input(b"GET / HTTP/1.1\r\n");
     assert!(matches!(b.poll_event(), Some(Event::Down(Down::Setup(SetupError::Mpa(_))))));
+}
+
+/// M is per direction (RFC 5044 §7.1): each side gets markers in what it
+/// receives if it asked, every 512 octets from its first FPDU, each one
+/// pointing back at the FPDU it sits in; data and CRCs come through.
+#[test]
+fn markers_go_each_way_they_were_asked_for() {
+    for (a_asks, b_asks) in [(true, false), (false, true), (true, true)] {
+        let mut p =
+            Pair::connect(true, |c, active| c.markers = if active { a_asks } else { b_asks });
+        assert_eq!(p.a.sent[16] & 0x80 != 0, a_asks, "M in the Request");
+        assert_eq!(p.a.qp.markers(), (a_asks, b_asks));
+        assert_eq!(p.b.qp.markers(), (b_asks, a_asks));
+        // MULPDU leaves room for the markers.
+        let mulpdu =
+            |m| if m { iwarp::wire::marker::mulpdu(1448) } else { iwarp::wire::mulpdu(1448) };
+        assert_eq!(p.a.qp.mulpdu(), mulpdu(b_asks));
+        assert_eq!(p.b.qp.mulpdu(), mulpdu(a_asks));
+        let (b_stag, b_mem) = p.b.mr(20000, 0, 0, remote_rw());
+        let (a_stag, a_mem) = p.a.mr(20000, 0, 0, remote_rw());
+        let recv = p.b.post_recv(1, 5000);
+        let (msg, data) = (bytes(5000, 1), bytes(20000, 2));
+        p.a.post(1, SendOp::Send { sgl: whole(&msg), solicited: false, invalidate: None });
+        p.a.post(2, SendOp::Write { sgl: whole(&data), stag: b_stag, to: 0 });
+        p.b.post(3, SendOp::Write { sgl: whole(&data), stag: a_stag, to: 0 });
+        p.pump();
+        assert_eq!(p.a.cq(), [ok(1, WcOpcode::Send, 5000), ok(2, WcOpcode::RdmaWrite, 20000)]);
+        assert_eq!(p.b.cq(), [ok(1, WcOpcode::Recv, 5000), ok(3, WcOpcode::RdmaWrite, 20000)]);
+        assert_eq!(recv.to_vec(), msg.to_vec());
+        assert_eq!(b_mem.to_vec(), data.to_vec());
+        assert_eq!(a_mem.to_vec(), data.to_vec());
+        // On the wire: a marker every 512 octets of each direction that
+        // asked, none in the other; each points back at its FPDU.
+        for (side, marked) in [(&p.a, b_asks), (&p.b, a_asks)] {
+            let start = mpa_len(&side.sent);
+            let stream = &side.sent[start..];
+            let fpdus = side.fpdus();
+            let mut starts = Vec::new();
+            let mut at = 0;
+            while at < stream.len() {
+                if marked && at % 512 == 0 {
+                    at += 4;
+                    continue;
+                }
+                starts.push(at);
+                let ulpdu = usize::from(u16::from_be_bytes([stream[at], stream[at + 1]]));
+                let body = 2 + ulpdu + (4 - (2 + ulpdu) % 4) % 4 + 4;
+                // Markers inside the FPDU: the one right behind its trailer
+                // belongs to the next.
+                let mut end = at;
+                for _ in 0..body {
+                    end += if marked && end % 512 == 0 { 5 } else { 1 };
+                }
+                at = end;
+            }
+            assert_eq!(starts.len(), fpdus.len());
+            if marked {
+                for m in (0..stream.len()).step_by(512) {
+                    let ptr = usize::from(u16::from_be_bytes([stream[m + 2], stream[m + 3]]));
+                    if starts.contains(&(m + 4)) {
+                        assert_eq!(ptr, 0, "the marker in front of an FPDU at {m}");
+                    } else {
+                        let head = starts.iter().copied().filter(|&s| s < m).last().unwrap();
+                        assert_eq!(ptr, m - head, "the marker at {m}");
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -48,7 +48,7 @@ fn refuse(t: &mut Target, bytes: &[u8]) -> (Vec<u8>, Vec<u8>) {
     let mut out = vec![0; 4096];
     let n = b.qp.poll_transmit(&mut out);
     out.truncate(n);
-    let fpdus = parse_fpdus(&out, b.qp.crc());
+    let fpdus = parse_fpdus(&out, b.qp.crc(), false);
     assert_eq!(fpdus.len(), 1, "exactly one FPDU: the Terminate");
     let (h, body) = fpdus.into_iter().next().unwrap();
     assert_eq!(h, untagged(Opcode::Terminate, true, 0, 2, 1, 0), "QN 2, MSN 1, MO 0");
@@ -277,7 +277,7 @@ fn read_responses_must_match_the_request() {
         p.a.qp.handle_input(&seg);
         let mut out = vec![0; 256];
         let n = p.a.qp.poll_transmit(&mut out);
-        let (h, body) = parse_fpdus(&out[..n], false).pop().unwrap();
+        let (h, body) = parse_fpdus(&out[..n], false, false).pop().unwrap();
         assert_eq!(h.ctrl().opcode, Opcode::Terminate, "{what}");
         assert_eq!(body, quoting(hdr, &seg, false), "{what}");
         assert_eq!(mem.to_vec(), [0x77; 16], "{what}: nothing placed");

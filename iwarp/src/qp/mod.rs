@@ -55,6 +55,10 @@ pub struct QpConfig {
     pub rq_depth: usize,
     /// How Terminates are read and written (Linux siw swaps fields).
     pub term_layout: TermLayout,
+    /// Ask for MPA markers in what the peer sends (the M bit). Linux siw
+    /// rejects a Request that asks; a NIC finds its place after a loss
+    /// by them.
+    pub markers: bool,
     /// Offer (or accept) the one-shot opcodes 0x8 and 0xC through the MPA
     /// private data; used only when the peer does too.
     pub oneshot_opcodes: bool,
@@ -83,6 +87,7 @@ impl QpConfig {
             sq_depth: 256,
             rq_depth: 256,
             term_layout: TermLayout::Rfc5040,
+            markers: false,
             oneshot_opcodes: false,
             reply_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(5),
@@ -208,8 +213,6 @@ pub enum Down {
 pub enum SetupError {
     #[error("malformed MPA frame: {0}")]
     Mpa(#[from] WireError),
-    #[error("the peer asked for MPA markers, which this side does not do")]
-    Markers,
     #[error("an MPA {0} where none belongs")]
     Unexpected(&'static str),
     #[error("bytes from the initiator before the MPA Reply")]
@@ -322,8 +325,6 @@ pub struct Qp {
     offload: offload::Offload,
     /// Stream offset of the next received byte.
     rx_off: u64,
-    /// Stream offset where the current received FPDU started.
-    fpdu_at: u64,
     /// Initiator: where FPDUs start on transmit, until the offload is
     /// handed over (after the Reply has been taken in).
     pending_tx_start: Option<u64>,
@@ -362,7 +363,6 @@ impl Qp {
             terminate: None,
             offload: offload::Offload::Off,
             rx_off: 0,
-            fpdu_at: 0,
             pending_tx_start: None,
             runs: Vec::new(),
             stats: QpStats::default(),
@@ -396,6 +396,11 @@ impl Qp {
     }
 
     /// The largest ULPDU an FPDU carries.
+    /// MPA markers in what this side receives, and in what it sends.
+    pub fn markers(&self) -> (bool, bool) {
+        (self.framer.markers().is_some(), self.tx.markers().is_some())
+    }
+
     pub fn mulpdu(&self) -> usize {
         self.tx.mulpdu
     }

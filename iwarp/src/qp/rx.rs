@@ -101,10 +101,6 @@ impl Qp {
     /// Stream bytes that all came with the same hint.
     fn fpdus(&mut self, mut data: &[u8]) {
         while self.in_fpdus() {
-            if self.framer.at_fpdu_start() {
-                self.fpdu_at = self.rx_off;
-                self.at_boundary(self.rx_off);
-            }
             let (used, ev) = match self.framer.next(data) {
                 Ok(x) => x,
                 Err(e) => return self.fail(wire_terminate(e)),
@@ -114,6 +110,7 @@ impl Qp {
             match ev {
                 None => break,
                 Some(Event::Header { header, payload_len }) => {
+                    self.at_boundary(self.framer.fpdu_start());
                     self.rx.header = Some(header);
                     self.rx.payload_len = payload_len;
                     if let Err(t) = self.on_header(header, payload_len) {
@@ -137,34 +134,48 @@ impl Qp {
     }
 
     /// An FPDU the NIC took on and did not vouch for: its CRC, from the
-    /// header, the payload where it landed, and the PAD.
+    /// header, the payload where it landed, the markers among them, and
+    /// the PAD.
     fn check_unverified(&mut self) -> Result<(), Terminate> {
         let Some(trailer) = self.framer.take_unverified() else { return Ok(()) };
         let len = self.rx.payload_len as usize;
-        let pd = self.cfg.pd;
-        let crc = self.framer.header_crc();
-        let crc = match &self.rx.seg {
+        let (mut crc, mut at) = (self.framer.header_crc(), 0);
+        for (off, marker) in self.framer.payload_marks() {
+            crc = self.payload_crc(crc, at, off as usize - at);
+            crc = crc32c::crc32c_append(crc, &marker);
+            at = off as usize;
+        }
+        let crc = self.payload_crc(crc, at, len - at);
+        let crc = self.framer.pad_crc(crc);
+        if crc == trailer { Ok(()) } else { Err(wire_terminate(crate::wire::WireError::BadCrc)) }
+    }
+
+    /// `crc` continued over `n` payload bytes from `from` of the segment
+    /// at hand, where they landed (a region that went away gives a wrong
+    /// CRC).
+    fn payload_crc(&self, crc: u32, from: usize, n: usize) -> u32 {
+        let (pd, off) = (self.cfg.pd, from as u64);
+        match &self.rx.seg {
             Seg::Write { stag, to } => {
-                self.dev.crc(pd, *stag, *to, len, Access::REMOTE_WRITE, crc).unwrap_or(!crc)
+                let w = Access::REMOTE_WRITE;
+                self.dev.crc(pd, *stag, *to + off, n, w, crc).unwrap_or(!crc)
             }
             Seg::ReadResponse { to } => {
                 let sink = self.orq.front().map_or(Stag(0), |o| o.sink);
-                self.dev.crc(pd, sink, *to, len, Access::LOCAL_WRITE, crc).unwrap_or(!crc)
+                self.dev.crc(pd, sink, *to + off, n, Access::LOCAL_WRITE, crc).unwrap_or(!crc)
             }
             Seg::Send { mo } => {
                 let mut crc = crc;
                 if let Some(open) = &self.rx.send {
-                    walk(&open.wr.sgl, u64::from(*mo), len, |e, off, n| {
-                        crc = crc32c::crc32c_append(crc, &e.buf.lock()[off..off + n]);
+                    walk(&open.wr.sgl, u64::from(*mo) + off, n, |e, o, k| {
+                        crc = crc32c::crc32c_append(crc, &e.buf.lock()[o..o + k]);
                     });
                 }
                 crc
             }
-            Seg::Gather(body) => crc32c::crc32c_append(crc, body),
+            Seg::Gather(body) => crc32c::crc32c_append(crc, &body[from..from + n]),
             Seg::Idle | Seg::Skip => crc,
-        };
-        let crc = self.framer.pad_crc(crc);
-        if crc == trailer { Ok(()) } else { Err(wire_terminate(crate::wire::WireError::BadCrc)) }
+        }
     }
 
     /// A Terminate quoting the segment at hand: its length and DDP header
@@ -389,7 +400,7 @@ impl Qp {
                         // A NIC may have freed its copy already: it must
                         // have freed this one and nothing else.
                         let stag = Stag(open.inval);
-                        match self.nic_freed(self.fpdu_at, stag) {
+                        match self.nic_freed(self.framer.fpdu_start(), stag) {
                             Ok(true) => self.stats.remote_invalidates += 1,
                             Ok(false) => {}
                             Err(other) => {

@@ -59,7 +59,8 @@ impl Qp {
             read_rtr: c.p2p == Some(Rtr::Read),
         };
         let pd = with_offer(private_data, c.oneshot_opcodes);
-        let req = frame(MpaKind::Request, c.crc, false, Some(ird_ord), &pd);
+        let mut req = frame(MpaKind::Request, c.crc, false, Some(ird_ord), &pd);
+        req.markers = c.markers;
         req.emit(qp.tx.setup_bytes());
         qp.deadline = Some(now + qp.cfg.reply_timeout);
         Ok(qp)
@@ -112,8 +113,13 @@ impl Qp {
         let pd = with_offer(private_data, self.oneshot);
         let mut reply = frame(MpaKind::Reply, self.crc, false, ird_ord, &pd);
         reply.rev = req.rev;
+        reply.markers = self.cfg.markers;
         reply.emit(self.tx.setup_bytes());
-        self.framer = FpduFramer::new(self.crc).with_oneshot(self.oneshot);
+        // Each side gets markers if it asked for them (RFC 5044 §7.1).
+        self.framer = FpduFramer::new(self.crc)
+            .with_oneshot(self.oneshot)
+            .start(self.rx_off, self.cfg.markers);
+        self.tx.start(self.cfg.emss, req.markers);
         self.start_offload(self.tx.stream_end());
         match rtr {
             Some(rtr) => self.state = QpState::AwaitRtr(rtr),
@@ -192,12 +198,6 @@ impl Qp {
         match (self.state.clone(), f.kind) {
             (QpState::AwaitRequest, MpaKind::Request) => {
                 self.deadline = None;
-                if f.markers {
-                    // siw never does markers and rejects who asks for them.
-                    self.send_reject(&f, &[]);
-                    self.fail_setup(SetupError::Markers, Close::Graceful);
-                    return &[];
-                }
                 if !rest.is_empty() {
                     self.fail_setup(SetupError::EarlyData, Close::Abortive);
                     return &[];
@@ -215,7 +215,7 @@ impl Qp {
                 &[]
             }
             (QpState::AwaitReply, MpaKind::Reply) => {
-                self.got_reply(f);
+                self.got_reply(f, self.rx_off + (len - before) as u64);
                 if self.state == QpState::Rts { rest } else { &[] }
             }
             (_, MpaKind::Request) => {
@@ -229,7 +229,8 @@ impl Qp {
         }
     }
 
-    fn got_reply(&mut self, mut f: MpaFrame) {
+    /// The Reply, whose last byte was the stream's byte `fpdus_at - 1`.
+    fn got_reply(&mut self, mut f: MpaFrame, fpdus_at: u64) {
         self.oneshot = take_offer(&mut f.private_data) && self.cfg.oneshot_opcodes;
         if f.reject {
             self.events.push_back(Event::Rejected { private_data: f.private_data });
@@ -238,14 +239,13 @@ impl Qp {
             self.close = Some(Close::Graceful);
             return;
         }
-        if f.markers {
-            return self.fail_setup(SetupError::Markers, Close::Abortive);
-        }
         if f.rev == 2 && !f.enhanced {
             return self.fail_setup(SetupError::NotEnhanced, Close::Abortive);
         }
         self.crc = f.crc || self.cfg.crc;
-        self.framer = FpduFramer::new(self.crc).with_oneshot(self.oneshot);
+        self.framer =
+            FpduFramer::new(self.crc).with_oneshot(self.oneshot).start(fpdus_at, self.cfg.markers);
+        self.tx.start(self.cfg.emss, f.markers);
         self.pending_tx_start = Some(self.tx.stream_end());
         if let Some(io) = f.ird_ord {
             self.ord = self.cfg.ord.min(io.ird);

@@ -7,8 +7,9 @@
 
 use super::{Outbound, Qp, QpState, Rtr, SendOp, SendWr, Wc, WcOpcode, WcStatus};
 use crate::mr::{Access, Stag, sgl_len, walk};
+use crate::wire::marker::{self, Markers};
 use crate::wire::{
-    Ctrl, DdpHeader, Opcode, ReadRequest, TermLayer, Terminate, emit_fpdu, emit_fpdu_with, mulpdu,
+    Ctrl, DdpHeader, Opcode, ReadRequest, TermLayer, Terminate, emit_fpdu_with, mulpdu,
 };
 
 /// The STag siw puts in RTRs (tagged STag 0 upsets some NICs).
@@ -38,6 +39,8 @@ pub(super) struct TxState {
     scratch: Vec<u8>,
     /// Bytes handed to the transport so far.
     drained: u64,
+    /// The markers the peer asked for, if it did.
+    markers: Option<Markers>,
 }
 
 impl TxState {
@@ -52,7 +55,39 @@ impl TxState {
             cur: None,
             scratch: Vec::new(),
             drained: 0,
+            markers: None,
         }
+    }
+
+    /// FPDUs start at the stream's end; with markers in them (and MULPDU
+    /// cut to leave room) if the peer asked for them.
+    pub(super) fn start(&mut self, emss: usize, markers: bool) {
+        if markers {
+            self.markers = Some(Markers { origin: self.stream_end() });
+            self.mulpdu = marker::mulpdu(emss).max(DdpHeader::UNTAGGED_LEN + ReadRequest::LEN);
+        }
+    }
+
+    pub(super) fn markers(&self) -> Option<Markers> {
+        self.markers
+    }
+
+    /// Append the FPDU of `header` and the `payload_len` bytes `fill`
+    /// writes, with its CRC when `crc`, and markers where they fall.
+    fn put<E>(
+        &mut self,
+        header: &DdpHeader,
+        payload_len: usize,
+        crc: bool,
+        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let Some(m) = self.markers else {
+            return emit_fpdu_with(header, payload_len, crc, &mut self.buf, fill);
+        };
+        let (start, at) = (self.buf.len(), self.stream_end());
+        emit_fpdu_with(header, payload_len, false, &mut self.buf, fill)?;
+        marker::insert(&mut self.buf, start, at, m, crc);
+        Ok(())
     }
 
     /// Where setup frames go: straight out, ahead of any FPDU.
@@ -161,8 +196,14 @@ impl Qp {
     /// One FPDU of `header` carrying `self.tx.scratch` (or nothing): the
     /// small bodies (Read Request, Terminate), not data.
     fn emit(&mut self, header: DdpHeader, with_payload: bool) {
-        let payload: &[u8] = if with_payload { &self.tx.scratch } else { &[] };
-        emit_fpdu(&header, payload, self.our_crc(), &mut self.tx.buf);
+        let crc = self.our_crc();
+        let payload = if with_payload { std::mem::take(&mut self.tx.scratch) } else { Vec::new() };
+        let fill = |out: &mut Vec<u8>| {
+            out.extend_from_slice(&payload);
+            Ok::<_, std::convert::Infallible>(())
+        };
+        let Ok(()) = self.tx.put(&header, payload.len(), crc, fill);
+        self.tx.scratch = payload;
     }
 
     fn emit_read_request(&mut self, r: &ReadRequest) {
@@ -302,7 +343,8 @@ impl Qp {
             });
             Ok::<_, std::convert::Infallible>(())
         };
-        let Ok(()) = emit_fpdu_with(&header, n as usize, self.our_crc(), &mut self.tx.buf, fill);
+        let crc = self.our_crc();
+        let Ok(()) = self.tx.put(&header, n as usize, crc, fill);
         let sent = sent + n;
         if sent == len {
             if wr.signaled {
@@ -339,8 +381,8 @@ impl Qp {
                 out,
             ),
         };
-        if let Err(e) = emit_fpdu_with(&header, n as usize, self.our_crc(), &mut self.tx.buf, fill)
-        {
+        let crc = self.our_crc();
+        if let Err(e) = self.tx.put(&header, n as usize, crc, fill) {
             // The source went away after the request was accepted.
             self.fail(Terminate::new(TermLayer::Rdmap, 1, e.rdmap_code()));
             return true;

@@ -2,8 +2,10 @@
 //! taken apart resumably on receive, in whatever pieces TCP delivers (the
 //! CRC trailer alone included, as Linux siw often sends it).
 //!
-//! Markers are not supported: they are never offered, and a peer that
-//! asks for them is rejected at connection setup, as siw does.
+//! Where this side asked for markers ([`FpduFramer::with_markers`]), the
+//! framer takes them out of the stream, checks that each points at the
+//! FPDU it sits in (or precedes), and keeps those inside an FPDU in its
+//! CRC.
 //!
 //! Under a NIC that offloads the MPA CRC or places tagged payload, each
 //! run of input comes with the NIC's hint ([`FpduFramer::set_hint`]). An
@@ -13,6 +15,7 @@
 //! ([`FpduFramer::take_unverified`]). Payload the NIC placed is not in the
 //! stream: the caller digests it from its buffer when the CRC is ours.
 
+use super::marker::{self, Markers};
 use super::{DdpHeader, WireError, crc32c_append};
 use ulp_ddp::HintFlags;
 
@@ -132,6 +135,17 @@ pub struct FpduFramer {
     unverified: Option<u32>,
     sw_crc_bytes: u64,
     nic_crc_bytes: u64,
+    /// The markers this side asked for, if it did.
+    markers: Option<Markers>,
+    /// Stream offset of the next byte, and of the current FPDU's length
+    /// field.
+    pos: u64,
+    fpdu_start: u64,
+    /// The marker being read.
+    marker: [u8; marker::LEN],
+    /// Markers inside the current FPDU, by their offset in it as if they
+    /// were not there: what a CRC recomputed later must take in.
+    marks: Vec<(u32, [u8; marker::LEN])>,
 }
 
 impl FpduFramer {
@@ -155,7 +169,30 @@ impl FpduFramer {
             unverified: None,
             sw_crc_bytes: 0,
             nic_crc_bytes: 0,
+            markers: None,
+            pos: 0,
+            fpdu_start: 0,
+            marker: [0; marker::LEN],
+            marks: Vec::new(),
         }
+    }
+
+    /// FPDUs start at stream offset `at`, with markers in them if this
+    /// side asked for markers.
+    pub fn start(mut self, at: u64, markers: bool) -> Self {
+        self.pos = at;
+        self.markers = markers.then_some(Markers { origin: at });
+        self
+    }
+
+    /// The markers this side reads, if it asked for them.
+    pub fn markers(&self) -> Option<Markers> {
+        self.markers
+    }
+
+    /// Stream offset of the current (or last) FPDU's length field.
+    pub fn fpdu_start(&self) -> u64 {
+        self.fpdu_start
     }
 
     /// Accept the one-shot opcodes (agreed to at connection setup).
@@ -205,15 +242,39 @@ impl FpduFramer {
         self.unverified.take()
     }
 
-    /// The CRC over the ended FPDU's length and header.
+    /// The CRC over the FPDU's length and header, and the markers among
+    /// them.
     pub fn header_crc(&self) -> u32 {
-        crc32c_append(0, &self.buf[..self.header_len])
+        let (mut crc, mut at) = (0, 0);
+        for &(off, m) in self.marks.iter().filter(|(off, _)| (*off as usize) < self.header_len) {
+            crc = crc32c_append(crc, &self.buf[at..off as usize]);
+            crc = crc32c_append(crc, &m);
+            at = off as usize;
+        }
+        crc32c_append(crc, &self.buf[at..self.header_len])
     }
 
-    /// `crc`, which went on over the payload, continued over the PAD.
+    /// The markers inside the ended FPDU's payload: where in the payload
+    /// each one sits (in front of that byte), for the caller recomputing
+    /// the CRC to take in between.
+    pub fn payload_marks(&self) -> impl Iterator<Item = (u32, [u8; marker::LEN])> + '_ {
+        let (from, to) = (self.header_len as u32, self.header_len as u32 + self.payload_len);
+        self.marks
+            .iter()
+            .filter(move |(off, _)| (from..to).contains(off))
+            .map(move |&(o, m)| (o - from, m))
+    }
+
+    /// `crc`, which went on over the payload, continued over the PAD and
+    /// the marker in front of the trailer, if one is there.
     pub fn pad_crc(&mut self, crc: u32) -> u32 {
         self.sw_crc_bytes += u64::from(self.payload_len);
-        crc32c_append(crc, &self.pad[..self.pad_len])
+        let mut crc = crc32c_append(crc, &self.pad[..self.pad_len]);
+        let end = self.header_len as u32 + self.payload_len;
+        for (_, m) in self.marks.iter().filter(|(off, _)| *off >= end) {
+            crc = crc32c_append(crc, m);
+        }
+        crc
     }
 
     /// Payload bytes digested here, and vouched for by the NIC.
@@ -251,6 +312,87 @@ impl FpduFramer {
     /// completed. `(n, None)` means all of it was used and more is needed;
     /// call again while events come, even with no input left.
     pub fn next<'a>(&mut self, input: &'a [u8]) -> Result<(usize, Option<Event<'a>>), WireError> {
+        let Some(m) = self.markers else {
+            if self.at_fpdu_start() {
+                self.fpdu_start = self.pos;
+            }
+            let (n, ev) = self.step(input)?;
+            self.pos += n as u64;
+            return Ok((n, ev));
+        };
+        let mut used = 0;
+        loop {
+            let ph = m.phase(self.pos);
+            if ph < marker::LEN {
+                let k = (marker::LEN - ph).min(input.len() - used);
+                if k == 0 {
+                    return Ok((used, None));
+                }
+                self.marker_bytes(ph, &input[used..used + k])?;
+                used += k;
+                self.pos += k as u64;
+                continue;
+            }
+            if self.at_fpdu_start() {
+                self.fpdu_start = self.pos;
+                self.marks.clear();
+            }
+            let lim = used + m.until_next(self.pos).min(input.len() - used);
+            let (n, ev) = self.step(&input[used..lim])?;
+            used += n;
+            self.pos += n as u64;
+            if ev.is_some() || used == input.len() {
+                return Ok((used, ev));
+            }
+        }
+    }
+
+    /// Bytes `ph..` of the marker at hand: checked once whole, and taken
+    /// into the CRC when inside an FPDU.
+    fn marker_bytes(&mut self, ph: usize, bytes: &[u8]) -> Result<(), WireError> {
+        let k = bytes.len();
+        if ph == 0 {
+            self.marker = [0; marker::LEN];
+        }
+        self.marker[ph..ph + k].copy_from_slice(bytes);
+        // Nothing but payload is ever placed: a placed marker was never
+        // seen.
+        if self.placed() {
+            return Err(WireError::MarkerMismatch);
+        }
+        let inside = !self.at_fpdu_start();
+        if inside {
+            self.note(k);
+            if matches!(self.state, State::Data { .. } | State::Pad { .. } | State::Crc) {
+                self.digest(bytes);
+            }
+        }
+        if ph + k < marker::LEN {
+            return Ok(());
+        }
+        let at = self.pos - ph as u64;
+        let want = if inside { at - self.fpdu_start } else { 0 };
+        if u64::from(marker::fpduptr(self.marker)) != want {
+            return Err(WireError::MarkerMismatch);
+        }
+        if inside {
+            self.marks.push((self.fpdu_offset(), self.marker));
+        }
+        Ok(())
+    }
+
+    /// Bytes of the current FPDU so far, markers left out.
+    fn fpdu_offset(&self) -> u32 {
+        let body = self.header_len as u32 + self.payload_len;
+        match self.state {
+            State::Length | State::Header { .. } => self.have as u32,
+            State::Data { offset, .. } => self.header_len as u32 + offset,
+            State::Pad { .. } => body + self.pad_len as u32,
+            State::Crc | State::End => body + self.pad_len as u32 + self.have as u32,
+        }
+    }
+
+    fn step<'a>(&mut self, input: &'a [u8]) -> Result<(usize, Option<Event<'a>>), WireError> {
         let mut used = 0;
         loop {
             let rest = &input[used..];
@@ -285,11 +427,7 @@ impl FpduFramer {
                     let ulpdu = usize::from(u16::from_be_bytes([self.buf[0], self.buf[1]]));
                     self.header_len = LEN + need;
                     self.nic_crc = self.crc_on && self.vouched;
-                    self.crc = if self.wants_payload_crc() {
-                        crc32c_append(0, &self.buf[..LEN + need])
-                    } else {
-                        0
-                    };
+                    self.crc = if self.wants_payload_crc() { self.header_crc() } else { 0 };
                     self.have = 0;
                     let payload_len = (ulpdu - need) as u32;
                     self.payload_len = payload_len;
@@ -475,6 +613,36 @@ mod tests {
         fpdu[100] ^= 1;
         assert_eq!(run(&mut FpduFramer::new(true), &fpdu, 64), Err(WireError::BadCrc));
         assert!(run(&mut FpduFramer::new(false), &fpdu, 64).is_ok());
+    }
+
+    #[test]
+    fn markers_are_taken_out_checked_and_kept_in_the_crc() {
+        // Two 700-byte Writes behind the Reply, markers every 512 octets.
+        let m = Markers { origin: 40 };
+        let mut stream = Vec::new();
+        for to in [0, 700] {
+            let (h, p) = write(9, to, 700, true);
+            let start = stream.len();
+            emit_fpdu(&h, &p, false, &mut stream);
+            marker::insert(&mut stream, start, 40 + start as u64, m, true);
+        }
+        assert_eq!(stream.len(), 2 * fpdu_len(714) + 3 * 4, "markers at 0, 512 and 1024");
+        for piece in [1, 3, 512, stream.len()] {
+            let mut f = FpduFramer::new(true).start(40, true);
+            let ev = run(&mut f, &stream, piece).unwrap();
+            assert_eq!(ev, ["Write 700", "end 700", "Write 700", "end 700"], "pieces of {piece}");
+        }
+        // A marker pointing elsewhere, and one whose bytes changed.
+        let mut moved = stream.clone();
+        moved[515] ^= 4;
+        let mut f = FpduFramer::new(true).start(40, true);
+        assert_eq!(run(&mut f, &moved, 100), Err(WireError::MarkerMismatch));
+        let mut flipped = stream.clone();
+        flipped[1024 + 1] ^= 1;
+        let mut f = FpduFramer::new(true).start(40, true);
+        assert_eq!(run(&mut f, &flipped, 100), Err(WireError::BadCrc), "the CRC covers markers");
+        // Without markers expected, the stream does not parse as FPDUs.
+        assert!(run(&mut FpduFramer::new(true), &stream, 100).is_err());
     }
 
     #[test]

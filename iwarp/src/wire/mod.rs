@@ -4,6 +4,7 @@
 
 mod ddp;
 mod framer;
+pub mod marker;
 mod mpa;
 
 pub use ddp::{Ctrl, DdpHeader, Opcode, ReadRequest, TermLayer, TermLayout, Terminate};
@@ -34,6 +35,8 @@ pub enum WireError {
     ShortUlpdu { len: u16, need: u16 },
     #[error("Terminate header is malformed")]
     BadTerminate,
+    #[error("an MPA marker does not point at its FPDU")]
+    MarkerMismatch,
 }
 
 impl WireError {
@@ -54,6 +57,7 @@ impl WireError {
             // header: RDMAP's "unspecified".
             WireError::ShortUlpdu { .. } => (Rdmap, 2, 0xff),
             WireError::BadTerminate => (Rdmap, 2, 6),
+            WireError::MarkerMismatch => (Llp, 0, 3),
         })
     }
 }

@@ -116,7 +116,7 @@ impl Side {
     /// Bytes this side sent after connection setup.
     pub fn fpdus(&self) -> Vec<(DdpHeader, Vec<u8>)> {
         let start = mpa_len(&self.sent);
-        parse_fpdus(&self.sent[start..], self.qp.crc())
+        parse_fpdus(&self.sent[start..], self.qp.crc(), self.qp.markers().1)
     }
 }
 
@@ -134,8 +134,8 @@ pub fn mpa_len(b: &[u8]) -> usize {
 }
 
 /// Split a stream of FPDUs into headers and payloads.
-pub fn parse_fpdus(mut b: &[u8], crc: bool) -> Vec<(DdpHeader, Vec<u8>)> {
-    let mut f = FpduFramer::new(crc);
+pub fn parse_fpdus(mut b: &[u8], crc: bool, markers: bool) -> Vec<(DdpHeader, Vec<u8>)> {
+    let mut f = FpduFramer::new(crc).start(0, markers);
     let mut out: Vec<(DdpHeader, Vec<u8>)> = Vec::new();
     loop {
         let (n, ev) = f.next(b).unwrap();
