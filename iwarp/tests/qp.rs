@@ -551,7 +551,7 @@ fn markers_go_each_way_they_were_asked_for() {
                     if starts.contains(&(m + 4)) {
                         assert_eq!(ptr, 0, "the marker in front of an FPDU at {m}");
                     } else {
-                        let head = starts.iter().copied().filter(|&s| s < m).last().unwrap();
+                        let head = starts.iter().copied().rfind(|&s| s < m).unwrap();
                         assert_eq!(ptr, m - head, "the marker at {m}");
                     }
                 }
