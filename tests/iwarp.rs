@@ -276,13 +276,19 @@ fn drain(qp: &mut Qp, into: &mut Vec<Wc>) -> usize {
 
 /// Connect `a` to `b` over `link`, with private data both ways.
 fn connect(link: &mut dyn Link, ea: &End, eb: &End) -> (Qp, Qp) {
-    connect_offering(link, ea, eb, [false; 2])
+    connect_with(link, ea, eb, |_, _| {})
 }
 
-/// [`connect`], each side offering the one-shot opcodes as `oneshot` says.
-fn connect_offering(link: &mut dyn Link, ea: &End, eb: &End, oneshot: [bool; 2]) -> (Qp, Qp) {
+/// [`connect`], each side's config changed by `tweak` (true for `a`).
+fn connect_with(
+    link: &mut dyn Link,
+    ea: &End,
+    eb: &End,
+    tweak: impl Fn(&mut QpConfig, bool),
+) -> (Qp, Qp) {
     let (mut ca, mut cb) = (config(ea.pd, true), config(eb.pd, false));
-    (ca.oneshot_opcodes, cb.oneshot_opcodes) = (oneshot[0], oneshot[1]);
+    tweak(&mut ca, true);
+    tweak(&mut cb, false);
     let mut a = Qp::connect(&ea.dev, ca, b"iwarp over a stream", Duration::ZERO).unwrap();
     let mut b = Qp::listen(&eb.dev, cb, Duration::ZERO);
     link.offload([&mut a, &mut b]);
@@ -459,10 +465,11 @@ fn wait_wcs(link: &mut dyn Link, a: &mut Qp, b: &mut Qp, na: usize, nb: usize) -
 fn tagged_payload_skips_the_host_with_offloads_and_not_without() {
     const MIB: usize = 1 << 20;
     let mut data = Vec::new();
-    for caps in [Caps::ALL, Caps::NONE] {
+    for (caps, markers) in [(Caps::ALL, false), (Caps::NONE, false), (Caps::ALL, true)] {
         let mut link = Smol::with([nic_doing(caps); 2], Profile::default());
         let (ea, eb) = (end(), end());
-        let (mut a, mut b) = connect(&mut link, &ea, &eb);
+        let (mut a, mut b) = connect_with(&mut link, &ea, &eb, |c, _| c.markers = markers);
+        assert_eq!(a.markers(), (markers, markers));
         let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
         let b_sink = IoBuf::new(MIB);
         let b_stag = reg(&mut b, &b_sink, 0, MIB, rw);
@@ -481,7 +488,7 @@ fn tagged_payload_skips_the_host_with_offloads_and_not_without() {
         assert!(same(&a_sink, &b_src), "RDMA Read with {caps}");
         let (sa, sb) = (a.stats(), b.stats());
         let tx_crc = link.nics[0].stats().tx_crc_offloaded_bytes;
-        eprintln!("{caps}: a {sa:?}\n  b {sb:?}\n  a's NIC {:?}", link.nics[0].stats());
+        eprintln!("{caps}, markers {markers}: a {sa:?}\n  b {sb:?}");
         for s in [sa, sb] {
             assert_eq!(s.tagged_bytes, MIB as u64);
             if caps == Caps::ALL {
@@ -497,7 +504,7 @@ fn tagged_payload_skips_the_host_with_offloads_and_not_without() {
         assert_eq!(tx_crc >= MIB as u64, caps == Caps::ALL);
         data.push((b_sink.to_vec(), a_sink.to_vec()));
     }
-    assert!(data[0] == data[1], "identical data either way");
+    assert!(data.iter().all(|d| *d == data[0]), "identical data every way");
 }
 
 /// `ios` I/Os in the manner of NVMe over RDMA: b (the host) makes a
@@ -508,7 +515,9 @@ fn tagged_payload_skips_the_host_with_offloads_and_not_without() {
 fn io_round(oneshot: bool, ios: usize, offers: [bool; 2]) -> (f64, ulp_ddp::Stats) {
     let mut link = Smol::with([nic(); 2], Profile::default());
     let (ea, eb) = (end(), end());
-    let (mut a, mut b) = connect_offering(&mut link, &ea, &eb, offers);
+    let (mut a, mut b) = connect_with(&mut link, &ea, &eb, |c, active| {
+        c.oneshot_opcodes = offers[usize::from(!active)]
+    });
     let patent = offers == [true; 2];
     assert_eq!((a.oneshot_opcodes(), b.oneshot_opcodes()), (patent, patent), "{offers:?}");
     let answers: Vec<IoBuf> = (0..ios).map(|_| IoBuf::new(16)).collect();
@@ -683,6 +692,9 @@ fn write(stag: Stag, to: u64, len: usize) -> SendOp {
     SendOp::Write { sgl: sgl(&pattern(len, 1)), stag, to }
 }
 
+/// Loss, reordering and duplicates, with and without MPA markers in what
+/// `b` receives: every byte lands, and the NIC keeps placing, finding its
+/// place again by speculation the QP confirms, or by markers.
 #[test]
 fn loss_reorder_and_duplicates_keep_every_byte_and_place_most() {
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
@@ -692,33 +704,54 @@ fn loss_reorder_and_duplicates_keep_every_byte_and_place_most() {
         ("duplicate", Profile { duplicate: 0.05, ..Profile::default() }),
         ("all three", Profile { loss: 0.01, reorder: 0.02, duplicate: 0.02, ..Profile::default() }),
     ];
-    for (what, profile) in profiles {
-        let mut link = Smol::with([nic(); 2], profile);
-        let (ea, eb) = (end(), end());
-        let (mut a, mut b) = connect(&mut link, &ea, &eb);
-        const TOTAL: usize = 1 << 20;
-        let sink = IoBuf::new(TOTAL);
-        let stag = reg(&mut b, &sink, 0, TOTAL, rw);
-        let data = pattern(TOTAL, 11);
-        for (i, at) in (0..TOTAL).step_by(KIB64).enumerate() {
-            let piece = vec![SgEntry { buf: data.clone(), offset: at, len: KIB64 }];
-            post(&mut a, i as u64, SendOp::Write { sgl: piece, stag, to: 0x10_0000 + at as u64 });
+    for markers in [false, true] {
+        for (what, profile) in profiles {
+            let mut link = Smol::with([nic(); 2], profile);
+            let (ea, eb) = (end(), end());
+            let (mut a, mut b) =
+                connect_with(&mut link, &ea, &eb, |c, active| c.markers = !active && markers);
+            assert_eq!(b.markers(), (markers, false));
+            const TOTAL: usize = 1 << 20;
+            let sink = IoBuf::new(TOTAL);
+            let stag = reg(&mut b, &sink, 0, TOTAL, rw);
+            let data = pattern(TOTAL, 11);
+            for (i, at) in (0..TOTAL).step_by(KIB64).enumerate() {
+                let piece = vec![SgEntry { buf: data.clone(), offset: at, len: KIB64 }];
+                post(
+                    &mut a,
+                    i as u64,
+                    SendOp::Write { sgl: piece, stag, to: 0x10_0000 + at as u64 },
+                );
+            }
+            // A Send behind the Writes completes once they all landed.
+            b.post_recv(RecvWr { wr_id: 1, sgl: vec![] }).unwrap();
+            post(&mut a, 99, SendOp::Send { sgl: vec![], solicited: false, invalidate: None });
+            wait_wcs(&mut link, &mut a, &mut b, TOTAL / KIB64 + 1, 1);
+            let what = format!("{what}, markers {markers}");
+            assert!(same(&sink, &data), "{what}: every byte");
+            let (s, nic) = (b.stats(), link.nics[1].stats());
+            assert_eq!(s.placed_bytes + s.copy_bytes, TOTAL as u64, "{what}");
+            eprintln!(
+                "{what}: {:.1}% placed, {:.1}% of CRCs vouched by the NIC, {} resyncs \
+                 ({} confirmed), {} from markers",
+                100.0 * s.placed_bytes as f64 / TOTAL as f64,
+                100.0 * s.nic_crc_bytes as f64 / TOTAL as f64,
+                nic.resync,
+                nic.resync_confirmed,
+                nic.resync_marker,
+            );
+            assert!(s.placed_bytes > 0, "{what}: the NIC kept placing");
+            if markers {
+                // Markers leave nothing to speculate about.
+                assert_eq!(nic.resync, 0, "{what}");
+            } else {
+                assert_eq!(nic.resync_marker, 0, "{what}");
+            }
+            if profile.loss > 0.0 {
+                let found = if markers { nic.resync_marker } else { nic.resync_confirmed };
+                assert!(found > 0, "{what}: the NIC lost its place and found it");
+            }
         }
-        // A Send behind the Writes completes once they all landed.
-        b.post_recv(RecvWr { wr_id: 1, sgl: vec![] }).unwrap();
-        post(&mut a, 99, SendOp::Send { sgl: vec![], solicited: false, invalidate: None });
-        wait_wcs(&mut link, &mut a, &mut b, TOTAL / KIB64 + 1, 1);
-        assert!(same(&sink, &data), "{what}: every byte");
-        let (s, nic) = (b.stats(), link.nics[1].stats());
-        assert_eq!(s.placed_bytes + s.copy_bytes, TOTAL as u64, "{what}");
-        eprintln!(
-            "{what}: {:.1}% placed, {:.1}% of CRCs vouched by the NIC, {} resyncs ({} confirmed)",
-            100.0 * s.placed_bytes as f64 / TOTAL as f64,
-            100.0 * s.nic_crc_bytes as f64 / TOTAL as f64,
-            nic.resync,
-            nic.resync_confirmed,
-        );
-        assert!(s.placed_bytes > 0, "{what}: the NIC kept placing");
     }
 }
 

@@ -125,7 +125,7 @@ pub fn rx(data: &[u8]) -> Stats {
 /// Run an iWARP flow's receive and transmit paths over arbitrary input.
 ///
 /// Byte 0: MPA CRCs (bit 0), one-shot opcodes (bit 1), active offloads
-/// (bits 2 to 5). Byte 1: how many STags; six bytes each: index, key,
+/// (bits 2 to 5), markers received (bit 6) and sent (bit 7). Byte 1: how many STags; six bytes each: index, key,
 /// length (u16), rights (bits 0 to 2), flags (bit 0: advertised, armed by
 /// a Send at the offset `length` says; bit 1: split in two entries). Then
 /// a count of operations, five bytes each: kind, then two u16 `a` and
@@ -139,12 +139,14 @@ pub fn rx(data: &[u8]) -> Stats {
 pub fn mpa_rx(data: &[u8]) -> Stats {
     let mut c = Cursor(data);
     let mode = c.u8();
-    let active = Caps::from_bits(u32::from(mode >> 2));
+    let active = Caps::from_bits(u32::from(mode >> 2) & 0xf);
     let config = IwarpConfig {
         crc: mode & 1 != 0,
         oneshot_opcodes: mode & 2 != 0,
         rx_start: 0,
         tx_start: 0,
+        rx_markers: mode & 0x40 != 0,
+        tx_markers: mode & 0x80 != 0,
     };
     let mut flow =
         IwarpFlow::new(config, 0, 0, config.crc && active.contains(Caps::NVME_TCP_DDGST_TX));

@@ -9,9 +9,11 @@
 //! Invalidate, or the one-shot close) frees the mapping when its last FPDU
 //! ends with a good CRC, before the stack sees it, and the ULP is told
 //! which STag went. Old segments pass untouched. After a gap over a header
-//! the tracker hunts for a plausible FPDU whose successor is plausible
-//! too (with CRCs on, whose CRC is right), asks the ULP to confirm, and
-//! offloads again once it has.
+//! the flow finds its place again: from the next MPA marker whose FPDU
+//! starts in the data at hand, where the stream carries markers, with
+//! nothing to confirm; otherwise it hunts for a plausible FPDU whose
+//! successor is plausible too (with CRCs on, whose CRC is right), asks
+//! the ULP to confirm, and offloads again once it has.
 //!
 //! Transmit: FPDUs leave with their CRC trailer zeroed when the ULP left
 //! the CRC to us; it is computed and written, and recorded until
@@ -19,7 +21,7 @@
 //! STag goes live when the Send that carries it leaves.
 
 use crate::flow::{DigestRecords, Env, Mapping, admit, forget_acked, restore_digests};
-use crate::mpa::{self, Event, Header, Kind, Tracker, op};
+use crate::mpa::{self, Event, Header, Kind, Tracker, marker_head, op};
 use crc32c::crc32c_append;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -115,12 +117,12 @@ impl IwarpFlow {
             stags: HashMap::new(),
             unarmed: Vec::new(),
             rx_next: config.rx_start,
-            rx_tracker: Tracker::new(oneshot),
+            rx_tracker: Tracker::new(config.rx_start, config.rx_markers, oneshot),
             sync: Sync::Synced,
             fpdu: None,
             undecided: None,
             tx_next: config.tx_start,
-            tx_tracker: Tracker::new(oneshot),
+            tx_tracker: Tracker::new(config.tx_start, config.tx_markers, oneshot),
             tx_ok: true,
             records: VecDeque::new(),
             config,
@@ -194,7 +196,6 @@ impl IwarpFlow {
     }
 
     fn lose(&mut self) {
-        self.rx_tracker.reset();
         self.fpdu = None;
         self.undecided = None;
         self.sync = Sync::Lost { candidate: None };
@@ -222,13 +223,22 @@ impl IwarpFlow {
         let mut pos = 0usize;
         loop {
             if let Sync::Lost { .. } = self.sync {
-                let Some(p) = self.hunt(at + pos as u64, &data[pos..]) else { return };
-                pos += p;
-                let start = at + pos as u64;
-                self.rx_tracker.reset();
-                self.sync = Sync::Pending { chain: VecDeque::from([start]), since_request: 0 };
-                self.ctx.request_resync(start);
-                env.stats.resync += 1;
+                let here = at + pos as u64;
+                if self.rx_tracker.has_markers() {
+                    let Some(p) = self.marker_hunt(here, &data[pos..]) else { return };
+                    pos += p;
+                    self.rx_tracker.reset_at(at + pos as u64);
+                    self.sync = Sync::Synced;
+                    env.stats.resync_marker += 1;
+                } else {
+                    let Some(p) = self.hunt(here, &data[pos..]) else { return };
+                    pos += p;
+                    let start = at + pos as u64;
+                    self.rx_tracker.reset_at(start);
+                    self.sync = Sync::Pending { chain: VecDeque::from([start]), since_request: 0 };
+                    self.ctx.request_resync(start);
+                    env.stats.resync += 1;
+                }
             }
             let base = at + pos as u64;
             let (n, ev) = match self.rx_tracker.next(&data[pos..]) {
@@ -243,11 +253,19 @@ impl IwarpFlow {
                 }
             };
             match ev {
+                None if pos + n == data.len() => {
+                    // The segment ends inside a header, PAD or trailer:
+                    // the ULP may read it before the next one comes, so
+                    // say now what the NIC did; the trailer's last byte
+                    // carries the CRC verdict.
+                    let from = self.undecided.take().unwrap_or(base);
+                    self.hint(from, base + n as u64, self.provisional(env));
+                    return;
+                }
                 None => {
                     if n > 0 {
                         self.undecided.get_or_insert(base);
                     }
-                    return;
                 }
                 Some(Event::Header(h)) => {
                     let start = self.undecided.take().unwrap_or(base);
@@ -256,6 +274,15 @@ impl IwarpFlow {
                 Some(Event::Data { offset, bytes }) => {
                     self.undecided = None;
                     self.on_data(offset, bytes, base, env);
+                }
+                Some(Event::Marker { inside }) => {
+                    // What came before it is settled as far as it can be:
+                    // the trailer carries the CRC verdict.
+                    let flags = self.provisional(env);
+                    if let Some(u) = self.undecided.take() {
+                        self.hint(u, base, flags);
+                    }
+                    self.hint(base, base + n as u64, if inside { flags } else { HintFlags::NONE });
                 }
                 Some(Event::End { trailer }) => {
                     let start = self.undecided.take().unwrap_or(base);
@@ -266,7 +293,22 @@ impl IwarpFlow {
         }
     }
 
-    fn on_header(&mut self, header: Header, start: u64, end: u64, env: &mut Env) {
+    /// The hint for header, PAD and marker bytes of the FPDU at hand
+    /// before its CRC is known: vouched if the NIC digests them all.
+    fn provisional(&self, env: &Env) -> HintFlags {
+        let crc_on = match &self.fpdu {
+            Some(f) => f.crc_on && f.intact,
+            None => self.crc_active(env),
+        };
+        if crc_on { HintFlags::CRC_OK } else { HintFlags::NONE }
+    }
+
+    fn crc_active(&self, env: &Env) -> bool {
+        self.rx_synced() && self.config.crc && env.active.contains(Caps::NVME_TCP_DDGST_RX)
+    }
+
+    fn on_header(&mut self, header: Header, hint_from: u64, end: u64, env: &mut Env) {
+        let start = self.rx_tracker.fpdu_start();
         if let Sync::Pending { chain, since_request } = &mut self.sync {
             chain.push_back(start);
             if chain.len() > CHAIN_MEMORY {
@@ -280,7 +322,7 @@ impl IwarpFlow {
             }
         }
         let trusted = matches!(self.sync, Sync::Synced);
-        let crc_on = trusted && self.config.crc && env.active.contains(Caps::NVME_TCP_DDGST_RX);
+        let crc_on = self.crc_active(env);
         let mut place = None;
         if let (true, Kind::Tagged { stag, to }) = (trusted, header.kind)
             && header.payload_len > 0
@@ -291,7 +333,7 @@ impl IwarpFlow {
                 env.stats.stag_refused += 1;
             }
         }
-        self.hint(start, end, if crc_on { HintFlags::CRC_OK } else { HintFlags::NONE });
+        self.hint(hint_from, end, if crc_on { HintFlags::CRC_OK } else { HintFlags::NONE });
         self.fpdu = Some(RxFpdu { start, header, trusted, place, crc_on, intact: true });
     }
 
@@ -350,6 +392,23 @@ impl IwarpFlow {
             env.stats.stag_remote_invalidate += 1;
             env.stats.oneshot_freed += 1;
         }
+    }
+
+    /// Where in `data` (at stream offset `at`) an FPDU starts, by the
+    /// first whole marker there whose FPDU starts in `data` too.
+    fn marker_hunt(&self, at: u64, data: &[u8]) -> Option<usize> {
+        let end = at + data.len() as u64;
+        let mut m = self.rx_tracker.next_marker(at);
+        while m + 4 <= end {
+            let i = (m - at) as usize;
+            if let Some(head) = marker_head(m, &data[i..i + 4])
+                && (at..=end).contains(&head)
+            {
+                return Some((head - at) as usize);
+            }
+            m += 512;
+        }
+        None
     }
 
     /// Look for a plausible FPDU in `data` (at stream offset `at`) whose
@@ -435,7 +494,9 @@ impl IwarpFlow {
         loop {
             let base = off + pos as u64;
             let (n, more) = match self.tx_tracker.next(&payload[pos..]) {
-                Ok((n, None)) => (n, false),
+                // Short of the end only when a marker comes next.
+                Ok((n, None)) => (n, pos + n < payload.len()),
+                Ok((n, Some(Event::Marker { .. }))) => (n, true),
                 Ok((n, Some(Event::Header(h)))) => {
                     if h.is_send() {
                         self.arm(base, env.stats);

@@ -9,8 +9,13 @@
 //! any pieces and keeps the running CRC32C over the length, header and PAD;
 //! payload bytes are the caller's to digest, so that a copy and its CRC
 //! can be one pass. Anything it cannot follow is an error: the caller
-//! stops offloading until it finds FPDU boundaries again. Markers are not
-//! followed (no peer here negotiates them).
+//! stops offloading until it finds FPDU boundaries again.
+//!
+//! Where the direction carries MPA markers (RFC 5044 §5.2: four bytes
+//! every 512 octets, FPDUPTR pointing back at the FPDU's length field),
+//! the tracker steps over them, checks each, and takes those inside an
+//! FPDU into its CRC; [`marker_head`] reads one to find an FPDU after a
+//! loss.
 
 use crc32c::crc32c_append;
 
@@ -18,6 +23,8 @@ const LEN: usize = 2;
 const CRC: usize = 4;
 const TAGGED: usize = 14;
 const UNTAGGED: usize = 18;
+const MARKER: usize = 4;
+const INTERVAL: u64 = 512;
 
 /// RDMAP opcodes the NIC acts on (RFC 5040 §4.3), and the one-shot
 /// encodings a connection may agree to.
@@ -78,6 +85,11 @@ pub(crate) enum Event<'a> {
     Data {
         offset: u32,
         bytes: &'a [u8],
+    },
+    /// Bytes of a marker (nothing else): `inside` an FPDU, and so in its
+    /// CRC, or in front of one.
+    Marker {
+        inside: bool,
     },
     /// The FPDU is complete; its CRC trailer as sent.
     End {
@@ -169,10 +181,31 @@ enum State {
     Crc,
 }
 
+/// Where the FPDU a marker at stream offset `at` belongs to starts, if
+/// the marker is well formed (RFC 5044 §5.2: FPDUPTR 0 for one in front
+/// of an FPDU, else how far back its length field is).
+pub(crate) fn marker_head(at: u64, marker: &[u8]) -> Option<u64> {
+    let ptr = u64::from(u16::from_be_bytes([marker[2], marker[3]]) & !3);
+    match ptr {
+        0 => Some(at + MARKER as u64),
+        // The length field and control bytes come before any marker.
+        4.. => at.checked_sub(ptr),
+        _ => None,
+    }
+}
+
 /// Follows the FPDUs of one direction of a connection.
 #[derive(Debug, Clone)]
 pub(crate) struct Tracker {
     oneshot: bool,
+    /// Stream offset of the first FPDU, when markers are in the stream.
+    markers: Option<u64>,
+    /// Stream offset of the next byte, and of the current FPDU.
+    pos: u64,
+    fpdu_start: u64,
+    marker: [u8; MARKER],
+    /// Bytes of the marker at hand seen (a gap may have taken some).
+    marker_seen: usize,
     state: State,
     buf: [u8; LEN + UNTAGGED],
     have: usize,
@@ -187,10 +220,16 @@ pub(crate) struct Tracker {
 }
 
 impl Tracker {
-    /// A tracker that knows the one-shot opcodes when `oneshot`.
-    pub fn new(oneshot: bool) -> Self {
+    /// A tracker for FPDUs from stream offset `start` on, with markers
+    /// from there when `markers`, and the one-shot opcodes when `oneshot`.
+    pub fn new(start: u64, markers: bool, oneshot: bool) -> Self {
         Self {
             oneshot,
+            markers: markers.then_some(start),
+            pos: start,
+            fpdu_start: start,
+            marker: [0; MARKER],
+            marker_seen: 0,
             state: State::Header { need: LEN + 2 },
             buf: [0; LEN + UNTAGGED],
             have: 0,
@@ -205,9 +244,52 @@ impl Tracker {
         self.oneshot
     }
 
-    /// Forget the FPDU in progress; the next byte is taken as a start.
-    pub fn reset(&mut self) {
-        *self = Self::new(self.oneshot);
+    pub fn has_markers(&self) -> bool {
+        self.markers.is_some()
+    }
+
+    /// Stream offset of the current (or last) FPDU's length field.
+    pub fn fpdu_start(&self) -> u64 {
+        self.fpdu_start
+    }
+
+    /// Forget the FPDU in progress; an FPDU starts at stream offset `at`.
+    pub fn reset_at(&mut self, at: u64) {
+        let mut fresh = Self::new(at, false, self.oneshot);
+        fresh.markers = self.markers;
+        *self = fresh;
+    }
+
+    /// Where `pos` is past the last marker position, with markers.
+    fn phase(&self, pos: u64) -> Option<usize> {
+        self.markers.map(|origin| (pos.wrapping_sub(origin) % INTERVAL) as usize)
+    }
+
+    /// Marker octets in the stream range `[pos, pos + n)`.
+    fn marker_octets(&self, pos: u64, n: u64) -> u64 {
+        let (mut at, end, mut count) = (pos, pos + n, 0);
+        while let Some(ph) = self.phase(at).filter(|_| at < end) {
+            let ph = ph as u64;
+            if ph < MARKER as u64 {
+                let k = (MARKER as u64 - ph).min(end - at);
+                (count, at) = (count + k, at + k);
+            } else {
+                at += INTERVAL - ph;
+            }
+        }
+        count
+    }
+
+    /// The first marker position at or after `pos` (with markers).
+    pub fn next_marker(&self, pos: u64) -> u64 {
+        match self.phase(pos) {
+            Some(0) | None => pos,
+            Some(ph) => pos + (INTERVAL - ph as u64),
+        }
+    }
+
+    fn at_fpdu_start(&self) -> bool {
+        self.state == State::Header { need: LEN + 2 } && self.have == 0
     }
 
     /// The running CRC, for the caller to continue over payload bytes.
@@ -222,13 +304,17 @@ impl Tracker {
         self.trailer_span
     }
 
-    /// Skip `n` bytes that never arrived. Only payload can be skipped:
-    /// anything else loses the FPDU boundaries (false).
+    /// Skip `n` bytes that never arrived. Only payload (and markers in
+    /// it) can be skipped: anything else loses the FPDU boundaries (false).
     pub fn skip(&mut self, n: u64) -> bool {
+        let payload = n - self.marker_octets(self.pos, n);
         match self.state {
-            State::Data { offset, left } if n <= u64::from(left) => {
-                let n = n as u32;
-                self.state = State::Data { offset: offset + n, left: left - n };
+            State::Data { offset, left } if payload <= u64::from(left) => {
+                let p = payload as u32;
+                self.state = State::Data { offset: offset + p, left: left - p };
+                self.pos += n;
+                // A marker cut by the gap cannot be checked.
+                self.marker_seen = 0;
                 true
             }
             _ => false,
@@ -236,19 +322,71 @@ impl Tracker {
     }
 
     /// Take bytes from `input`: how many were used and the event they
-    /// completed. `(n, None)` means all of it was used and more is needed.
+    /// completed. `(n, None)` means more is needed: all of `input` was
+    /// used, or a marker comes next.
     pub fn next<'a>(
         &mut self,
         input: &'a [u8],
     ) -> Result<(usize, Option<Event<'a>>), Unfollowable> {
-        let mut used = 0;
         self.trailer_span = None;
+        let lim = match self.phase(self.pos) {
+            None => input.len(),
+            Some(ph) if ph < MARKER => return self.marker_bytes(ph, input),
+            Some(ph) => (INTERVAL as usize - ph).min(input.len()),
+        };
+        if self.at_fpdu_start() {
+            self.fpdu_start = self.pos;
+        }
+        let (n, ev) = self.step(&input[..lim])?;
+        self.pos += n as u64;
+        Ok((n, ev))
+    }
+
+    /// The bytes of a marker at hand, from its byte `ph`.
+    fn marker_bytes<'a>(
+        &mut self,
+        ph: usize,
+        input: &'a [u8],
+    ) -> Result<(usize, Option<Event<'a>>), Unfollowable> {
+        let k = (MARKER - ph).min(input.len());
+        if k == 0 {
+            return Ok((0, None));
+        }
+        if ph == 0 {
+            self.marker_seen = 0;
+        }
+        self.marker[ph..ph + k].copy_from_slice(&input[..k]);
+        self.marker_seen += k;
+        let inside = !self.at_fpdu_start();
+        if inside {
+            if self.state == (State::Crc) && self.have > 0 {
+                return Err(Unfollowable);
+            }
+            self.crc = crc32c_append(self.crc, &input[..k]);
+        }
+        let at = self.pos - ph as u64;
+        self.pos += k as u64;
+        if self.marker_seen == MARKER {
+            let head = if inside { Some(self.fpdu_start) } else { Some(self.pos) };
+            if marker_head(at, &self.marker) != head {
+                return Err(Unfollowable);
+            }
+        }
+        Ok((k, Some(Event::Marker { inside })))
+    }
+
+    fn step<'a>(&mut self, input: &'a [u8]) -> Result<(usize, Option<Event<'a>>), Unfollowable> {
+        let mut used = 0;
         loop {
             let rest = &input[used..];
             match self.state {
                 State::Header { need } => {
                     let k = (need - self.have).min(rest.len());
+                    if self.have == 0 {
+                        self.crc = 0;
+                    }
                     self.buf[self.have..self.have + k].copy_from_slice(&rest[..k]);
+                    self.crc = crc32c_append(self.crc, &rest[..k]);
                     self.have += k;
                     used += k;
                     if self.have < need {
@@ -260,7 +398,6 @@ impl Tracker {
                         continue;
                     }
                     let header = parse(&self.buf[..need], self.oneshot)?;
-                    self.crc = crc32c_append(0, &self.buf[..need]);
                     self.have = 0;
                     self.pad = pad(usize::from(u16::from_be_bytes([self.buf[0], self.buf[1]])));
                     self.state = State::Data { offset: 0, left: header.payload_len };
@@ -341,10 +478,35 @@ mod tests {
         h
     }
 
+    /// `fpdus` as sent at stream offset 0 with a marker every 512 octets:
+    /// in front of an FPDU it points at it, inside one back at its start.
+    fn with_markers(fpdus: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for f in fpdus {
+            let mut head = None;
+            for (i, &b) in f.iter().enumerate() {
+                if out.len() % 512 == 0 {
+                    let ptr = head.map_or(0, |h| out.len() - h) as u16;
+                    out.extend_from_slice(&[0, 0]);
+                    out.extend_from_slice(&ptr.to_be_bytes());
+                }
+                head.get_or_insert(out.len());
+                // The CRC covers the markers inside: recompute it at the end.
+                if i == f.len() - 4 {
+                    let crc = crc32c::crc32c(&out[head.unwrap()..]);
+                    out.extend_from_slice(&crc.to_le_bytes());
+                    break;
+                }
+                out.push(b);
+            }
+        }
+        out
+    }
+
     /// Run `stream` through a tracker in pieces of `cut`, collecting
     /// (headers, payload, trailer ok) per FPDU.
-    fn follow(stream: &[u8], cut: usize) -> Vec<(Header, Vec<u8>, bool)> {
-        let mut t = Tracker::new(false);
+    fn follow(stream: &[u8], cut: usize, markers: bool) -> Vec<(Header, Vec<u8>, bool)> {
+        let mut t = Tracker::new(0, markers, false);
         let mut out = Vec::new();
         let mut cur: Option<(Header, Vec<u8>)> = None;
         for piece in stream.chunks(cut) {
@@ -353,7 +515,8 @@ mod tests {
                 let (n, ev) = t.next(&piece[pos..]).unwrap();
                 pos += n;
                 match ev {
-                    None => break,
+                    None if pos == piece.len() => break,
+                    None | Some(Event::Marker { .. }) => {}
                     Some(Event::Header(h)) => cur = Some((h, Vec::new())),
                     Some(Event::Data { bytes, .. }) => {
                         *t.crc_mut() = crc32c_append(*t.crc_mut(), bytes);
@@ -374,7 +537,7 @@ mod tests {
         let mut stream = fpdu(&write_header(0x1234_5601, 0x1000), b"hello, tagged world");
         stream.extend(fpdu(&send_inv_header(0x1234_5601, 1), b"done"));
         for cut in 1..stream.len() {
-            let got = follow(&stream, cut);
+            let got = follow(&stream, cut, false);
             assert_eq!(got.len(), 2, "cut {cut}");
             assert_eq!(got[0].0.kind, Kind::Tagged { stag: 0x1234_5601, to: 0x1000 });
             assert_eq!(got[0].1, b"hello, tagged world");
@@ -382,6 +545,45 @@ mod tests {
             assert_eq!(got[1].0.kind, Kind::Send { stag: 0x1234_5601, msn: 1, mo: 0 });
             assert!(got.iter().all(|g| g.2), "CRCs match at cut {cut}");
         }
+    }
+
+    #[test]
+    fn steps_over_markers_checks_them_and_keeps_them_in_the_crc() {
+        let payload: Vec<u8> = (0..700u32).map(|i| i as u8).collect();
+        let fpdus = [
+            fpdu(&write_header(7, 0), &payload),
+            fpdu(&send_inv_header(7, 1), &payload[..300]),
+            fpdu(&write_header(7, 700), &payload),
+        ];
+        let stream = with_markers(&fpdus);
+        assert_eq!(stream.len(), fpdus.iter().map(Vec::len).sum::<usize>() + 4 * 4);
+        for cut in [1, 2, 3, 5, 64, 511, 512, 513, stream.len()] {
+            let got = follow(&stream, cut, true);
+            assert_eq!(got.len(), 3, "cut {cut}");
+            assert_eq!((got[0].1.as_slice(), got[2].1.as_slice()), (&payload[..], &payload[..]));
+            assert_eq!(got[1].1, &payload[..300]);
+            assert!(got.iter().all(|g| g.2), "CRCs with markers in them, cut {cut}");
+        }
+        // A marker that points elsewhere loses the tracker.
+        let mut t = Tracker::new(0, true, false);
+        let mut bad = stream.clone();
+        bad[515] ^= 4;
+        let mut pos = 0;
+        let r = loop {
+            match t.next(&bad[pos..]) {
+                Ok((n, _)) => pos += n,
+                Err(e) => break Err(e),
+            }
+            if pos == bad.len() {
+                break Ok(());
+            }
+        };
+        assert_eq!(r, Err(Unfollowable));
+        // Found from a marker: the one at 512 points back at the first
+        // FPDU's start, the one in front of nothing at 0 at 4.
+        assert_eq!(marker_head(512, &stream[512..516]), Some(4));
+        assert_eq!(marker_head(0, &stream[..4]), Some(4));
+        assert_eq!(marker_head(512, &[0, 0, 0, 2]), Some(516), "low bits read as zero");
     }
 
     #[test]

@@ -179,6 +179,10 @@ pub struct IwarpConfig {
     pub rx_start: u64,
     /// Stream offset where the next transmitted FPDU starts.
     pub tx_start: u64,
+    /// MPA markers (RFC 5044 §5.2) every 512 octets from `rx_start` in
+    /// what is received, and from `tx_start` in what is sent.
+    pub rx_markers: bool,
+    pub tx_markers: bool,
 }
 
 /// An NVMe/TCP socket (`nvme_tcp_ddp_config`).
@@ -325,6 +329,9 @@ pub struct Stats {
     pub tx_crc_offloaded_bytes: u64,
     /// Resyncs the ULP confirmed.
     pub resync_confirmed: u64,
+    /// FPDU boundaries found again from an MPA marker, with nothing to
+    /// ask the ULP.
+    pub resync_marker: u64,
     /// One-shot mappings armed by a departing capsule / freed by a response.
     pub oneshot_armed: u64,
     pub oneshot_freed: u64,

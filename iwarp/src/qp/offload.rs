@@ -95,6 +95,8 @@ impl Qp {
             oneshot_opcodes: self.oneshot,
             rx_start: self.rx_off,
             tx_start,
+            rx_markers: self.framer.markers().is_some(),
+            tx_markers: self.tx.markers().is_some(),
         });
         match dev.sk_add(flow, &config) {
             Ok(sk) => {
