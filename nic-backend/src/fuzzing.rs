@@ -277,56 +277,64 @@ mod tests {
         assert_eq!(placed, [1500, 1200, 1500]);
     }
 
-    /// An FPDU with CRC: length, header, payload, PAD, CRC (LE).
-    fn fpdu(header: &[u8], payload: &[u8]) -> Vec<u8> {
-        let ulpdu = header.len() + payload.len();
-        let mut b = (ulpdu as u16).to_be_bytes().to_vec();
-        b.extend_from_slice(header);
-        b.extend_from_slice(payload);
-        b.resize(b.len() + (4 - (2 + ulpdu) % 4) % 4, 0);
-        let crc = crc32c::crc32c(&b);
-        b.extend_from_slice(&crc.to_le_bytes());
-        b
-    }
-
     /// The inputs the `nic_mpa_rx` corpus grew from: a Write in two FPDUs
     /// and a Send with Invalidate of its STag, in order, reordered, with a
-    /// resync, and sent.
+    /// resync, and sent; then with markers, in order and reordered.
     pub(crate) fn mpa_seeds() -> Vec<Vec<u8>> {
+        use crate::mpa::tests::{fpdu, with_markers};
         let stag = Stag::new(3, 7);
         let base = 7u64 << 8;
-        let mut stream = Vec::new();
+        let mut fpdus = Vec::new();
         for (to, last) in [(0u64, false), (700, true)] {
             let mut h = vec![0x81 | if last { 0x40 } else { 0 }, 0x40];
             h.extend_from_slice(&stag.0.to_be_bytes());
             h.extend_from_slice(&(base + to).to_be_bytes());
-            stream.extend(fpdu(&h, &[0x5a; 700]));
+            fpdus.push(fpdu(&h, &[0x5a; 700]));
         }
         let mut h = vec![0x41, 0x44];
         for v in [stag.0, 0, 1, 0] {
             h.extend_from_slice(&v.to_be_bytes());
         }
-        stream.extend(fpdu(&h, b"done"));
-        // CRCs, every offload; STag index 3 key 7, 1400 bytes, remote
-        // write, split in two.
-        let head = [0x01 | (0xf << 2), 1, 2, 7, 0x78, 0x05, 0x04, 0x02];
-        let n = stream.len() as u16;
-        let plans: [&[(u8, u16, u16)]; 3] = [
-            &[(0, 0, n)],
-            &[(0, 0, 600), (0, 900, 700), (0, 600, 300), (0, 1200, n)],
-            &[(0, 0, 500), (0, 0, 500), (2, 0, 0), (0, 500, n), (3, 0, n), (4, 0, 0)],
+        fpdus.push(fpdu(&h, b"done"));
+        let (plain, marked) = (fpdus.concat(), with_markers(&fpdus));
+        // CRCs, every offload (and markers received); STag index 3 key 7,
+        // 1400 bytes, remote write, split in two.
+        let head = |markers: bool| {
+            let mode = 0x01 | (0xf << 2) | if markers { 0x40 } else { 0 };
+            [mode, 1, 2, 7, 0x78, 0x05, 0x04, 0x02]
+        };
+        let in_order = |n: usize| vec![(0u8, 0u16, n as u16)];
+        let reordered =
+            |n: usize| vec![(0, 0, 600), (0, 900, 700), (0, 600, 300), (0, 1200, n as u16)];
+        let n = plain.len();
+        let plans = [
+            (false, in_order(n)),
+            (false, reordered(n)),
+            (
+                false,
+                vec![
+                    (0, 0, 500),
+                    (0, 0, 500),
+                    (2, 0, 0),
+                    (0, 500, n as u16),
+                    (3, 0, n as u16),
+                    (4, 0, 0),
+                ],
+            ),
+            (true, in_order(marked.len())),
+            (true, reordered(marked.len())),
         ];
         plans
             .iter()
-            .map(|ops| {
-                let mut v = head.to_vec();
+            .map(|(markers, ops)| {
+                let mut v = head(*markers).to_vec();
                 v.push(ops.len() as u8);
-                for &(k, a, b) in *ops {
+                for &(k, a, b) in ops {
                     v.push(k);
                     v.extend_from_slice(&a.to_le_bytes());
                     v.extend_from_slice(&b.to_le_bytes());
                 }
-                v.extend_from_slice(&stream);
+                v.extend_from_slice(if *markers { &marked } else { &plain });
                 v
             })
             .collect()
@@ -346,6 +354,8 @@ mod tests {
         // the second's header, so the NIC loses its place after 584 bytes
         // and hunts; the stream ends before a chain can be confirmed, and
         // the close is left to software. Sent twice and resynced: all.
-        assert_eq!(got, [(1400, 1), (584, 0), (1400, 1)]);
+        // With markers the same, less the marker at 512: the stream ends
+        // before another marker could show the way.
+        assert_eq!(got, [(1400, 1), (584, 0), (1400, 1), (1400, 1), (576, 0)]);
     }
 }

@@ -448,11 +448,11 @@ impl Tracker {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// An FPDU as siw sends it: length, header, payload, PAD, CRC (LE).
-    fn fpdu(header: &[u8], payload: &[u8]) -> Vec<u8> {
+    pub(crate) fn fpdu(header: &[u8], payload: &[u8]) -> Vec<u8> {
         let ulpdu = header.len() + payload.len();
         let mut b = (ulpdu as u16).to_be_bytes().to_vec();
         b.extend_from_slice(header);
@@ -480,7 +480,7 @@ mod tests {
 
     /// `fpdus` as sent at stream offset 0 with a marker every 512 octets:
     /// in front of an FPDU it points at it, inside one back at its start.
-    fn with_markers(fpdus: &[Vec<u8>]) -> Vec<u8> {
+    pub(crate) fn with_markers(fpdus: &[Vec<u8>]) -> Vec<u8> {
         let mut out = Vec::new();
         for f in fpdus {
             let mut head = None;
