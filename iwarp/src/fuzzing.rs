@@ -2,7 +2,8 @@
 //! that replays its corpus. Not part of the API.
 //!
 //! Input: a flags byte (bit 0 CRC, bit 1 start from a bare listening QP,
-//! bit 2 siw's Terminate layout), a piece size, then the stream a peer
+//! bit 2 siw's Terminate layout, bit 3 ask for MPA markers), a piece
+//! size, then the stream a peer
 //! sends, cut into pieces of that size. The QP under test has regions at
 //! STags 0x101 (remote write), 0x201 (remote read and write, also the
 //! sink of an outbound Read), 0x301 (remote write, another PD's) and
@@ -49,6 +50,7 @@ fn run(data: &[u8]) -> Option<()> {
     if flags & 4 != 0 {
         cfg.term_layout = crate::wire::TermLayout::LinuxX86;
     }
+    cfg.markers = flags & 8 != 0;
     let mut bufs = Vec::new();
     let mut region = |pd, access| {
         let (buf, sgl) = guarded(256);
