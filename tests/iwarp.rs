@@ -507,6 +507,86 @@ fn tagged_payload_skips_the_host_with_offloads_and_not_without() {
     assert!(data.iter().all(|d| *d == data[0]), "identical data every way");
 }
 
+/// Sends into receives posted to be placed: with offloads the NIC writes
+/// them at their MO (markers or not) and the host neither copies nor
+/// digests them; a receive posted the ordinary way is copied; without
+/// offloads everything is. Identical data every way.
+#[test]
+fn sends_land_in_receives_the_nic_was_given() {
+    const N: usize = 6;
+    const SIZE: usize = 8192;
+    let mut data = Vec::new();
+    for (caps, markers) in [(Caps::ALL, false), (Caps::ALL, true), (Caps::NONE, false)] {
+        let mut link = Smol::with([nic_doing(caps); 2], Profile::default());
+        let (ea, eb) = (end(), end());
+        let (mut a, mut b) = connect_with(&mut link, &ea, &eb, |c, _| c.markers = markers);
+        let recvs: Vec<IoBuf> = (0..N).map(|_| IoBuf::new(SIZE)).collect();
+        for (i, r) in recvs.iter().enumerate() {
+            let wr = RecvWr { wr_id: i as u64, sgl: sgl(r) };
+            // The third is an ordinary receive: no NIC behind it.
+            if i == 2 { b.post_recv(wr) } else { b.post_recv_placed(wr) }.unwrap();
+        }
+        for i in 0..N {
+            let msg = SendOp::Send {
+                sgl: sgl(&pattern(SIZE, i as u8)),
+                solicited: false,
+                invalidate: None,
+            };
+            post(&mut a, i as u64, msg);
+        }
+        let [_, wb] = wait_wcs(&mut link, &mut a, &mut b, N, N);
+        assert!(wb.iter().all(|w| w.status == WcStatus::Success && w.byte_len == SIZE as u32));
+        for (i, r) in recvs.iter().enumerate() {
+            assert!(same(r, &pattern(SIZE, i as u8)), "{caps}: receive {i}");
+        }
+        let (s, nic) = (b.stats(), link.nics[1].stats());
+        let total = (N * SIZE) as u64;
+        assert_eq!(s.send_bytes, total);
+        if caps == Caps::ALL {
+            assert_eq!(nic.recv_setup, N as u64 - 1, "{caps}");
+            assert_eq!(
+                (s.placed_bytes, s.copy_bytes),
+                (total - SIZE as u64, SIZE as u64),
+                "{caps}"
+            );
+            assert_eq!(s.crc_bytes, 0, "{caps}, markers {markers}: no CRC on the host");
+        } else {
+            assert_eq!((nic.recv_setup, s.placed_bytes, s.copy_bytes), (0, 0, total));
+        }
+        data.push(recvs.iter().map(IoBuf::to_vec).collect::<Vec<_>>());
+    }
+    assert!(data.iter().all(|d| *d == data[0]));
+}
+
+/// A Send longer than the receive mapped for it: the NIC places none of
+/// it and nothing around the buffer changes; the QP answers as RFC 5041
+/// says (untagged, message too long).
+#[test]
+fn a_send_too_long_for_its_placed_receive_lands_nowhere() {
+    let mut link = Smol::with([nic(); 2], Profile::default());
+    let (ea, eb) = (end(), end());
+    let (mut a, mut b) = connect(&mut link, &ea, &eb);
+    let buf = IoBuf::from_vec(vec![CANARY; GUARD + 100 + GUARD]);
+    let wr = RecvWr { wr_id: 1, sgl: vec![SgEntry { buf: buf.clone(), offset: GUARD, len: 100 }] };
+    b.post_recv_placed(wr).unwrap();
+    post(
+        &mut a,
+        1,
+        SendOp::Send { sgl: sgl(&pattern(4000, 3)), solicited: false, invalidate: None },
+    );
+    let mut got = None;
+    run(&mut link, &mut a, &mut b, |a, _| {
+        got = got.take().or_else(|| a.poll_event());
+        got.is_some()
+    });
+    let Some(Event::Down(Down::TerminateReceived(t))) = got else { panic!("{got:?}") };
+    assert_eq!((t.layer as u8, t.etype, t.code), (1, 2, 5));
+    assert!(buf.to_vec().iter().all(|&x| x == CANARY), "nothing placed");
+    let nic = link.nics[1].stats();
+    // Refused once per FPDU: the 4000 bytes came in three.
+    assert_eq!((nic.recv_setup, nic.recv_refused, nic.nic_placed_bytes), (1, 3, 0));
+}
+
 /// `ios` I/Os in the manner of NVMe over RDMA: b (the host) makes a
 /// 64 KiB buffer known to a (the controller), which writes it and
 /// answers. One-shot: b advertises in one request and a's answer closes

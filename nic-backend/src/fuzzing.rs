@@ -125,9 +125,11 @@ pub fn rx(data: &[u8]) -> Stats {
 /// Run an iWARP flow's receive and transmit paths over arbitrary input.
 ///
 /// Byte 0: MPA CRCs (bit 0), one-shot opcodes (bit 1), active offloads
-/// (bits 2 to 5), markers received (bit 6) and sent (bit 7). Byte 1: how many STags; six bytes each: index, key,
-/// length (u16), rights (bits 0 to 2), flags (bit 0: advertised, armed by
-/// a Send at the offset `length` says; bit 1: split in two entries). Then
+/// (bits 2 to 5), markers received (bit 6) and sent (bit 7). Byte 1: how
+/// many buffers; six bytes each: index, key, length (u16), rights (bits 0
+/// to 2), flags (bit 0: advertised, armed by a Send at the offset
+/// `length` says; bit 1: split in two entries; bit 2: not an STag but the
+/// posted receive for the Send whose MSN is `index`, always writable). Then
 /// a count of operations, five bytes each: kind, then two u16 `a` and
 /// `b`: receive `[a, a + b)` (kinds 0 and 1), confirm a resync at `a`
 /// (2), transmit `[a, a + b)` (3), or invalidate the STag at position
@@ -173,16 +175,19 @@ pub fn mpa_rx(data: &[u8]) -> Stats {
             }
         }
         let stag = Stag::new(index, key);
-        let io = StagIo { stag, sgl, base: u64::from(key) << 8, access };
+        let recv = flags & 4 != 0;
         let arm_at = (flags & 1 != 0).then_some(len as u64);
-        if !flow.stag_busy(stag)
-            && let Some(m) = StagMapping::new(io, arm_at)
+        if recv {
+            flow.insert_recv(index, sgl);
+        } else if !flow.stag_busy(stag)
+            && let Some(m) =
+                StagMapping::new(StagIo { stag, sgl, base: u64::from(key) << 8, access }, arm_at)
         {
             flow.insert_stag(m, arm_at);
             stags.push(stag);
         }
         let writable =
-            access.contains(Access::LOCAL_WRITE) || access.contains(Access::REMOTE_WRITE);
+            recv || access.contains(Access::LOCAL_WRITE) || access.contains(Access::REMOTE_WRITE);
         let ranges = if writable { ranges } else { Vec::new() };
         guarded.push(Guarded { buf, ranges });
     }
@@ -299,9 +304,14 @@ mod tests {
         let (plain, marked) = (fpdus.concat(), with_markers(&fpdus));
         // CRCs, every offload (and markers received); STag index 3 key 7,
         // 1400 bytes, remote write, split in two.
-        let head = |markers: bool| {
+        let head = |markers: bool, recv: bool| {
             let mode = 0x01 | (0xf << 2) | if markers { 0x40 } else { 0 };
-            [mode, 1, 2, 7, 0x78, 0x05, 0x04, 0x02]
+            let mut h = vec![mode, 1 + u8::from(recv), 2, 7, 0x78, 0x05, 0x04, 0x02];
+            if recv {
+                // A 16-byte receive for the Send with MSN 1.
+                h.extend_from_slice(&[0, 0, 16, 0, 0, 0x04]);
+            }
+            h
         };
         let in_order = |n: usize| vec![(0u8, 0u16, n as u16)];
         let reordered =
@@ -324,10 +334,10 @@ mod tests {
             (true, in_order(marked.len())),
             (true, reordered(marked.len())),
         ];
-        plans
+        let mut seeds: Vec<_> = plans
             .iter()
             .map(|(markers, ops)| {
-                let mut v = head(*markers).to_vec();
+                let mut v = head(*markers, false);
                 v.push(ops.len() as u8);
                 for &(k, a, b) in ops {
                     v.push(k);
@@ -337,7 +347,14 @@ mod tests {
                 v.extend_from_slice(if *markers { &marked } else { &plain });
                 v
             })
-            .collect()
+            .collect();
+        // In order, with a receive posted for the Send.
+        let mut v = head(false, true);
+        v.extend_from_slice(&[1, 0, 0, 0]);
+        v.extend_from_slice(&(n as u16).to_le_bytes());
+        v.extend_from_slice(&plain);
+        seeds.push(v);
+        seeds
     }
 
     #[test]
@@ -356,6 +373,7 @@ mod tests {
         // the close is left to software. Sent twice and resynced: all.
         // With markers the same, less the marker at 512: the stream ends
         // before another marker could show the way.
-        assert_eq!(got, [(1400, 1), (584, 0), (1400, 1), (1400, 1), (576, 0)]);
+        // The Send's four bytes land in the receive posted for it.
+        assert_eq!(got, [(1400, 1), (584, 0), (1400, 1), (1400, 1), (576, 0), (1404, 1)]);
     }
 }

@@ -5,7 +5,8 @@
 //! payload of a tagged segment (RDMA Write, Read Response) whose STag is
 //! mapped, live, carries the right key and right, and covers the whole
 //! range, is written at its TO with the MPA CRC computed in the same pass;
-//! every range gets a hint. A Send that closes an STag (Send with
+//! so is the payload of a Send whose MSN has a posted receive buffer
+//! mapped, at its MO, if it fits. Every range gets a hint. A Send that closes an STag (Send with
 //! Invalidate, or the one-shot close) frees the mapping when its last FPDU
 //! ends with a good CRC, before the stack sees it, and the ULP is told
 //! which STag went. Old segments pass untouched. After a gap over a header
@@ -25,7 +26,7 @@ use crate::mpa::{self, Event, Header, Kind, Tracker, marker_head, op};
 use crc32c::crc32c_append;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use ulp_ddp::{Access, Caps, HintFlags, IwarpConfig, SkCtx, Stag, StagIo, Stats};
+use ulp_ddp::{Access, Caps, HintFlags, IwarpConfig, SgEntry, SkCtx, Stag, StagIo, Stats};
 
 /// FPDU starts remembered while waiting for a resync to be confirmed.
 const CHAIN_MEMORY: usize = 64;
@@ -72,12 +73,21 @@ enum Sync {
     },
 }
 
+/// Where a segment's payload may land.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    /// The STag with this index.
+    Stag(u32),
+    /// The posted receive for the Send with this MSN.
+    Recv(u32),
+}
+
 struct RxFpdu {
     start: u64,
     header: Header,
     trusted: bool,
-    /// STag index and buffer position of the payload's first byte.
-    place: Option<(u32, usize)>,
+    /// Where, and at which buffer position, the payload's first byte goes.
+    place: Option<(Target, usize)>,
     crc_on: bool,
     /// No byte of this FPDU was missed.
     intact: bool,
@@ -95,6 +105,8 @@ pub(crate) struct IwarpFlow {
     /// Advertised STags not live yet: (offset of the Send that arms
     /// them, STag).
     unarmed: Vec<(u64, Stag)>,
+    /// Posted receive buffers, by the MSN of the Send they take.
+    recvs: HashMap<u32, Mapping>,
     rx_next: u64,
     rx_tracker: Tracker,
     sync: Sync,
@@ -116,6 +128,7 @@ impl IwarpFlow {
             tx_crc,
             stags: HashMap::new(),
             unarmed: Vec::new(),
+            recvs: HashMap::new(),
             rx_next: config.rx_start,
             rx_tracker: Tracker::new(config.rx_start, config.rx_markers, oneshot),
             sync: Sync::Synced,
@@ -168,6 +181,26 @@ impl IwarpFlow {
             }
             _ => false,
         }
+    }
+
+    pub fn recvs(&self) -> usize {
+        self.recvs.len()
+    }
+
+    /// Map the posted receive the Send with `msn` lands in.
+    pub fn insert_recv(&mut self, msn: u32, sgl: Vec<SgEntry>) -> Option<()> {
+        let len = sgl.iter().map(|e| e.len).sum::<usize>();
+        let entries = sgl.into_iter().map(|e| (e.buf, e.offset, e.len)).collect();
+        (len > 0).then(|| {
+            let map = Mapping { entries, len, oneshot: false, live: true };
+            self.recvs.insert(msn, map);
+        })
+    }
+
+    /// The Send with `msn` went by: its receive, and any older one the
+    /// NIC missed, are the ULP's alone now.
+    fn retire_recvs(&mut self, msn: u32) {
+        self.recvs.retain(|&m, _| (m.wrapping_sub(msn) as i32) > 0);
     }
 
     /// The mapping tagged data for `stag` at `to` may be placed into, and
@@ -323,16 +356,21 @@ impl IwarpFlow {
         }
         let trusted = matches!(self.sync, Sync::Synced);
         let crc_on = self.crc_active(env);
-        let mut place = None;
-        if let (true, Kind::Tagged { stag, to }) = (trusted, header.kind)
-            && header.payload_len > 0
-            && env.active.contains(Caps::NVME_TCP)
-        {
-            place = self.permitted(header.opcode, stag, to, u64::from(header.payload_len));
-            if place.is_none() {
-                env.stats.stag_refused += 1;
+        let len = header.payload_len;
+        let place = match header.kind {
+            _ if !trusted || len == 0 || !env.active.contains(Caps::NVME_TCP) => None,
+            Kind::Tagged { stag, to } => {
+                let p = self.permitted(header.opcode, stag, to, u64::from(len));
+                env.stats.stag_refused += u64::from(p.is_none());
+                p.map(|(index, pos)| (Target::Stag(index), pos))
             }
-        }
+            Kind::Send { msn, mo, .. } => self.recvs.get(&msn).and_then(|m| {
+                let fits = (mo as usize).checked_add(len as usize).is_some_and(|e| e <= m.len);
+                env.stats.recv_refused += u64::from(!fits);
+                fits.then_some((Target::Recv(msn), mo as usize))
+            }),
+            Kind::Other => None,
+        };
         self.hint(hint_from, end, if crc_on { HintFlags::CRC_OK } else { HintFlags::NONE });
         self.fpdu = Some(RxFpdu { start, header, trusted, place, crc_on, intact: true });
     }
@@ -344,12 +382,18 @@ impl IwarpFlow {
         }
         let n = bytes.len() as u64;
         let crc = self.rx_tracker.crc_mut();
-        let target = f.place.and_then(|(index, pos)| Some((self.stags.get(&index)?, pos)));
+        let target = f.place.and_then(|(t, pos)| {
+            let m = match t {
+                Target::Stag(index) => self.stags.get(&index).map(|m| &m.map),
+                Target::Recv(msn) => self.recvs.get(&msn),
+            };
+            Some((m?, pos))
+        });
         let placed = match target {
             Some((m, pos)) if self.ctx.has_room() => {
                 let at_pos = pos + offset as usize;
-                let Some(c) = m.map.place(at_pos, bytes, f.crc_on.then_some(*crc)) else {
-                    debug_assert!(false, "placement past the end of STag {}", m.stag);
+                let Some(c) = m.place(at_pos, bytes, f.crc_on.then_some(*crc)) else {
+                    debug_assert!(false, "placement past the end of {:?}", f.place);
                     f.trusted = false;
                     return;
                 };
@@ -380,12 +424,15 @@ impl IwarpFlow {
         let Some(f) = self.fpdu.take() else { return };
         let verified = f.crc_on && f.intact && trailer == self.rx_tracker.computed();
         self.hint(start, end, if verified { HintFlags::CRC_OK } else { HintFlags::NONE });
+        let Kind::Send { stag, msn, .. } = f.header.kind else { return };
+        if f.trusted && f.header.last {
+            self.retire_recvs(msn);
+        }
         // One-shot completion: free the STag the message closes before the
         // message goes up, if nothing about the FPDU is in doubt.
-        let (Kind::Send { stag, .. }, true) = (f.header.kind, f.header.last && f.header.closes())
-        else {
+        if !(f.header.last && f.header.closes()) {
             return;
-        };
+        }
         let sound = f.trusted && (verified || (!self.config.crc && f.intact));
         if sound && env.active.contains(Caps::NVME_TCP_ONESHOT) && self.remove_stag(Stag(stag)) {
             self.ctx.freed(f.start, stag);

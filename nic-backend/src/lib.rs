@@ -50,8 +50,8 @@ use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use ulp_ddp::{
-    Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, Limits, NvmeTcpConfig, Role, SkHandle, Stag,
-    StagIo, Stats,
+    Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, Limits, NvmeTcpConfig, Role, SgEntry,
+    SkHandle, Stag, StagIo, Stats,
 };
 
 /// What a NIC offers and what it starts with.
@@ -705,25 +705,44 @@ impl DdpDevice for NicHandle {
             stats.stag_invalidate += 1;
         }
     }
+
+    fn recv_setup(&self, sk: &SkHandle, msn: u32, sgl: Vec<SgEntry>) -> Result<(), DdpError> {
+        let mut st = self.shared.lock();
+        let (active, limits) = (st.cfg.active, st.cfg.limits);
+        self.sgl_ok(&limits, active, &sgl)?;
+        let flow = st.flows.get_mut(sk.id as usize).ok_or(DdpError::NoSocket)?.iwarp()?;
+        if flow.recvs() >= limits.max_stags as usize {
+            return Err(DdpError::TooManyStags(limits.max_stags));
+        }
+        flow.insert_recv(msn, sgl).ok_or(DdpError::Empty)?;
+        st.stats.recv_setup += 1;
+        Ok(())
+    }
 }
 
 impl NicHandle {
+    /// Check `sgl` against the device's limits and the socket's state.
+    fn sgl_ok(&self, limits: &Limits, active: Caps, sgl: &[SgEntry]) -> Result<(), DdpError> {
+        if !active.contains(Caps::NVME_TCP) {
+            return Err(DdpError::NotActive(Caps::NVME_TCP));
+        }
+        if limits.max_ddp_sgl_len > 0 && sgl.len() > limits.max_ddp_sgl_len as usize {
+            return Err(DdpError::TooManyEntries(sgl.len()));
+        }
+        match sgl.iter().position(|e| e.len == 0 || !e.in_bounds()) {
+            Some(i) => Err(DdpError::BadEntry(i)),
+            None => Ok(()),
+        }
+    }
+
     /// Map a tagged buffer, live now or when the Send at `arm_at` leaves.
     fn map_stag(&self, sk: &SkHandle, io: StagIo, arm_at: Option<u64>) -> Result<(), DdpError> {
         let mut st = self.shared.lock();
         let (active, limits) = (st.cfg.active, st.cfg.limits);
         let result = (|| {
-            if !active.contains(Caps::NVME_TCP) {
-                return Err(DdpError::NotActive(Caps::NVME_TCP));
-            }
+            self.sgl_ok(&limits, active, &io.sgl)?;
             if arm_at.is_some() && !active.contains(Caps::NVME_TCP_ONESHOT) {
                 return Err(DdpError::NotActive(Caps::NVME_TCP_ONESHOT));
-            }
-            if limits.max_ddp_sgl_len > 0 && io.sgl.len() > limits.max_ddp_sgl_len as usize {
-                return Err(DdpError::TooManyEntries(io.sgl.len()));
-            }
-            if let Some(i) = io.sgl.iter().position(|e| e.len == 0 || !e.in_bounds()) {
-                return Err(DdpError::BadEntry(i));
             }
             let flow = st.flows.get_mut(sk.id as usize).ok_or(DdpError::NoSocket)?.iwarp()?;
             if flow.stag_busy(io.stag) {

@@ -144,8 +144,9 @@ pub struct Limits {
     /// Whether tags may use the full 16-bit range; if not, they must be
     /// below the socket's queue size (the device indexes a table by tag).
     pub full_ccid_range: bool,
-    /// Tagged buffers one iWARP socket may have mapped at once; 0 for a
-    /// device that does not follow MPA/DDP streams at all.
+    /// Tagged buffers (and, as many again, posted receive buffers) one
+    /// iWARP socket may have mapped at once; 0 for a device that does not
+    /// follow MPA/DDP streams at all.
     pub max_stags: u32,
 }
 
@@ -350,6 +351,10 @@ pub struct Stats {
     /// Tagged segments the device would not place: no such STag, a stale
     /// key, no remote-write right, or a range outside the buffer.
     pub stag_refused: u64,
+    /// Posted receive buffers mapped, and Send segments the device would
+    /// not place in the one mapped for their MSN (a range outside it).
+    pub recv_setup: u64,
+    pub recv_refused: u64,
 }
 
 /// The device operations (`ulp_ddp_dev_ops`).
@@ -391,5 +396,14 @@ pub trait DdpDevice: Send + Sync {
     /// ignored: the peer may have closed it first.
     fn stag_invalidate(&self, sk: &SkHandle, stag: Stag) {
         let _ = (sk, stag);
+    }
+
+    /// Map a posted receive buffer: the payload of the untagged Send with
+    /// message sequence number `msn` (queue 0) lands in `sgl` at its MO,
+    /// never past its end. The device forgets the mapping once that
+    /// message, or a later one, has gone by.
+    fn recv_setup(&self, sk: &SkHandle, msn: u32, sgl: Vec<SgEntry>) -> Result<(), DdpError> {
+        let _ = (sk, msn, sgl);
+        Err(DdpError::WrongUlp)
     }
 }

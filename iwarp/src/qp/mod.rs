@@ -314,7 +314,8 @@ pub struct Qp {
     rx: rx::RxState,
     tx: tx::TxState,
     sq: VecDeque<SendWr>,
-    rq: VecDeque<RecvWr>,
+    /// Posted receives, and whether each is mapped on the NIC.
+    rq: VecDeque<(RecvWr, bool)>,
     orq: VecDeque<Outbound>,
     irq: VecDeque<Inbound>,
     cq: VecDeque<Wc>,
@@ -440,6 +441,17 @@ impl Qp {
 
     /// Post a receive buffer. Allowed before connecting, as verbs allow.
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), VerbsError> {
+        self.post_recv_as(wr, false)
+    }
+
+    /// Post a receive buffer and map it on this QP's NIC, which then
+    /// places the Send that lands in it (it knows the Send by the MSN the
+    /// receive will take), as it places tagged data.
+    pub fn post_recv_placed(&mut self, wr: RecvWr) -> Result<(), VerbsError> {
+        self.post_recv_as(wr, true)
+    }
+
+    fn post_recv_as(&mut self, wr: RecvWr, placed: bool) -> Result<(), VerbsError> {
         if matches!(self.state, QpState::Error | QpState::Closed) {
             return Err(VerbsError::NotConnected);
         }
@@ -447,8 +459,20 @@ impl Qp {
             return Err(VerbsError::QueueFull);
         }
         check_sgl(&wr.sgl)?;
-        self.rq.push_back(wr);
+        if placed {
+            let msn = self.recv_msn(self.rq.len());
+            self.nic_recv(msn, &wr.sgl);
+        }
+        self.rq.push_back((wr, placed));
         Ok(())
+    }
+
+    /// The MSN of the Send that will land in the receive at `rq[i]`.
+    fn recv_msn(&self, i: usize) -> u32 {
+        // An open Send and a Send RTR still to come take theirs first.
+        let rtr = self.state == QpState::AwaitRtr(Rtr::Send) && !self.rx.open();
+        let ahead = u32::from(self.rx.open()) + u32::from(rtr) + i as u32;
+        self.rx.next_msn(0).wrapping_add(ahead)
     }
 
     /// Post a send-queue work request; requests run in order.
@@ -574,7 +598,7 @@ impl Qp {
         if let Some(r) = self.rx.abandon() {
             self.cq.push_back(flushed(r.wr_id, WcOpcode::Recv));
         }
-        for r in self.rq.drain(..) {
+        for (r, _) in self.rq.drain(..) {
             self.cq.push_back(flushed(r.wr_id, WcOpcode::Recv));
         }
         self.irq.clear();

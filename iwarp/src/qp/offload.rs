@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use ulp_ddp::{Caps, Config, DdpDevice, FlowId, HintFlags, IwarpConfig, SkHandle, Stag};
+use ulp_ddp::{Caps, Config, DdpDevice, FlowId, HintFlags, IwarpConfig, SgEntry, SkHandle, Stag};
 
 use super::Qp;
 
@@ -18,7 +18,10 @@ use super::Qp;
 pub struct QpStats {
     /// Payload bytes of tagged segments received.
     pub tagged_bytes: u64,
-    /// Received payload bytes the QP copied out of the stream.
+    /// Payload bytes of Sends received.
+    pub send_bytes: u64,
+    /// Received payload bytes (tagged or sent) the QP copied out of the
+    /// stream.
     pub copy_bytes: u64,
     /// Received payload bytes the NIC placed.
     pub placed_bytes: u64,
@@ -29,7 +32,7 @@ pub struct QpStats {
     /// Sent payload bytes whose MPA CRC was left to the NIC.
     pub tx_nic_crc_bytes: u64,
     /// Calls into the device per I/O path: registrations, posted Sends,
-    /// local invalidates, one-shot advertisements.
+    /// local invalidates, one-shot advertisements, mapped receives.
     pub control_calls: u64,
     /// STags the NIC freed on a peer's close, and that the QP confirmed.
     pub remote_invalidates: u64,
@@ -103,7 +106,23 @@ impl Qp {
                 let tx_crc = self.crc && sk.offloads.contains(Caps::NVME_TCP_DDGST_TX);
                 self.offload = Offload::On(Active { dev, sk, tx_crc, resync: None });
             }
-            Err(e) => tracing::debug!(error = %e, "offload refused; software only"),
+            Err(e) => return tracing::debug!(error = %e, "offload refused; software only"),
+        }
+        // Receives posted to be placed before there was a socket to map.
+        let posted: Vec<_> = self.rq.iter().map(|(wr, placed)| (*placed, wr.sgl.clone())).collect();
+        for (i, (placed, sgl)) in posted.into_iter().enumerate() {
+            if placed {
+                self.nic_recv(self.recv_msn(i), &sgl);
+            }
+        }
+    }
+
+    /// Map the posted receive the Send with `msn` lands in.
+    pub(super) fn nic_recv(&mut self, msn: u32, sgl: &[SgEntry]) {
+        let Some(a) = self.active() else { return };
+        match a.dev.recv_setup(&a.sk, msn, sgl.to_vec()) {
+            Ok(()) => self.stats.control_calls += 1,
+            Err(e) => tracing::debug!(error = %e, msn, "receive not offloaded"),
         }
     }
 

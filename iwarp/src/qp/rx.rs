@@ -25,6 +25,8 @@ struct OpenSend {
     inval: u32,
     /// The zero-length Send RTR: no receive buffer behind it.
     rtr: bool,
+    /// The receive is mapped on the NIC, which may place into it.
+    nic: bool,
 }
 
 /// What the segment whose header came last is doing with its payload.
@@ -60,6 +62,16 @@ pub(super) struct RxState {
 }
 
 impl RxState {
+    /// A Send is being received.
+    pub(super) fn open(&self) -> bool {
+        self.send.is_some()
+    }
+
+    /// The MSN the next message on untagged queue `q` carries.
+    pub(super) fn next_msn(&self, q: usize) -> u32 {
+        self.done[q].wrapping_add(1)
+    }
+
     /// The receive a Send was landing in, if one was open.
     pub(super) fn abandon(&mut self) -> Option<RecvWr> {
         self.seg = Seg::Idle;
@@ -291,12 +303,12 @@ impl Qp {
                 return Err(self.ddp_untagged(4));
             }
             let rtr = matches!(self.state, QpState::AwaitRtr(Rtr::Send));
-            let wr = if rtr {
-                RecvWr { wr_id: 0, sgl: Vec::new() }
+            let (wr, nic) = if rtr {
+                (RecvWr { wr_id: 0, sgl: Vec::new() }, false)
             } else {
                 self.rq.pop_front().ok_or_else(|| self.ddp_untagged(2))?
             };
-            self.rx.send = Some(OpenSend { wr, placed: 0, opcode, inval, rtr });
+            self.rx.send = Some(OpenSend { wr, placed: 0, opcode, inval, rtr, nic });
         }
         let open = self.rx.send.as_ref().expect("opened above");
         if mo != open.placed || opcode != open.opcode {
@@ -339,22 +351,41 @@ impl Qp {
             }
             return Ok(());
         }
+        if let Seg::Send { mo } = self.rx.seg {
+            let open = self.rx.send.as_ref().expect("a Send segment has a receive");
+            let at = u64::from(mo + offset);
+            self.stats.send_bytes += n;
+            if !self.framer.placed() {
+                let mut done = 0;
+                walk(&open.wr.sgl, at, bytes.len(), |e, off, k| {
+                    e.buf.lock()[off..off + k].copy_from_slice(&bytes[done..done + k]);
+                    done += k;
+                });
+                self.stats.copy_bytes += n;
+                return Ok(());
+            }
+            if !open.nic {
+                // Placed into a receive the NIC was never given.
+                return Err(Terminate::new(TermLayer::Llp, 0, 5));
+            }
+            // The NIC wrote them into this receive at their MO.
+            self.stats.placed_bytes += n;
+            if self.framer.wants_payload_crc() {
+                let mut crc = self.framer.crc();
+                walk(&open.wr.sgl, at, bytes.len(), |e, off, k| {
+                    crc = crc32c::crc32c_append(crc, &e.buf.lock()[off..off + k]);
+                });
+                self.framer.digested(crc, bytes.len());
+            }
+            return Ok(());
+        }
         if self.framer.placed() {
-            // Nothing but tagged payload is ever placed: these bytes are
-            // not in the stream, and no one can say what they were.
+            // Nothing else is ever placed: these bytes are not in the
+            // stream, and no one can say what they were.
             return Err(Terminate::new(TermLayer::Llp, 0, 5));
         }
-        match &mut self.rx.seg {
-            Seg::Idle | Seg::Skip | Seg::Write { .. } | Seg::ReadResponse { .. } => {}
-            Seg::Send { mo } => {
-                let open = self.rx.send.as_ref().expect("a Send segment has a receive");
-                let mut done = 0;
-                walk(&open.wr.sgl, u64::from(*mo + offset), bytes.len(), |e, off, n| {
-                    e.buf.lock()[off..off + n].copy_from_slice(&bytes[done..done + n]);
-                    done += n;
-                });
-            }
-            Seg::Gather(buf) => buf.extend_from_slice(bytes),
+        if let Seg::Gather(buf) = &mut self.rx.seg {
+            buf.extend_from_slice(bytes);
         }
         Ok(())
     }

@@ -120,11 +120,11 @@ impl Qp {
             .with_oneshot(self.oneshot)
             .start(self.rx_off, self.cfg.markers);
         self.tx.start(self.cfg.emss, req.markers);
-        self.start_offload(self.tx.stream_end());
         match rtr {
             Some(rtr) => self.state = QpState::AwaitRtr(rtr),
             None => self.established(Vec::new()),
         }
+        self.start_offload(self.tx.stream_end());
         Ok(())
     }
 
