@@ -190,11 +190,12 @@ impl IwarpFlow {
     /// Map the posted receive the Send with `msn` lands in.
     pub fn insert_recv(&mut self, msn: u32, sgl: Vec<SgEntry>) -> Option<()> {
         let len = sgl.iter().map(|e| e.len).sum::<usize>();
+        if len == 0 {
+            return None;
+        }
         let entries = sgl.into_iter().map(|e| (e.buf, e.offset, e.len)).collect();
-        (len > 0).then(|| {
-            let map = Mapping { entries, len, oneshot: false, live: true };
-            self.recvs.insert(msn, map);
-        })
+        self.recvs.insert(msn, Mapping { entries, len, oneshot: false, live: true });
+        Some(())
     }
 
     /// The Send with `msn` went by: its receive, and any older one the

@@ -255,9 +255,7 @@ impl Tracker {
 
     /// Forget the FPDU in progress; an FPDU starts at stream offset `at`.
     pub fn reset_at(&mut self, at: u64) {
-        let mut fresh = Self::new(at, false, self.oneshot);
-        fresh.markers = self.markers;
-        *self = fresh;
+        *self = Self { markers: self.markers, ..Self::new(at, false, self.oneshot) };
     }
 
     /// Where `pos` is past the last marker position, with markers.
@@ -367,8 +365,8 @@ impl Tracker {
         let at = self.pos - ph as u64;
         self.pos += k as u64;
         if self.marker_seen == MARKER {
-            let head = if inside { Some(self.fpdu_start) } else { Some(self.pos) };
-            if marker_head(at, &self.marker) != head {
+            let head = if inside { self.fpdu_start } else { self.pos };
+            if marker_head(at, &self.marker) != Some(head) {
                 return Err(Unfollowable);
             }
         }

@@ -371,10 +371,7 @@ impl Qp {
             // The NIC wrote them into this receive at their MO.
             self.stats.placed_bytes += n;
             if self.framer.wants_payload_crc() {
-                let mut crc = self.framer.crc();
-                walk(&open.wr.sgl, at, bytes.len(), |e, off, k| {
-                    crc = crc32c::crc32c_append(crc, &e.buf.lock()[off..off + k]);
-                });
+                let crc = self.payload_crc(self.framer.crc(), offset as usize, bytes.len());
                 self.framer.digested(crc, bytes.len());
             }
             return Ok(());

@@ -39,8 +39,10 @@ pub(super) struct TxState {
     scratch: Vec<u8>,
     /// Bytes handed to the transport so far.
     drained: u64,
-    /// The markers the peer asked for, if it did.
+    /// The markers the peer asked for, if it did, and where an FPDU is
+    /// built before they go in.
     markers: Option<Markers>,
+    unmarked: Vec<u8>,
 }
 
 impl TxState {
@@ -56,6 +58,7 @@ impl TxState {
             scratch: Vec::new(),
             drained: 0,
             markers: None,
+            unmarked: Vec::new(),
         }
     }
 
@@ -84,9 +87,10 @@ impl TxState {
         let Some(m) = self.markers else {
             return emit_fpdu_with(header, payload_len, crc, &mut self.buf, fill);
         };
-        let (start, at) = (self.buf.len(), self.stream_end());
-        emit_fpdu_with(header, payload_len, false, &mut self.buf, fill)?;
-        marker::insert(&mut self.buf, start, at, m, crc);
+        let at = self.stream_end();
+        self.unmarked.clear();
+        emit_fpdu_with(header, payload_len, false, &mut self.unmarked, fill)?;
+        marker::append(&mut self.buf, &self.unmarked, at, m, crc);
         Ok(())
     }
 

@@ -622,9 +622,10 @@ mod tests {
         let mut stream = Vec::new();
         for to in [0, 700] {
             let (h, p) = write(9, to, 700, true);
-            let start = stream.len();
-            emit_fpdu(&h, &p, false, &mut stream);
-            marker::insert(&mut stream, start, 40 + start as u64, m, true);
+            let mut fpdu = Vec::new();
+            emit_fpdu(&h, &p, false, &mut fpdu);
+            let at = 40 + stream.len() as u64;
+            marker::append(&mut stream, &fpdu, at, m, true);
         }
         assert_eq!(stream.len(), 2 * fpdu_len(714) + 3 * 4, "markers at 0, 512 and 1024");
         for piece in [1, 3, 512, stream.len()] {

@@ -64,15 +64,14 @@ pub fn mulpdu(emss: usize) -> usize {
     emss.saturating_sub(6 + LEN * emss.div_ceil(INTERVAL as usize) + emss % 4)
 }
 
-/// Put markers into the FPDU at `out[start..]`, built without them (its
-/// CRC trailer last), which goes on the wire at stream offset `at`; its
-/// CRC, over everything from the length field up to the trailer markers
-/// included, is written when `crc`, zeros are left otherwise.
-pub fn insert(out: &mut Vec<u8>, start: usize, at: u64, m: Markers, crc: bool) {
-    let fpdu = out.split_off(start);
+/// Append `fpdu`, built without markers (its CRC trailer last), to `out`
+/// with markers where they fall, as it goes on the wire at stream offset
+/// `at`; its CRC, over everything from the length field up to the trailer
+/// markers included, is written when `crc`, zeros are left otherwise.
+pub fn append(out: &mut Vec<u8>, fpdu: &[u8], at: u64, m: Markers, crc: bool) {
     let body = &fpdu[..fpdu.len() - CRC];
     out.reserve(fpdu.len() + LEN * (fpdu.len() / INTERVAL as usize + 2));
-    let (mut pos, mut head, mut covered, mut i) = (at, None, start, 0);
+    let (mut pos, mut head, mut covered, mut i) = (at, None, out.len(), 0);
     loop {
         if m.phase(pos) == 0 {
             // A marker in front of the FPDU points at it; one inside points
@@ -130,8 +129,7 @@ mod tests {
         let mut out = vec![0xee; 3];
         let mut fpdu = body.clone();
         fpdu.extend_from_slice(&[0; 4]);
-        out.extend_from_slice(&fpdu);
-        insert(&mut out, 3, 504, m, true);
+        append(&mut out, &fpdu, 504, m, true);
         let wire = &out[3..];
         assert_eq!(wire.len(), 1000 + 4 + 4 * 2, "markers at 512 and 1024");
         assert_eq!(&wire[..8], &body[..8]);
@@ -143,8 +141,8 @@ mod tests {
         assert_eq!(wire[n - 4..], crc32c::crc32c(&wire[..n - 4]).to_le_bytes());
         // Starting right at a marker: it precedes the FPDU and the CRC
         // leaves it out.
-        let mut out = fpdu.clone();
-        insert(&mut out, 0, 512, m, true);
+        let mut out = Vec::new();
+        append(&mut out, &fpdu, 512, m, true);
         assert_eq!(&out[..4], &[0, 0, 0, 0]);
         assert_eq!(fpduptr(out[512..516].try_into().unwrap()), 508);
         let n = out.len();
