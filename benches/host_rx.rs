@@ -88,7 +88,7 @@ impl Rig {
             kato: Duration::ZERO,
             ..HostConfig::default()
         };
-        let mut host = Host::new(host_cfg);
+        let mut host = nvme_tcp::host::new(host_cfg);
         let dev = hints.then(|| Arc::new(Vouching::default()));
         if let Some(d) = &dev {
             let any = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 4420);

@@ -479,8 +479,12 @@ fn run_once<M: Medium + Send + 'static>(
     // The host's stack runs on the NIC's descriptor ring.
     let (error, sample) = if o.threaded() {
         let (ring, nic) = NicThread::spawn(hdev).map_err(|e| e.to_string())?;
-        let mut host =
-            HostSide::new(Stack::new(ring, hcfg, now), Host::new(host_cfg), remote, Some(hddp));
+        let mut host = HostSide::new(
+            Stack::new(ring, hcfg, now),
+            nvme_tcp::host::new(host_cfg),
+            remote,
+            Some(hddp),
+        );
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let controller = std::thread::Builder::new()
@@ -499,8 +503,12 @@ fn run_once<M: Medium + Send + 'static>(
         (error, sample)
     } else {
         let (ring, mut nic) = NicEngine::new(hdev);
-        let mut host =
-            HostSide::new(Stack::new(ring, hcfg, now), Host::new(host_cfg), remote, Some(hddp));
+        let mut host = HostSide::new(
+            Stack::new(ring, hcfg, now),
+            nvme_tcp::host::new(host_cfg),
+            remote,
+            Some(hddp),
+        );
         let sums = Rc::new(Cell::new(Cpu::default()));
         let clocks = Clocks::Lockstep(sums.clone());
         let mut app = app(&clocks);

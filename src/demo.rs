@@ -11,7 +11,7 @@ use crate::userspace::{
 use crate::workload::{Limit, Rw, WorkloadSpec};
 use nic_backend::NicHandle;
 use nvme_tcp::controller::{Port, Target, TargetConfig};
-use nvme_tcp::host::{Host, HostConfig};
+use nvme_tcp::host::HostConfig;
 use nvme_tcp::namespace::{Namespace, RamNamespace};
 use nvme_tcp::wire::Digests;
 use serde::Serialize;
@@ -200,7 +200,7 @@ pub fn build(o: &DemoOptions) -> Result<Demo, DemoError> {
     let remote = SocketAddrV4::new(CONTROLLER_IP, PORT);
     let hdev: Arc<dyn DdpDevice> = Arc::new(host_nic.clone());
     let cdev: Arc<dyn DdpDevice> = Arc::new(ctrl_nic.clone());
-    let host = HostSide::new(hstack, Host::new(host_cfg), remote, Some(hdev));
+    let host = HostSide::new(hstack, nvme_tcp::host::new(host_cfg), remote, Some(hdev));
     let ctrl = ControllerSide::new(cstack, target, PORT, Some(cdev))?;
     Ok(Demo { host, ctrl, host_nic, ctrl_nic })
 }

@@ -11,7 +11,7 @@ use nvme_ddp::size::{format_size, parse_size};
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
 use nvme_ddp::{bench, demo, plot, userspace};
 use nvme_tcp::controller::{Port, Target, TargetConfig};
-use nvme_tcp::host::{Host, HostConfig};
+use nvme_tcp::host::HostConfig;
 use nvme_tcp::namespace::{FileNamespace, Namespace, RamNamespace};
 use nvme_tcp::nvme::DISCOVERY_NQN;
 use nvme_tcp::nvme::log::SUBTYPE_NVME;
@@ -518,7 +518,7 @@ fn run(
     app: &mut dyn HostApp,
     limit: Duration,
 ) -> Result<Option<OffloadReport>> {
-    let mut host = Host::new(cfg);
+    let mut host = nvme_tcp::host::new(cfg);
     let offload = match (a.tap.cidr()?, a.tap.device(2)?) {
         (Some(cidr), Some((dev, nic))) => {
             let remote = match a.connect {

@@ -53,7 +53,7 @@ fn write_then_read(addr: SocketAddr, cfg: HostConfig, bs: u32, size: u64) -> IoA
         seed: 42,
     };
     let mut app = IoApp::new([spec(Rw::Write), spec(Rw::Read)]);
-    let mut host = Host::new(cfg);
+    let mut host = nvme_tcp::host::new(cfg);
     run_host(addr, &mut host, &mut app, LIMIT).unwrap();
     assert_eq!(nvme_ddp::app::HostApp::error(&app), None);
     assert_eq!(app.results.len(), 2);
@@ -155,7 +155,8 @@ impl nvme_ddp::app::HostApp for OutOfRange {
 fn bad_commands_fail_alone() {
     let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));
     let mut app = OutOfRange::default();
-    run_host(addr, &mut Host::new(host_cfg(Digests::NONE, 1, 4)), &mut app, LIMIT).unwrap();
+    run_host(addr, &mut nvme_tcp::host::new(host_cfg(Digests::NONE, 1, 4)), &mut app, LIMIT)
+        .unwrap();
     app.statuses.sort_by_key(|s| s.0);
     assert_eq!(app.statuses, vec![(1, Status::LBA_OUT_OF_RANGE), (2, Status::SUCCESS)]);
 }
@@ -204,7 +205,8 @@ fn malformed_pdu_gets_a_term_req_and_others_are_still_served() {
     assert_eq!(s.read_to_end(&mut rest).unwrap(), 0, "then the controller closes");
 
     let mut id = IdentifyApp::default();
-    run_host(addr, &mut Host::new(host_cfg(Digests::NONE, 1, 4)), &mut id, LIMIT).unwrap();
+    run_host(addr, &mut nvme_tcp::host::new(host_cfg(Digests::NONE, 1, 4)), &mut id, LIMIT)
+        .unwrap();
     assert_eq!(id.namespaces.len(), 1, "other hosts are still served");
 }
 

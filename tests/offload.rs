@@ -10,7 +10,7 @@ use nvme_ddp::demo::{self, Demo, DemoOptions};
 use nvme_ddp::userspace::{Peer, run_simulated, to_nvme};
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
 use nvme_tcp::controller::{Connection, Target, TargetConfig};
-use nvme_tcp::host::{Host, HostError, HostEvent, Io, IoKind, QueueError};
+use nvme_tcp::host::{Host, HostError, HostEvent, Io, IoKind, QueueError, TcpError};
 use nvme_tcp::namespace::{Namespace, RamNamespace};
 use nvme_tcp::nvme::Status;
 use nvme_tcp::wire::{Digests, Direction, Event, Fes, Framer, Framing, Header, PduRepr, PduType};
@@ -293,7 +293,7 @@ fn rebuild_host(
         queue_depth: o.qd,
         ..Default::default()
     };
-    nvme_ddp::userspace::HostSide::new(host.stack, Host::new(host_cfg), remote, Some(dev))
+    nvme_ddp::userspace::HostSide::new(host.stack, nvme_tcp::host::new(host_cfg), remote, Some(dev))
 }
 
 /// Submits a fixed list of I/Os once the host is ready, and records what
@@ -591,7 +591,7 @@ fn against_hostile(
     let remote = std::net::SocketAddrV4::new(demo::CONTROLLER_IP, demo::PORT);
     let mut host = nvme_ddp::userspace::HostSide::new(
         hstack,
-        Host::new(host_cfg),
+        nvme_tcp::host::new(host_cfg),
         remote,
         Some(Arc::new(nic.clone())),
     );
@@ -627,7 +627,10 @@ fn untouched(buf: &IoBuf) -> bool {
 
 fn expect_term(app: &Script, fes: Fes) {
     match &app.failure {
-        Some(HostError::Queue { qid: 1, error: QueueError::Protocol(e) }) if e.fes() == fes => {}
+        Some(HostError::Queue { qid: 1, error }) => match error.downcast_ref::<TcpError>() {
+            Some(TcpError::Protocol(e)) if e.fes() == fes => {}
+            other => panic!("expected {fes:?}, got {other:?}"),
+        },
         other => panic!("expected {fes:?}, got {other:?}"),
     }
 }

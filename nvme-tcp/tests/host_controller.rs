@@ -4,7 +4,7 @@
 
 use nvme_tcp::Instant;
 use nvme_tcp::controller::{CloseReason, Connection, Port, Target, TargetConfig};
-use nvme_tcp::host::{Host, HostConfig, HostError, HostEvent, Io, IoKind, QueueError};
+use nvme_tcp::host::{Host, HostConfig, HostError, HostEvent, Io, IoKind, TcpError};
 use nvme_tcp::namespace::{Namespace, RamNamespace};
 use nvme_tcp::nvme::{DISCOVERY_NQN, Status};
 use nvme_tcp::wire::{Digests, Fes};
@@ -40,7 +40,7 @@ fn target(cfg: TargetConfig, size: u64, block: u32) -> Arc<Target> {
 impl Pair {
     fn new(host: HostConfig, target: Arc<Target>) -> Self {
         Self {
-            host: Host::new(host),
+            host: nvme_tcp::host::new(host),
             target,
             conns: BTreeMap::new(),
             now: Instant::from_millis(1_000),
@@ -448,10 +448,10 @@ fn malformed_pdu_from_the_host_gets_a_term_req() {
     assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 1, "FES: invalid header field");
     assert_eq!(u32::from_le_bytes([bytes[10], bytes[11], bytes[12], bytes[13]]), 2, "FEI: HLEN");
     match p.failure() {
-        Some(HostError::Queue {
-            qid: 1,
-            error: QueueError::Terminated { fes: Fes::InvalidHeaderField, fei: 2 },
-        }) => {}
+        Some(HostError::Queue { qid: 1, error }) => assert_eq!(
+            error.downcast_ref::<TcpError>(),
+            Some(&TcpError::Terminated { fes: Fes::InvalidHeaderField, fei: 2 })
+        ),
         other => panic!("{other:?}"),
     }
 }
@@ -481,10 +481,12 @@ fn malformed_pdu_from_the_controller_gets_an_h2c_term_req() {
     p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Failed(_))));
     let bytes = seen.lock().unwrap().clone().expect("an H2CTermReq");
     assert_eq!((bytes[8], bytes[10]), (0x01, 0x00), "FES 1, FEI 0 (PDU-Type)");
-    assert!(matches!(
-        p.failure(),
-        Some(HostError::Queue { qid: 1, error: QueueError::Protocol(_) })
-    ));
+    match p.failure() {
+        Some(HostError::Queue { qid: 1, error }) => {
+            assert!(matches!(error.downcast_ref::<TcpError>(), Some(TcpError::Protocol(_))))
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

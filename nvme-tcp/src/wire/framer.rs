@@ -11,7 +11,7 @@ use super::{
     COMMON_HEADER_LEN, DIGEST_LEN, Direction, Framing, MAX_HEADER_LEN, Pdu, PduError, PduRepr,
     PduType, field, flags,
 };
-use crate::bytes::get_u32;
+use nvme_of::bytes::get_u32;
 
 /// What the framer found in the input.
 #[derive(Debug, Clone, PartialEq, Eq)]

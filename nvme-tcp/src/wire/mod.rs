@@ -18,11 +18,12 @@ mod tests;
 mod tx;
 
 pub use framer::{Event, Framer};
+pub use nvme_of::{Digests, TxStats};
 pub use repr::{CapsuleCmd, CapsuleResp, DataPdu, Header, IcReq, IcResp, PduRepr, R2t, TermReq};
-pub use tx::{TxQueue, TxStats};
+pub use tx::TxQueue;
 
-use crate::bytes::{get_u16, get_u32, put_u16, put_u32};
 use core::fmt;
+use nvme_of::bytes::{get_u16, get_u32, put_u16, put_u32};
 
 /// Byte offsets of every header field (common header, then per type).
 pub mod field {
@@ -170,31 +171,6 @@ pub mod flags {
     pub const LAST_PDU: u8 = 0x04;
     /// SUCCESS: the command completed successfully; no CapsuleResp follows (C2HData only).
     pub const SUCCESS: u8 = 0x08;
-}
-
-/// The DGST field of ICReq/ICResp: which digests are in force on the connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub struct Digests {
-    /// HDGST_ENABLE, bit 0.
-    pub header: bool,
-    /// DDGST_ENABLE, bit 1.
-    pub data: bool,
-}
-
-impl Digests {
-    pub const NONE: Digests = Digests { header: false, data: false };
-
-    pub const fn from_bits(v: u8) -> Self {
-        Self { header: v & 1 != 0, data: v & 2 != 0 }
-    }
-
-    pub const fn bits(self) -> u8 {
-        self.header as u8 | (self.data as u8) << 1
-    }
-
-    pub const fn header_len(self) -> usize {
-        if self.header { DIGEST_LEN } else { 0 }
-    }
 }
 
 /// What the framing of one direction of a connection was negotiated to:

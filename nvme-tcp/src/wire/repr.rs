@@ -5,8 +5,8 @@ use super::{
     DIGEST_LEN, Digests, Fes, Framing, Pdu, PduError, PduType, TERM_REQ_MAX_DATA, crc32c, field,
     flags,
 };
-use crate::bytes::{put_u16, put_u32};
 use crate::nvme::{Cqe, Sqe};
+use nvme_of::bytes::{put_u16, put_u32};
 
 /// ICReq: the host opens a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

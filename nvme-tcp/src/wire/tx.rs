@@ -7,31 +7,13 @@
 //! or left as zeros for a NIC with transmit digest offload to fill in.
 
 use super::{DIGEST_LEN, Framing, Header, PduRepr, crc32c_append};
+use nvme_of::TxStats;
 use std::collections::VecDeque;
 use ulp_ddp::IoBuf;
 
 /// Room for the longest header with digest and padding (128 bytes) plus
 /// inline data such as a TermReq's quoted header (128 bytes).
 const HEAD_CAP: usize = 256;
-
-/// Counters of the transmit path's work.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TxStats {
-    /// Data bytes copied out of command buffers.
-    pub data_bytes: u64,
-    /// Data bytes whose digest was computed here.
-    pub crc_bytes: u64,
-    /// Data bytes whose digest was left to the NIC.
-    pub crc_offloaded_bytes: u64,
-}
-
-impl TxStats {
-    pub fn add(&mut self, o: &TxStats) {
-        self.data_bytes += o.data_bytes;
-        self.crc_bytes += o.crc_bytes;
-        self.crc_offloaded_bytes += o.crc_offloaded_bytes;
-    }
-}
 
 struct TxPdu {
     head: [u8; HEAD_CAP],

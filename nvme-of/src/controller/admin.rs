@@ -1,13 +1,13 @@
 //! Fabrics and admin commands: Connect, Property Get/Set, Identify, Get Log
 //! Page, Get/Set Features, Asynchronous Event Request, Keep Alive, Abort.
 
-use super::conn::{Data, Outcome, Queue};
-use super::{Association, Connection, lock};
+use super::queue::{Data, DataPtr, Outcome, Queue};
+use super::{Association, CtrlQueue, lock};
 use crate::nvme::identify::{self, IdentifyController, IdentifyNamespace, cns, nidt};
 use crate::nvme::log::{self, DiscoveryEntry, GetLogPage, SmartLog, lid};
 use crate::nvme::{
-    ConnectData, DISCOVERY_NQN, FabricsCommand, NQN_MAX_LEN, PropertySize, SglType, Sqe, Status,
-    admin, fid, io, property,
+    ConnectData, DISCOVERY_NQN, FabricsCommand, NQN_MAX_LEN, PropertySize, Sqe, Status, admin, fid,
+    io, property,
 };
 use crate::time::Instant;
 use std::sync::atomic::Ordering;
@@ -48,7 +48,7 @@ fn nguid(subnqn: &str, serial: &str, nsid: u32) -> [u8; 16] {
     g
 }
 
-impl Connection {
+impl CtrlQueue {
     pub(super) fn fabrics(&mut self, sqe: &Sqe, data: Data, now: Instant) -> Outcome {
         match FabricsCommand::parse(sqe) {
             FabricsCommand::Connect { recfmt, qid, sqsize, cattr, kato } => {
@@ -77,11 +77,13 @@ impl Connection {
         if self.queue.is_some() {
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
         }
-        // Connect data travels in the capsule (an R2T for it crashed Linux nvmet once).
-        let d = match (&sqe.sgl.kind(), &data) {
-            (SglType::InCapsule, Some((buf, ConnectData::LEN)))
-                if sqe.sgl.len as usize == ConnectData::LEN =>
-            {
+        // Connect data travels in the capsule on TCP (an R2T for it crashed
+        // Linux nvmet once); RDMA has no in-capsule data on the admin queue,
+        // so the controller reads it from the host's keyed buffer.
+        let fetch = self.binding.admin_inline == 0 && self.data_ptr(sqe) == DataPtr::Remote;
+        let d = match self.host_data(sqe, data, ConnectData::LEN) {
+            Ok(None) if fetch => return Outcome::NeedData(ConnectData::LEN as u32),
+            Ok(Some((buf, _))) if sqe.sgl.data_len() as usize == ConnectData::LEN => {
                 let mut raw = [0u8; ConnectData::LEN];
                 raw.copy_from_slice(&buf.lock()[..ConnectData::LEN]);
                 ConnectData::parse(&raw)
@@ -166,7 +168,7 @@ impl Connection {
     /// host asking for its default 128 need not be clamped; never fewer
     /// than the 32 an admin queue must allow.
     fn queue_size(&self, discovery: bool) -> u16 {
-        let size = self.target.config().queue_size;
+        let size = self.target.config().queue_size.min(self.binding.max_queue_size);
         if discovery { size.max(MIN_ASQSZ) } else { size }
     }
 
@@ -257,12 +259,12 @@ impl Connection {
     }
 
     /// Send `bytes` as the command's data, which the host asked to receive
-    /// by the transport (C2HData), exactly that long.
+    /// by the transport (C2HData, RDMA Write), exactly that long.
     fn data_out(&mut self, sqe: &Sqe, bytes: &[u8]) -> Outcome {
-        if sqe.sgl.kind() != SglType::Transport {
+        if self.data_ptr(sqe) != DataPtr::Remote {
             return Outcome::status(Status::SGL_DESCRIPTOR_TYPE_INVALID);
         }
-        if sqe.sgl.len as usize != bytes.len() {
+        if sqe.sgl.data_len() as usize != bytes.len() {
             return Outcome::status(Status::DATA_SGL_LENGTH_INVALID);
         }
         let buf = self.pool.get(bytes.len());
@@ -339,9 +341,10 @@ impl Connection {
             kas: KAS,
             aerl: AERL,
             elpe: 63,
-            // Bit 0: byte-aligned SGLs; bit 18: SGLs longer than the
-            // transfer are fine; bit 20: in-capsule data offsets.
-            sgls: 1 | (1 << 18) | (1 << 20),
+            // Bit 0: byte-aligned SGLs; bit 2: keyed data blocks (RDMA);
+            // bit 18: SGLs longer than the transfer are fine; bit 20:
+            // in-capsule data offsets.
+            sgls: 1 | (u32::from(self.binding.is_rdma()) << 2) | (1 << 18) | (1 << 20),
             icdoff: 0,
             msdbd: 1,
             ..IdentifyController::default()
@@ -487,17 +490,17 @@ impl Connection {
         };
         let adrfam = if traddr.contains(':') { log::ADRFAM_IPV6 } else { log::ADRFAM_IPV4 };
         vec![DiscoveryEntry {
-            trtype: log::TRTYPE_TCP,
+            trtype: self.binding.trtype,
             adrfam,
             subtype: log::SUBTYPE_NVME,
-            treq: log::TREQ_DISABLE_SQFLOW,
+            treq: self.binding.treq,
             portid: port.portid,
             cntlid: 0xffff,
             asqsz: self.queue_size(true),
             trsvcid: port.trsvcid.clone(),
             subnqn: self.target.subnqn().into(),
             traddr,
-            sectype: 0,
+            tsas: self.binding.tsas,
         }]
     }
 

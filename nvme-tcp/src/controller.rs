@@ -1,32 +1,30 @@
-//! One TCP connection of the controller: ICReq/ICResp, then the commands of
-//! one queue (admin or I/O), their data transfers and their completions.
+//! One TCP connection of the controller: ICReq/ICResp, then the capsules
+//! of one queue (admin or I/O), their data transfers (R2T/H2CData,
+//! C2HData) and their completions. What the commands mean is the core's
+//! ([`CtrlQueue`]); this is the NVMe/TCP binding around it.
 //!
 //! Sans-IO: the driver feeds received bytes to [`Connection::handle_input`],
 //! writes what [`Connection::poll_transmit`] produces, calls
 //! [`Connection::handle_timeout`] at [`Connection::poll_timeout`], and
 //! closes the transport once [`Connection::is_closed`].
 
-use super::{AssocRef, Target, lock};
-use crate::ddp::{DataRx, DdpSocket, UlpStats};
-use crate::nvme::log::ErrorLogEntry;
-use crate::nvme::{Cqe, Sqe, Status, admin};
-use crate::pool::BufPool;
-use crate::time::Instant;
+pub use nvme_of::controller::*;
+
+use crate::ddp::{DataRx, DdpSocket};
 use crate::wire::{
     CapsuleResp, DataPdu, Digests, Direction, Event, Fes, Framer, Framing, Header, IcReq, IcResp,
-    PduError, PduRepr, PduType, R2t, TermReq, TxQueue,
+    PduError, PduRepr, PduType, R2t, TermReq, TxQueue, TxStats,
 };
-use std::collections::HashMap;
+use nvme_of::nvme::{Sqe, Status};
+use nvme_of::{Binding, Instant, UlpStats};
 use std::net::IpAddr;
 use std::sync::Arc;
-use tracing::{debug, trace, warn};
+use tracing::{debug, trace};
 use ulp_ddp::{DdpDevice, FlowId, IoBuf, NvmeTcpConfig, Role};
 
 /// Stop taking new PDUs while this much is waiting to be sent: a host that
 /// does not read its completions is slowed by TCP, not by our memory.
 const TX_HIGH_WATER: usize = 4 << 20;
-/// In-capsule data the admin queue and Fabrics commands accept.
-const ADMIN_INLINE: usize = 8192;
 
 /// Why a connection ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,16 +48,6 @@ enum Phase {
     Live,
     /// Sending what is queued (perhaps a TermReq), then close.
     Closing,
-}
-
-/// The queue a Connect bound this connection to.
-pub(crate) struct Queue {
-    pub assoc: AssocRef,
-    pub qid: u16,
-    pub size: u32,
-    pub sq_flow_control: bool,
-    pub sqhd: u16,
-    pub cntlid: u16,
 }
 
 /// Where the data of the PDU being received goes.
@@ -108,46 +96,16 @@ struct Xfer {
     retired: bool,
 }
 
-/// Data that came with a command: a buffer and how many bytes of it.
-pub(crate) type Data = Option<(IoBuf, usize)>;
-
-/// What executing a command led to.
-pub(crate) enum Outcome {
-    Complete {
-        status: Status,
-        result: u64,
-        data: Option<(IoBuf, usize)>,
-    },
-    /// The command needs this many bytes from the host first (R2T).
-    NeedData(u32),
-    /// Completed later (Asynchronous Event Request).
-    Hold,
-}
-
-impl Outcome {
-    pub fn status(status: Status) -> Self {
-        Outcome::Complete { status, result: 0, data: None }
-    }
-
-    pub fn ok() -> Self {
-        Self::status(Status::SUCCESS)
-    }
-}
-
 /// The controller end of one NVMe/TCP connection.
 pub struct Connection {
-    pub(crate) target: Arc<Target>,
-    pub(crate) local_addr: Option<IpAddr>,
+    core: CtrlQueue,
     phase: Phase,
     framer: Framer,
     tx: TxQueue,
-    pub(crate) maxr2t: u32,
-    pub(crate) queue: Option<Queue>,
+    maxr2t: u32,
     rx: Rx,
-    /// Commands waiting for host data (by TTAG) or held (AERs), by CID.
-    waiting: HashMap<u16, Option<u16>>,
+    /// Commands waiting for host data, by TTAG.
     xfers: slab::Slab<Xfer>,
-    pub(crate) pool: BufPool,
     close: Option<CloseReason>,
     /// Stream offsets: first byte of the input being parsed, the byte the
     /// parser has reached in it, next byte out.
@@ -167,17 +125,13 @@ impl Connection {
     pub fn new(target: Arc<Target>, local_addr: Option<IpAddr>) -> Self {
         let span = tracing::debug_span!("ctrl_conn", qid = tracing::field::Empty);
         Self {
-            target,
-            local_addr,
+            core: CtrlQueue::new(target, local_addr, Binding::TCP),
             phase: Phase::AwaitIcReq,
             framer: Framer::new(Direction::HostToController),
             tx: TxQueue::new(),
             maxr2t: 0,
-            queue: None,
             rx: Rx::Nothing,
-            waiting: HashMap::new(),
             xfers: slab::Slab::new(),
-            pool: BufPool::default(),
             close: None,
             rx_offset: 0,
             rx_at: 0,
@@ -201,14 +155,16 @@ impl Connection {
 
     /// What this connection did on its side of the offload: received data
     /// and sent data.
-    pub fn stats(&self) -> (UlpStats, crate::wire::TxStats) {
+    pub fn stats(&self) -> (UlpStats, TxStats) {
         (self.stats, self.tx.stats())
     }
 
     /// After a successful I/O queue Connect: hand the socket to the device.
     fn offload(&mut self) {
-        let (Some(q), None) = (&self.queue, &self.ddp) else { return };
-        if q.qid == 0 {
+        let (Some(qid), Some(size), None) = (self.core.qid(), self.core.size(), &self.ddp) else {
+            return;
+        };
+        if qid == 0 {
             return;
         }
         let Some((dev, flow)) = self.attach.take() else { return };
@@ -219,7 +175,7 @@ impl Connection {
             cpda: 0,
             hpda: tx.pda,
             dgst: tx.digests.bits(),
-            queue_size: q.size,
+            queue_size: size,
             rx_start: self.rx_at,
             tx_start: self.tx_offset + self.tx.queued() as u64,
         };
@@ -241,7 +197,7 @@ impl Connection {
 
     /// The queue this connection serves, once connected.
     pub fn qid(&self) -> Option<u16> {
-        self.queue.as_ref().map(|q| q.qid)
+        self.core.qid()
     }
 
     pub fn close_reason(&self) -> Option<&CloseReason> {
@@ -298,40 +254,25 @@ impl Connection {
 
     /// When [`handle_timeout`](Self::handle_timeout) should next run.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let q = self.queue.as_ref()?;
-        lock(&q.assoc).ka_deadline
+        self.core.poll_timeout()
     }
 
     /// Enforce the keep alive timeout of this queue's controller.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let Some(q) = &self.queue else { return };
-        let (expired, cntlid) = {
-            let mut a = lock(&q.assoc);
-            (a.expired(now), a.cntlid)
-        };
-        if expired && self.phase != Phase::Closing {
-            let reason = if q.qid == 0 {
-                CloseReason::KeepAliveExpired
-            } else {
-                CloseReason::ControllerGone
-            };
-            warn!(parent: &self.span, cntlid, "keep alive timer expired; tearing down the controller");
-            self.target.remove_association(cntlid);
-            self.shut(reason);
+        if self.phase == Phase::Closing {
+            return;
+        }
+        match self.core.handle_timeout(now) {
+            Some(true) => self.shut(CloseReason::KeepAliveExpired),
+            Some(false) => self.shut(CloseReason::ControllerGone),
+            None => {}
         }
     }
 
     /// The transport closed under us: release the controller if this was
     /// its admin queue.
     pub fn transport_closed(&mut self) {
-        if let Some(q) = &self.queue {
-            let mut a = lock(&q.assoc);
-            a.connected.remove(&q.qid);
-            if q.qid == 0 {
-                a.dead = true;
-                self.target.remove_association(a.cntlid);
-            }
-        }
+        self.core.transport_closed();
         if self.close.is_none() {
             self.close = Some(CloseReason::TransportClosed);
         }
@@ -414,7 +355,7 @@ impl Connection {
     }
 
     fn on_icreq(&mut self, ic: IcReq) {
-        let cfg = self.target.config();
+        let cfg = self.core.target().config();
         // Mirror the digests the host asked for, ask for no alignment
         // (Linux hosts refuse CPDA != 0), and honour the host's HPDA.
         let digests = ic.digests;
@@ -428,18 +369,12 @@ impl Connection {
     }
 
     fn on_capsule_header(&mut self, sqe: Sqe, repr: &PduRepr, now: Instant) {
-        if let Some(q) = &self.queue {
-            lock(&q.assoc).traffic(now);
-        }
+        self.core.traffic(now);
         let len = repr.data_len as usize;
-        let admin_limit =
-            self.queue.as_ref().is_none_or(|q| q.qid == 0) || sqe.opcode == admin::FABRICS;
-        let limit =
-            if admin_limit { ADMIN_INLINE } else { self.target.config().inline_data_size as usize };
         let (buf, fail) = match len {
             0 => (None, None),
-            n if n > limit => (None, Some(Status::DATA_SGL_LENGTH_INVALID)),
-            n => (Some(self.pool.get(n)), None),
+            n if n > self.core.inline_limit(&sqe) => (None, Some(Status::DATA_SGL_LENGTH_INVALID)),
+            n => (Some(self.core.buffer(n)), None),
         };
         let data = DataRx::new(self.ddp.as_ref(), repr.ddgst);
         self.rx = Rx::Capsule { sqe, buf, len, fail, ddgst: repr.ddgst, data };
@@ -454,7 +389,7 @@ impl Connection {
         if d.cccid != xfer.sqe.cid {
             return Err(PduError::BadField { pdu_type: ty, offset: 8 });
         }
-        if repr.data_len > self.target.config().maxh2cdata {
+        if repr.data_len > self.core.target().config().maxh2cdata {
             return Err(PduError::DataLimitExceeded(ty));
         }
         let (datao, len) = (d.datao, repr.data_len);
@@ -498,9 +433,6 @@ impl Connection {
         match std::mem::replace(&mut self.rx, Rx::Nothing) {
             Rx::Nothing => Ok(()),
             Rx::Capsule { sqe, buf, len, fail, ddgst, mut data } => {
-                if let Some(q) = &mut self.queue {
-                    q.sqhd = ((u32::from(q.sqhd) + 1) % q.size) as u16;
-                }
                 let dest = buf.as_ref().map(|b| (b, 0));
                 let digest_ok =
                     data.finish(ddp, ddgst, data_digest, dest, len as u32, end, &mut self.stats);
@@ -534,8 +466,8 @@ impl Connection {
                 } else {
                     self.xfers.remove(usize::from(ttag));
                 }
-                self.waiting.remove(&sqe.cid);
-                self.submit(sqe, Some((buf, total as usize)), fail, now);
+                let action = self.core.resume(&sqe, Some((buf, total as usize)), fail, now);
+                self.act(&sqe, action, now);
                 self.poll_ddp();
                 Ok(())
             }
@@ -543,95 +475,66 @@ impl Connection {
     }
 
     /// A command whose capsule (and in-capsule data) arrived whole.
-    fn submit(&mut self, sqe: Sqe, data: Data, fail: Option<Status>, now: Instant) {
-        let cid = sqe.cid;
-        if self.waiting.contains_key(&cid) {
-            return self.finish(&sqe, Outcome::status(Status::COMMAND_ID_CONFLICT));
+    fn submit(
+        &mut self,
+        sqe: Sqe,
+        data: Option<(IoBuf, usize)>,
+        fail: Option<Status>,
+        now: Instant,
+    ) {
+        let action = self.core.submit(&sqe, data, fail, now);
+        if let Some(qid) = self.core.qid() {
+            self.span.record("qid", qid);
         }
-        if let Some(q) = &self.queue
-            && self.waiting.len() + 1 >= q.size as usize
-        {
-            return self.finish(&sqe, Outcome::status(Status::COMMAND_SEQUENCE_ERROR));
-        }
-        let outcome = match fail {
-            Some(status) => Outcome::status(status),
-            None => self.execute(&sqe, data, now),
-        };
-        self.finish(&sqe, outcome);
+        self.act(&sqe, action, now);
         if self.ddp.is_none() && self.attach.is_some() {
             self.offload();
         }
     }
 
-    fn execute(&mut self, sqe: &Sqe, data: Data, now: Instant) -> Outcome {
-        if sqe.opcode == admin::FABRICS {
-            return self.fabrics(sqe, data, now);
+    /// Do what the core said: send the response, or ask for the data.
+    fn act(&mut self, sqe: &Sqe, action: Action, now: Instant) {
+        match action {
+            Action::Respond { cqe, data } => self.respond(cqe, data),
+            Action::Hold => {}
+            Action::Fetch(len) => self.fetch(sqe, len, now),
         }
-        let Some(q) = &self.queue else {
-            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
-        };
-        if sqe.flags & 0x3 != 0 || sqe.flags & 0xc0 != Sqe::FLAGS_SGL {
-            // Fused operations are not supported; fabrics data pointers are SGLs.
-            return Outcome::status(Status::INVALID_FIELD);
-        }
-        if q.qid == 0 { self.admin(sqe, data, now) } else { self.io(sqe, data) }
     }
 
-    /// Act on an outcome: send the completion, fetch data, or hold.
-    fn finish(&mut self, sqe: &Sqe, outcome: Outcome) {
-        match outcome {
-            Outcome::Complete { status, result, data } => self.complete(sqe, status, result, data),
-            Outcome::Hold => {
-                self.waiting.insert(sqe.cid, None);
-            }
-            Outcome::NeedData(len) => {
-                let buf = self.pool.get(len as usize);
-                let x = Xfer {
-                    sqe: *sqe,
-                    buf,
-                    total: len,
-                    requested: 0,
-                    received: 0,
-                    r2ts: Vec::new(),
-                    digest_error: false,
-                    mapped: false,
-                    retired: false,
-                };
-                let ttag = self.xfers.insert(x);
-                match u16::try_from(ttag) {
-                    Ok(ttag) if ttag != 0xffff => {
-                        self.waiting.insert(sqe.cid, Some(ttag));
-                        // Let the device place the data by TTAG.
-                        if let (Some(d), Some(x)) =
-                            (&self.ddp, self.xfers.get_mut(usize::from(ttag)))
-                        {
-                            let threshold = self.target.config().ddp_threshold;
-                            x.mapped = d
-                                .setup(
-                                    ttag,
-                                    &x.buf,
-                                    len as usize,
-                                    false,
-                                    threshold,
-                                    &mut self.stats,
-                                )
-                                .is_some();
-                        }
-                        self.send_r2ts(ttag);
-                    }
-                    _ => {
-                        self.xfers.remove(ttag);
-                        self.complete(sqe, Status::COMMAND_SEQUENCE_ERROR, 0, None);
-                    }
-                }
-            }
+    /// Ask the host for `len` bytes of a command's data under a new TTAG.
+    fn fetch(&mut self, sqe: &Sqe, len: u32, now: Instant) {
+        let buf = self.core.buffer(len as usize);
+        let x = Xfer {
+            sqe: *sqe,
+            buf,
+            total: len,
+            requested: 0,
+            received: 0,
+            r2ts: Vec::new(),
+            digest_error: false,
+            mapped: false,
+            retired: false,
+        };
+        let ttag = self.xfers.insert(x);
+        let Some(ttag) = u16::try_from(ttag).ok().filter(|&t| t != 0xffff) else {
+            self.xfers.remove(ttag);
+            let fail = Some(Status::COMMAND_SEQUENCE_ERROR);
+            let action = self.core.resume(sqe, None, fail, now);
+            return self.act(sqe, action, now);
+        };
+        // Let the device place the data by TTAG.
+        if let (Some(d), Some(x)) = (&self.ddp, self.xfers.get_mut(usize::from(ttag))) {
+            let threshold = self.core.target().config().ddp_threshold;
+            x.mapped =
+                d.setup(ttag, &x.buf, len as usize, false, threshold, &mut self.stats).is_some();
         }
+        self.send_r2ts(ttag);
     }
 
     /// Ask for more of a transfer: at most MAXR2T + 1 R2Ts outstanding, each
     /// at most the configured R2T length.
     fn send_r2ts(&mut self, ttag: u16) {
-        let r2t_len = self.target.config().r2t_len;
+        let r2t_len = self.core.target().config().r2t_len;
         let max = self.maxr2t.saturating_add(1) as usize;
         let Some(x) = self.xfers.get_mut(usize::from(ttag)) else { return };
         while x.r2ts.len() < max && x.requested < x.total {
@@ -650,43 +553,20 @@ impl Connection {
     /// Send a command's data (C2HData PDUs) and its completion. With SQ flow
     /// control disabled and a plain success, the last C2HData carries
     /// SUCCESS and replaces the CapsuleResp.
-    pub(crate) fn complete(
-        &mut self,
-        sqe: &Sqe,
-        status: Status,
-        result: u64,
-        data: Option<(IoBuf, usize)>,
-    ) {
-        let cid = sqe.cid;
-        self.waiting.remove(&cid);
-        let (sqid, sqhd, flow) = match &self.queue {
-            Some(q) => (q.qid, if q.sq_flow_control { q.sqhd } else { 0xffff }, q.sq_flow_control),
-            None => (0, 0, true),
-        };
-        if !status.is_success() {
-            trace!(parent: &self.span, cid, opcode = sqe.opcode, %status, "command failed");
-            if let Some(q) = &self.queue {
-                let entry = ErrorLogEntry {
-                    sqid,
-                    cid,
-                    status: status.to_field(),
-                    nsid: sqe.nsid,
-                    lba: sqe.slba(),
-                    ..Default::default()
-                };
-                lock(&q.assoc).record_error(entry);
-            }
-        }
-        let cfg = self.target.config();
-        let success_flag = cfg.c2h_success && !flow && status.is_success() && result == 0;
-        if let Some((buf, len)) = data.filter(|d| d.1 > 0 && status.is_success()) {
+    fn respond(&mut self, cqe: nvme_of::nvme::Cqe, data: Option<(IoBuf, usize)>) {
+        let cfg = self.core.target().config();
+        let success_flag = cfg.c2h_success
+            && !self.core.sq_flow_control()
+            && cqe.status().is_success()
+            && cqe.result64() == 0;
+        if let Some((buf, len)) = data {
             let chunk = cfg.c2h_data_len as usize;
             let mut at = 0;
             while at < len {
                 let n = chunk.min(len - at);
                 let last = at + n == len;
                 let d = DataPdu {
-                    cccid: cid,
+                    cccid: cqe.cid,
                     ttag: 0,
                     datao: at as u32,
                     last,
@@ -699,26 +579,7 @@ impl Connection {
                 return;
             }
         }
-        let cqe = Cqe {
-            dw0: result as u32,
-            dw1: (result >> 32) as u32,
-            sqhd,
-            sqid,
-            cid,
-            status: status.to_field(),
-        };
         self.tx.push(Header::CapsuleResp(CapsuleResp { cqe }), None);
-    }
-
-    /// AERs held on this queue.
-    pub(crate) fn held_aers(&self) -> usize {
-        self.waiting.values().filter(|t| t.is_none()).count()
-    }
-
-    /// Bind this connection to a queue (a successful Connect).
-    pub(crate) fn bind(&mut self, queue: Queue) {
-        self.span.record("qid", queue.qid);
-        self.queue = Some(queue);
     }
 
     /// Digests in force on this connection.

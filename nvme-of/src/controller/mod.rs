@@ -1,16 +1,16 @@
-//! The NVMe/TCP controller side: an NVM subsystem with its namespaces and a
-//! discovery controller, served one TCP connection at a time.
+//! The controller side: an NVM subsystem with its namespaces and a
+//! discovery controller, served one queue at a time.
 //!
 //! A [`Target`] holds what every connection shares (configuration,
-//! namespaces, the controllers hosts have created); a [`Connection`] is the
-//! sans-IO state machine of one TCP connection: bytes in, bytes out, time
-//! passed in. Admin and I/O command execution live in `admin` and `io`.
+//! namespaces, the controllers hosts have created); a [`CtrlQueue`] is
+//! the core of one connection, whatever transport carries it. Admin and
+//! I/O command execution live in `admin` and `io`.
 
 mod admin;
-mod conn;
 mod io;
+mod queue;
 
-pub use conn::{CloseReason, Connection};
+pub use queue::{Action, CtrlQueue};
 
 use crate::namespace::Namespace;
 use crate::nvme::log::ErrorLogEntry;
@@ -46,7 +46,7 @@ pub struct TargetConfig {
     pub max_io_queues: u16,
     /// Largest data transfer, as 2^MDTS 4 KiB pages.
     pub mdts: u8,
-    /// MAXH2CDATA announced in ICResp.
+    /// MAXH2CDATA announced in ICResp (NVMe/TCP, as the four below).
     pub maxh2cdata: u32,
     /// Most bytes one R2T asks for.
     pub r2t_len: u32,

@@ -1,16 +1,16 @@
 //! NVM I/O commands: Read, Write, Flush, Write Zeroes, Dataset Management.
 
-use super::conn::{Data, Outcome};
-use super::{Connection, lock};
+use super::queue::{Data, DataPtr, Outcome};
+use super::{CtrlQueue, lock};
 use crate::namespace::Namespace;
-use crate::nvme::{SglType, Sqe, Status, io};
+use crate::nvme::{Sqe, Status, io};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// Dataset Management range: context attributes, length in blocks, start.
 const DSM_RANGE_LEN: usize = 16;
 
-impl Connection {
+impl CtrlQueue {
     /// Commands of an I/O queue, after Connect.
     pub(super) fn io(&mut self, sqe: &Sqe, data: Data) -> Outcome {
         let Some(q) = &self.queue else { return Outcome::status(Status::COMMAND_SEQUENCE_ERROR) };
@@ -59,14 +59,12 @@ impl Connection {
             Ok(t) => t,
             Err(s) => return Outcome::status(s),
         };
-        match sqe.sgl.kind() {
-            SglType::Transport if data.is_none() => {}
-            SglType::Transport | SglType::InCapsule => {
-                return Outcome::status(Status::INVALID_FIELD);
-            }
-            _ => return Outcome::status(Status::SGL_DESCRIPTOR_TYPE_INVALID),
+        match self.data_ptr(sqe) {
+            DataPtr::Remote if data.is_none() => {}
+            DataPtr::Remote | DataPtr::InCapsule => return Outcome::status(Status::INVALID_FIELD),
+            DataPtr::Invalid => return Outcome::status(Status::SGL_DESCRIPTOR_TYPE_INVALID),
         }
-        if (sqe.sgl.len as usize) < len {
+        if (sqe.sgl.data_len() as usize) < len {
             return Outcome::status(Status::DATA_SGL_LENGTH_INVALID);
         }
         let buf = self.pool.get(len);
@@ -86,8 +84,8 @@ impl Connection {
             Ok(t) => t,
             Err(s) => return Outcome::status(s),
         };
-        let buf = match host_data(sqe, data, len) {
-            Ok(Some(buf)) => buf,
+        let buf = match self.host_data(sqe, data, len) {
+            Ok(Some((buf, _))) => buf,
             Ok(None) => return Outcome::NeedData(len as u32),
             Err(s) => return Outcome::status(s),
         };
@@ -118,8 +116,8 @@ impl Connection {
     fn dataset_management(&mut self, sqe: &Sqe, ns: &Arc<dyn Namespace>, data: Data) -> Outcome {
         let ranges = (sqe.cdw10 & 0xff) as usize + 1;
         let len = ranges * DSM_RANGE_LEN;
-        let buf = match host_data(sqe, data, len) {
-            Ok(Some(buf)) => buf,
+        let buf = match self.host_data(sqe, data, len) {
+            Ok(Some((buf, _))) => buf,
             Ok(None) => return Outcome::NeedData(len as u32),
             Err(s) => return Outcome::status(s),
         };
@@ -152,24 +150,6 @@ fn block_range(ns: &dyn Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), St
     }
     let bs = u64::from(ns.block_size());
     Ok((slba * bs, nlb * bs))
-}
-
-/// The host data a command needs: in the capsule, or (None) still to be
-/// fetched with R2T. The SGL must describe at least `len` bytes; the rest
-/// is ignored (SGLS bit 18). Linux sends Dataset Management a whole page of
-/// ranges whatever the number of ranges, as Linux's nvmet accepts.
-fn host_data(sqe: &Sqe, data: Data, len: usize) -> Result<Option<ulp_ddp::IoBuf>, Status> {
-    let sgl_len = sqe.sgl.len as usize;
-    match (sqe.sgl.kind(), data) {
-        (SglType::InCapsule, _) if sqe.sgl.addr != 0 => Err(Status::SGL_OFFSET_INVALID),
-        (SglType::InCapsule, Some((buf, n))) if n == sgl_len && n >= len => Ok(Some(buf)),
-        (SglType::InCapsule, _) => Err(Status::DATA_SGL_LENGTH_INVALID),
-        (SglType::Transport, _) if sgl_len < len => Err(Status::DATA_SGL_LENGTH_INVALID),
-        (SglType::Transport, Some((buf, n))) if n == len => Ok(Some(buf)),
-        (SglType::Transport, Some(_)) => Err(Status::INVALID_FIELD),
-        (SglType::Transport, None) => Ok(None),
-        _ => Err(Status::SGL_DESCRIPTOR_TYPE_INVALID),
-    }
 }
 
 fn media(r: std::io::Result<()>, status: Status) -> Outcome {

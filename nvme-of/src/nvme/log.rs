@@ -151,6 +151,7 @@ pub fn emit_effects(b: &mut [u8], admin: &[u8], io: &[(u8, u32)]) {
 }
 
 /// Transport type, address family and subsystem type in discovery entries.
+pub const TRTYPE_RDMA: u8 = 1;
 pub const TRTYPE_TCP: u8 = 3;
 pub const ADRFAM_IPV4: u8 = 1;
 pub const ADRFAM_IPV6: u8 = 2;
@@ -173,8 +174,10 @@ pub struct DiscoveryEntry {
     pub trsvcid: String,
     pub subnqn: String,
     pub traddr: String,
-    /// TCP security type (TSAS byte 0): 0 none.
-    pub sectype: u8,
+    /// The first bytes of the transport specific address subtype: the
+    /// security type on TCP (0 none); QP service type, provider type and
+    /// connection management service on RDMA.
+    pub tsas: [u8; 3],
 }
 
 impl DiscoveryEntry {
@@ -193,7 +196,7 @@ impl DiscoveryEntry {
         put_str(&mut b[32..64], &self.trsvcid);
         put_str(&mut b[256..512], &self.subnqn);
         put_str(&mut b[512..768], &self.traddr);
-        b[768] = self.sectype;
+        b[768..771].copy_from_slice(&self.tsas);
     }
 
     pub fn parse(b: &[u8]) -> Option<Self> {
@@ -209,7 +212,7 @@ impl DiscoveryEntry {
             trsvcid: get_str(&b[32..64]).trim().to_string(),
             subnqn: get_str(&b[256..512]),
             traddr: get_str(&b[512..768]).trim().to_string(),
-            sectype: b[768],
+            tsas: [b[768], b[769], b[770]],
         })
     }
 }
@@ -258,7 +261,7 @@ mod tests {
             trsvcid: "4420".into(),
             subnqn: "nqn.x".into(),
             traddr: "198.18.0.2".into(),
-            sectype: 0,
+            tsas: [0; 3],
         };
         let log = emit_discovery_log(5, std::slice::from_ref(&e));
         assert_eq!(log.len(), 2048);

@@ -10,7 +10,7 @@ const KEEP: usize = 256;
 /// once no other handle to it remains (the transmit queue and any NIC
 /// mapping have let go).
 #[derive(Default)]
-pub(crate) struct BufPool {
+pub struct BufPool {
     classes: Vec<Vec<IoBuf>>,
 }
 

@@ -1,5 +1,6 @@
-//! The NVMe/TCP host: one association with a controller, made of an admin
-//! queue and I/O queues, each its own TCP connection.
+//! The host: one association with a controller, made of an admin queue
+//! and I/O queues, each its own transport connection (a TCP connection, a
+//! queue pair), made by a [`Transport`] binding.
 //!
 //! [`Host`] runs the bring-up a Linux host runs (Connect, CAP, CC.EN,
 //! CSTS.RDY, VS, Identify, Number of Queues, I/O queue Connects, AER,
@@ -12,18 +13,19 @@
 
 mod queue;
 
-pub use queue::QueueError;
+pub use queue::{
+    Cmd, CmdData, CommandTable, Commands, Dir, HostQueue, Owner, QueueError, QueueEvent, Transport,
+};
 
-use crate::ddp::UlpStats;
 use crate::nvme::identify::{self, IdentifyController, IdentifyNamespace, cns};
 use crate::nvme::log::{DiscoveryEntry, GetLogPage, lid};
 use crate::nvme::{
     ConnectData, DISCOVERY_NQN, FabricsCommand, PropertySize, Sqe, Status, admin, fid, io, property,
 };
+use crate::stats::{Digests, TxStats, UlpStats};
 use crate::time::{Instant, earliest};
-use crate::wire::{Digests, TxStats};
-use queue::{Dir, Owner, Phase, Queue, QueueEvent};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn};
 use ulp_ddp::IoBuf;
@@ -35,6 +37,7 @@ pub struct HostConfig {
     pub subnqn: String,
     pub hostnqn: String,
     pub hostid: [u8; 16],
+    /// Integrity checks to ask for (digests on TCP, MPA CRC on RDMA).
     pub digests: Digests,
     /// I/O queues to ask for.
     pub io_queues: u16,
@@ -44,7 +47,8 @@ pub struct HostConfig {
     pub kato: Duration,
     /// How long a command may take before the association is given up.
     pub command_timeout: Duration,
-    /// R2Ts the controller may have outstanding per command, 0-based.
+    /// R2Ts the controller may have outstanding per command, 0-based
+    /// (NVMe/TCP).
     pub maxr2t: u32,
     /// Ask for SQ flow control to be disabled (lets controllers use SUCCESS).
     pub disable_sq_flow_control: bool,
@@ -63,7 +67,7 @@ impl Default for HostConfig {
             io_queues: 1,
             queue_depth: 32,
             kato: Duration::from_secs(5),
-            command_timeout: queue::DEFAULT_COMMAND_TIMEOUT,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
             maxr2t: 0,
             disable_sq_flow_control: false,
             ddp_threshold: None,
@@ -71,9 +75,12 @@ impl Default for HostConfig {
     }
 }
 
+/// Default time a command may take before the association is failed.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Steps of bring-up, discovery and shutdown, each one admin command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
+pub enum Step {
     Connect,
     GetCap,
     WriteCc,
@@ -201,9 +208,10 @@ enum State {
 /// A host's association with one controller.
 pub struct Host {
     cfg: HostConfig,
+    transport: Arc<dyn Transport>,
     discovery: bool,
     state: State,
-    queues: Vec<Queue>,
+    queues: Vec<Box<dyn HostQueue>>,
     connect_pending: VecDeque<u16>,
     events: VecDeque<HostEvent>,
     cntlid: u16,
@@ -234,12 +242,14 @@ const CSTS_POLL: Duration = Duration::from_millis(2);
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Host {
-    pub fn new(cfg: HostConfig) -> Self {
+    /// A host whose queues `transport` makes.
+    pub fn new(cfg: HostConfig, transport: Arc<dyn Transport>) -> Self {
         let discovery = cfg.subnqn == DISCOVERY_NQN;
         let span = tracing::debug_span!("host", subnqn = %cfg.subnqn);
-        let admin = Queue::new(0, ADMIN_QUEUE_SIZE, cfg.digests, cfg.maxr2t);
+        let admin = transport.queue(0, ADMIN_QUEUE_SIZE, transport.binding().admin_inline);
         Self {
             cfg,
+            transport,
             discovery,
             state: State::BringUp,
             queues: vec![admin],
@@ -273,10 +283,16 @@ impl Host {
     }
 
     /// The transport of queue `qid` is up.
-    pub fn connected(&mut self, qid: u16, _now: Instant) {
+    pub fn connected(&mut self, qid: u16, now: Instant) {
         if let Some(q) = self.queues.get_mut(usize::from(qid)) {
-            q.connected();
+            q.connected(now);
         }
+        self.drain(qid, now);
+    }
+
+    /// The binding this host's queues speak.
+    pub fn binding(&self) -> crate::Binding {
+        self.transport.binding()
     }
 
     /// A device may offload queue `qid`'s connection, `flow`. The admin
@@ -294,13 +310,13 @@ impl Host {
 
     /// Whether a device offloads queue `qid`.
     pub fn is_offloaded(&self, qid: u16) -> bool {
-        self.queues.get(usize::from(qid)).is_some_and(Queue::is_offloaded)
+        self.queues.get(usize::from(qid)).is_some_and(|q| q.is_offloaded())
     }
 
     /// Bytes received on queue `qid`; returns how many were taken.
     pub fn handle_input(&mut self, qid: u16, data: &[u8], now: Instant) -> usize {
         let Some(q) = self.queues.get_mut(usize::from(qid)) else { return data.len() };
-        let n = q.handle_input(data);
+        let n = q.handle_input(data, now);
         self.drain(qid, now);
         n
     }
@@ -310,12 +326,12 @@ impl Host {
     }
 
     pub fn pending_output(&self, qid: u16) -> usize {
-        self.queues.get(usize::from(qid)).map_or(0, Queue::pending_output)
+        self.queues.get(usize::from(qid)).map_or(0, |q| q.pending_output())
     }
 
     /// Queue `qid` has nothing more to send: close its transport.
     pub fn is_closed(&self, qid: u16) -> bool {
-        self.queues.get(usize::from(qid)).is_none_or(Queue::is_closed)
+        self.queues.get(usize::from(qid)).is_none_or(|q| q.is_closed())
     }
 
     /// The transport of queue `qid` closed under us.
@@ -337,7 +353,8 @@ impl Host {
         let mut t = self.repoll.map(|(t, _)| t);
         t = earliest(t, self.keep_alive.map(|(t, _)| t));
         for q in &self.queues {
-            t = earliest(t, q.deadline());
+            t = earliest(t, q.commands().deadline());
+            t = earliest(t, q.poll_timeout());
         }
         t
     }
@@ -345,6 +362,12 @@ impl Host {
     pub fn handle_timeout(&mut self, now: Instant) {
         if matches!(self.state, State::Failed | State::Closed) {
             return;
+        }
+        for qid in 0..self.queues.len() as u16 {
+            if self.queues[usize::from(qid)].poll_timeout().is_some_and(|t| now >= t) {
+                self.queues[usize::from(qid)].handle_timeout(now);
+                self.drain(qid, now);
+            }
         }
         if let Some((t, step)) = self.repoll
             && now >= t
@@ -363,7 +386,7 @@ impl Host {
             && now >= t
         {
             self.keep_alive = Some((now + period, period));
-            if !self.queues[0].has_owner(Owner::KeepAlive) {
+            if !self.queues[0].commands().has_owner(Owner::KeepAlive) {
                 self.admin_cmd(
                     Owner::KeepAlive,
                     Sqe::new(admin::KEEP_ALIVE, 0, Default::default()),
@@ -372,8 +395,9 @@ impl Host {
                 );
             }
         }
-        if let Some(q) = self.queues.iter().find(|q| q.command_overdue(now)) {
-            let qid = q.qid;
+        let overdue =
+            self.queues.iter().position(|q| q.commands().deadline().is_some_and(|d| now >= d));
+        if let Some(qid) = overdue {
             warn!(parent: &self.span, qid, "command timed out");
             self.fail(HostError::Timeout("a command completion"));
         }
@@ -383,9 +407,7 @@ impl Host {
     /// admin queue, then close it. `Closed` follows.
     pub fn shutdown(&mut self, now: Instant) {
         match self.state {
-            State::Ready | State::BringUp
-                if self.queues[0].phase == Phase::Live && self.cntlid != 0 =>
-            {
+            State::Ready | State::BringUp if self.queues[0].is_live() && self.cntlid != 0 => {
                 self.state = State::ShuttingDown;
                 for q in &mut self.queues[1..] {
                     q.close();
@@ -433,11 +455,11 @@ impl Host {
 
     /// Commands that may be outstanding on each I/O queue.
     pub fn queue_depth(&self) -> usize {
-        self.queues.get(1).map_or(0, Queue::depth)
+        self.queues.get(1).map_or(0, |q| q.commands().depth())
     }
 
     pub fn outstanding(&self, qid: u16) -> usize {
-        self.queues.get(usize::from(qid)).map_or(0, Queue::outstanding)
+        self.queues.get(usize::from(qid)).map_or(0, |q| q.commands().outstanding())
     }
 
     /// Work counters summed over the I/O queues (the admin queue's few
@@ -446,11 +468,9 @@ impl Host {
         let mut rx = UlpStats::default();
         let mut tx = TxStats::default();
         for q in &self.queues[1..] {
-            rx.add(&q.stats);
-            let t = q.tx_stats();
-            tx.data_bytes += t.data_bytes;
-            tx.crc_bytes += t.crc_bytes;
-            tx.crc_offloaded_bytes += t.crc_offloaded_bytes;
+            let (r, t) = q.stats();
+            rx.add(&r);
+            tx.add(&t);
         }
         (rx, tx)
     }
@@ -464,7 +484,7 @@ impl Host {
         let mdts = self.ctrl.as_ref().map_or(0, |c| c.mdts);
         let mpsmin = (self.cap >> 48) & 0xf;
         let mdts = (mdts > 0).then(|| 1u64 << (12 + mpsmin + u64::from(mdts)).min(40));
-        let ddp = self.queues.iter().skip(1).filter_map(Queue::ddp_max_transfer).min();
+        let ddp = self.queues.iter().skip(1).filter_map(|q| q.ddp_max_transfer()).min();
         [mdts, ddp].into_iter().flatten().min()
     }
 
@@ -519,7 +539,7 @@ impl Host {
         };
         let deadline = now + self.cfg.command_timeout;
         let q = &mut self.queues[usize::from(qid)];
-        if q.phase != Phase::Live {
+        if !q.is_live() {
             return Err(SubmitError::NotReady);
         }
         q.submit(Owner::Io(io.tag), sqe, data, deadline).map(drop).ok_or(SubmitError::QueueFull)
@@ -603,9 +623,7 @@ impl Host {
 
     /// Act on what queue `qid` reported.
     fn drain(&mut self, qid: u16, now: Instant) {
-        while let Some(ev) =
-            self.queues.get_mut(usize::from(qid)).and_then(|q| q.events.pop_front())
-        {
+        while let Some(ev) = self.queues.get_mut(usize::from(qid)).and_then(|q| q.poll_event()) {
             match ev {
                 QueueEvent::Established => {
                     let size = if qid == 0 { ADMIN_QUEUE_SIZE } else { self.io_queue_size };
@@ -740,10 +758,7 @@ impl Host {
                 let inline =
                     self.ctrl.as_ref().map_or(0, |c| (c.ioccsz as usize * 16).saturating_sub(64));
                 for qid in 1..=n {
-                    let mut q =
-                        Queue::new(qid, self.io_queue_size, self.cfg.digests, self.cfg.maxr2t);
-                    q.set_inline_max(inline);
-                    self.queues.push(q);
+                    self.queues.push(self.transport.queue(qid, self.io_queue_size, inline));
                     self.connect_pending.push_back(qid);
                 }
                 debug!(parent: &self.span, queues = n, size = self.io_queue_size, "connecting I/O queues");

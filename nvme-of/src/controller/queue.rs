@@ -1,0 +1,314 @@
+//! One controller queue as the core sees it, whatever carries it: the
+//! queue a Connect bound, the commands it holds, and what each command
+//! leads to. The transport binding receives capsules, fetches host data
+//! when asked ([`Action::Fetch`]) and sends what [`Action::Respond`] says.
+
+use super::{AssocRef, Target, lock};
+use crate::Binding;
+use crate::binding::DataSgl;
+use crate::nvme::log::ErrorLogEntry;
+use crate::nvme::{Cqe, SglType, Sqe, Status, admin};
+use crate::pool::BufPool;
+use crate::time::Instant;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use tracing::trace;
+use ulp_ddp::IoBuf;
+
+/// The queue a Connect bound a connection to.
+pub(crate) struct Queue {
+    pub assoc: AssocRef,
+    pub qid: u16,
+    pub size: u32,
+    pub sq_flow_control: bool,
+    pub sqhd: u16,
+    pub cntlid: u16,
+}
+
+/// Data that came with a command: a buffer and how many bytes of it.
+pub(crate) type Data = Option<(IoBuf, usize)>;
+
+/// What executing a command led to.
+pub(crate) enum Outcome {
+    Complete {
+        status: Status,
+        result: u64,
+        data: Data,
+    },
+    /// The command needs this many bytes from the host first.
+    NeedData(u32),
+    /// Completed later (Asynchronous Event Request).
+    Hold,
+}
+
+impl Outcome {
+    pub fn status(status: Status) -> Self {
+        Outcome::Complete { status, result: 0, data: None }
+    }
+
+    pub fn ok() -> Self {
+        Self::status(Status::SUCCESS)
+    }
+}
+
+/// What the binding does with a command next.
+#[derive(Debug)]
+pub enum Action {
+    /// Send `data` to the host (if any, and only on success), then `cqe`.
+    Respond { cqe: Cqe, data: Data },
+    /// Fetch this many bytes of host data (R2T, RDMA Read), then
+    /// [`CtrlQueue::resume`] the command with them.
+    Fetch(u32),
+    /// Nothing to send now (an Asynchronous Event Request).
+    Hold,
+}
+
+/// Where a command's data is, as its SGL says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DataPtr {
+    InCapsule,
+    /// Moved by the transport: the binding's own kind of data block.
+    Remote,
+    /// A descriptor this transport does not take.
+    Invalid,
+}
+
+/// The core of one controller connection.
+pub struct CtrlQueue {
+    pub(crate) target: Arc<Target>,
+    pub(crate) local_addr: Option<IpAddr>,
+    pub(crate) binding: Binding,
+    pub(crate) queue: Option<Queue>,
+    pub(crate) pool: BufPool,
+    /// Commands fetching host data (false) or held (true), by CID.
+    waiting: HashMap<u16, bool>,
+}
+
+impl CtrlQueue {
+    /// A connection just accepted. `local_addr` is our address on it, which
+    /// the discovery log reports when the port listens on any address.
+    pub fn new(target: Arc<Target>, local_addr: Option<IpAddr>, binding: Binding) -> Self {
+        Self {
+            target,
+            local_addr,
+            binding,
+            queue: None,
+            pool: BufPool::default(),
+            waiting: HashMap::new(),
+        }
+    }
+
+    pub fn target(&self) -> &Arc<Target> {
+        &self.target
+    }
+
+    /// The queue this connection serves, once connected.
+    pub fn qid(&self) -> Option<u16> {
+        self.queue.as_ref().map(|q| q.qid)
+    }
+
+    /// Entries of the connected queue.
+    pub fn size(&self) -> Option<u32> {
+        self.queue.as_ref().map(|q| q.size)
+    }
+
+    /// Whether SQ flow control is on (it is until a Connect turns it off).
+    pub fn sq_flow_control(&self) -> bool {
+        self.queue.as_ref().is_none_or(|q| q.sq_flow_control)
+    }
+
+    /// A buffer for command data, reused when one is free.
+    pub fn buffer(&mut self, len: usize) -> IoBuf {
+        self.pool.get(len)
+    }
+
+    /// In-capsule data `sqe` may carry: the admin queue's (and any Fabrics
+    /// command's) limit, or the I/O queues' (IOCCSZ).
+    pub fn inline_limit(&self, sqe: &Sqe) -> usize {
+        let admin = self.queue.as_ref().is_none_or(|q| q.qid == 0) || sqe.opcode == admin::FABRICS;
+        if admin {
+            self.binding.admin_inline
+        } else {
+            self.target.config().inline_data_size as usize
+        }
+    }
+
+    /// A capsule arrived: any command counts as keep alive traffic.
+    pub fn traffic(&self, now: Instant) {
+        if let Some(q) = &self.queue {
+            lock(&q.assoc).traffic(now);
+        }
+    }
+
+    /// A command whose capsule (and in-capsule data) arrived whole;
+    /// `fail` is a transport-level failure already known (a digest error,
+    /// too much in-capsule data).
+    pub fn submit(&mut self, sqe: &Sqe, data: Data, fail: Option<Status>, now: Instant) -> Action {
+        if let Some(q) = &mut self.queue {
+            q.sqhd = ((u32::from(q.sqhd) + 1) % q.size) as u16;
+        }
+        if self.waiting.contains_key(&sqe.cid) {
+            return self.respond(sqe, Outcome::status(Status::COMMAND_ID_CONFLICT));
+        }
+        if let Some(q) = &self.queue
+            && self.waiting.len() + 1 >= q.size as usize
+        {
+            return self.respond(sqe, Outcome::status(Status::COMMAND_SEQUENCE_ERROR));
+        }
+        self.run(sqe, data, fail, now)
+    }
+
+    /// The host data an [`Action::Fetch`] asked for arrived (or could not
+    /// be fetched: `fail`).
+    pub fn resume(&mut self, sqe: &Sqe, data: Data, fail: Option<Status>, now: Instant) -> Action {
+        self.waiting.remove(&sqe.cid);
+        self.run(sqe, data, fail, now)
+    }
+
+    fn run(&mut self, sqe: &Sqe, data: Data, fail: Option<Status>, now: Instant) -> Action {
+        let outcome = match fail {
+            Some(status) => Outcome::status(status),
+            None => self.execute(sqe, data, now),
+        };
+        self.respond(sqe, outcome)
+    }
+
+    fn execute(&mut self, sqe: &Sqe, data: Data, now: Instant) -> Outcome {
+        if sqe.opcode == admin::FABRICS {
+            return self.fabrics(sqe, data, now);
+        }
+        let Some(q) = &self.queue else {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
+        };
+        if sqe.flags & 0x3 != 0 || sqe.flags & 0xc0 != Sqe::FLAGS_SGL {
+            // Fused operations are not supported; fabrics data pointers are SGLs.
+            return Outcome::status(Status::INVALID_FIELD);
+        }
+        if q.qid == 0 { self.admin(sqe, data, now) } else { self.io(sqe, data) }
+    }
+
+    /// Turn an outcome into what the binding does next.
+    fn respond(&mut self, sqe: &Sqe, outcome: Outcome) -> Action {
+        let (status, result, data) = match outcome {
+            Outcome::Complete { status, result, data } => (status, result, data),
+            Outcome::Hold => {
+                self.waiting.insert(sqe.cid, true);
+                return Action::Hold;
+            }
+            Outcome::NeedData(len) => {
+                self.waiting.insert(sqe.cid, false);
+                return Action::Fetch(len);
+            }
+        };
+        let cid = sqe.cid;
+        self.waiting.remove(&cid);
+        let (sqid, sqhd) = match &self.queue {
+            Some(q) => (q.qid, if q.sq_flow_control { q.sqhd } else { 0xffff }),
+            None => (0, 0),
+        };
+        if !status.is_success() {
+            trace!(cid, opcode = sqe.opcode, %status, "command failed");
+            if let Some(q) = &self.queue {
+                let entry = ErrorLogEntry {
+                    sqid,
+                    cid,
+                    status: status.to_field(),
+                    nsid: sqe.nsid,
+                    lba: sqe.slba(),
+                    ..Default::default()
+                };
+                lock(&q.assoc).record_error(entry);
+            }
+        }
+        let cqe = Cqe {
+            dw0: result as u32,
+            dw1: (result >> 32) as u32,
+            sqhd,
+            sqid,
+            cid,
+            status: status.to_field(),
+        };
+        let data = data.filter(|d| d.1 > 0 && status.is_success());
+        Action::Respond { cqe, data }
+    }
+
+    /// AERs held on this queue.
+    pub(crate) fn held_aers(&self) -> usize {
+        self.waiting.values().filter(|&&held| held).count()
+    }
+
+    /// Bind this connection to a queue (a successful Connect).
+    pub(crate) fn bind(&mut self, queue: Queue) {
+        self.queue = Some(queue);
+    }
+
+    /// Where `sqe`'s data is.
+    pub(crate) fn data_ptr(&self, sqe: &Sqe) -> DataPtr {
+        match (sqe.sgl.kind(), self.binding.data_sgl) {
+            (SglType::InCapsule, _) => DataPtr::InCapsule,
+            (SglType::Transport, DataSgl::Transport) | (SglType::Keyed, DataSgl::Keyed) => {
+                DataPtr::Remote
+            }
+            _ => DataPtr::Invalid,
+        }
+    }
+
+    /// The host data a command needs: in the capsule, or (None) still to
+    /// be fetched. The SGL must describe at least `len` bytes; the rest is
+    /// ignored (SGLS bit 18). Linux sends Dataset Management a whole page
+    /// of ranges whatever the number of ranges, as Linux's nvmet accepts.
+    pub(crate) fn host_data(&self, sqe: &Sqe, data: Data, len: usize) -> Result<Data, Status> {
+        let sgl_len = sqe.sgl.data_len() as usize;
+        match (self.data_ptr(sqe), data) {
+            (DataPtr::InCapsule, _) if sqe.sgl.addr != 0 => Err(Status::SGL_OFFSET_INVALID),
+            (DataPtr::InCapsule, Some((buf, n))) if n == sgl_len && n >= len => Ok(Some((buf, n))),
+            (DataPtr::InCapsule, _) => Err(Status::DATA_SGL_LENGTH_INVALID),
+            (DataPtr::Remote, _) if sgl_len < len => Err(Status::DATA_SGL_LENGTH_INVALID),
+            (DataPtr::Remote, Some((buf, n))) if n == len => Ok(Some((buf, n))),
+            (DataPtr::Remote, Some(_)) => Err(Status::INVALID_FIELD),
+            (DataPtr::Remote, None) => Ok(None),
+            (DataPtr::Invalid, _) => Err(Status::SGL_DESCRIPTOR_TYPE_INVALID),
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) should next run.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let q = self.queue.as_ref()?;
+        lock(&q.assoc).ka_deadline
+    }
+
+    /// Enforce the keep alive timeout of this queue's controller: once it
+    /// expired, the controller is gone and this says whether this was its
+    /// admin queue.
+    pub fn handle_timeout(&mut self, now: Instant) -> Option<bool> {
+        let q = self.queue.as_ref()?;
+        let (expired, cntlid) = {
+            let mut a = lock(&q.assoc);
+            (a.expired(now), a.cntlid)
+        };
+        if !expired {
+            return None;
+        }
+        tracing::warn!(
+            cntlid,
+            qid = q.qid,
+            "keep alive timer expired; tearing down the controller"
+        );
+        self.target.remove_association(cntlid);
+        Some(q.qid == 0)
+    }
+
+    /// The transport closed: release the controller if this was its
+    /// admin queue.
+    pub fn transport_closed(&mut self) {
+        if let Some(q) = &self.queue {
+            let mut a = lock(&q.assoc);
+            a.connected.remove(&q.qid);
+            if q.qid == 0 {
+                a.dead = true;
+                self.target.remove_association(a.cntlid);
+            }
+        }
+    }
+}

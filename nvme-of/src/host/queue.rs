@@ -1,0 +1,243 @@
+//! What the host asks of a transport binding's queue, and the command
+//! table every binding keeps.
+//!
+//! A binding's queue is one transport connection (a TCP connection for
+//! NVMe/TCP, a queue pair for NVMe/RDMA): it carries capsules and data and
+//! reports completions; what the commands mean is the
+//! [`Host`](super::Host)'s business. Its per-command state lives in a
+//! [`CommandTable`] indexed by CID, with whatever the binding adds.
+
+use crate::Instant;
+use crate::nvme::{Cqe, Sqe, Status};
+use crate::stats::{TxStats, UlpStats};
+use std::sync::Arc;
+use ulp_ddp::{DdpDevice, FlowId, IoBuf};
+
+/// Which way a command's data moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    None,
+    ToController,
+    FromController,
+}
+
+/// Who a command belongs to, so its completion finds its way back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// A step of bring-up, shutdown or discovery.
+    Admin(super::Step),
+    KeepAlive,
+    Aer,
+    Io(u64),
+}
+
+/// Why a queue stopped.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum QueueError {
+    #[error("transport closed")]
+    TransportClosed,
+    /// The device reported freeing a mapping this queue did not expect it
+    /// to free with this response (a bogus remote invalidation).
+    #[error("device freed tag {freed:#x} with the response for CID {cid}")]
+    OneShotMismatch { cid: u16, freed: u32 },
+    /// The binding's own reason: a malformed PDU, a Terminate, a refused
+    /// connection. [`QueueError::downcast_ref`] gets it back.
+    #[error(transparent)]
+    Transport(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+impl QueueError {
+    pub fn transport(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        QueueError::Transport(Arc::new(e))
+    }
+
+    /// The binding's error, if it is an `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            QueueError::Transport(e) => e.downcast_ref(),
+            _ => None,
+        }
+    }
+}
+
+impl PartialEq for QueueError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (QueueError::Transport(a), QueueError::Transport(b)) => a.to_string() == b.to_string(),
+            (QueueError::TransportClosed, QueueError::TransportClosed) => true,
+            (
+                QueueError::OneShotMismatch { cid: a, freed: f },
+                QueueError::OneShotMismatch { cid: b, freed: g },
+            ) => a == b && f == g,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for QueueError {}
+
+/// What a queue reports.
+#[derive(Debug)]
+pub enum QueueEvent {
+    /// The transport-level connection is up: the host may Connect.
+    Established,
+    Completion {
+        owner: Owner,
+        status: Status,
+        cqe: Cqe,
+        buf: Option<IoBuf>,
+    },
+    Failed(QueueError),
+}
+
+/// Data a command moves: the buffer, how many bytes of it, which way.
+pub type CmdData = Option<(IoBuf, usize, Dir)>;
+
+/// One queue of one transport binding, sans-IO: bytes in, bytes out.
+pub trait HostQueue: Send {
+    /// The transport connection is up: start the binding's own setup
+    /// (ICReq, an MPA Request). `Established` follows when it is done.
+    fn connected(&mut self, now: Instant);
+    /// Let `dev` offload this queue's connection `flow`; transfers of
+    /// `threshold` bytes or more (the device's own if `None`) are mapped
+    /// for placement.
+    fn offload(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId, threshold: Option<u32>);
+    fn is_offloaded(&self) -> bool;
+    /// Largest transfer the offloading device can map, if it limits it.
+    fn ddp_max_transfer(&self) -> Option<u64>;
+    /// Whether commands may be submitted.
+    fn is_live(&self) -> bool;
+    /// Send a command with its data: the CID it got, or None when the
+    /// queue is full.
+    fn submit(&mut self, owner: Owner, sqe: Sqe, data: CmdData, deadline: Instant) -> Option<u16>;
+    /// Bytes received; returns how many were taken.
+    fn handle_input(&mut self, data: &[u8], now: Instant) -> usize;
+    fn poll_transmit(&mut self, out: &mut [u8]) -> usize;
+    fn pending_output(&self) -> usize;
+    /// When the binding itself wants `handle_timeout` (connection setup).
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+    fn handle_timeout(&mut self, _now: Instant) {}
+    fn poll_event(&mut self) -> Option<QueueEvent>;
+    /// Nothing more will be sent: close the transport.
+    fn is_closed(&self) -> bool;
+    /// The transport closed under us.
+    fn transport_closed(&mut self);
+    /// Close without error, after sending what is queued.
+    fn close(&mut self);
+    /// Work done on received and sent data.
+    fn stats(&self) -> (UlpStats, TxStats);
+    fn commands(&self) -> &dyn Commands;
+    /// Forget every outstanding command (the association is going away).
+    fn abort_all(&mut self);
+}
+
+/// A binding that makes queues for a host.
+pub trait Transport: Send + Sync {
+    /// Queue `qid` of `size` entries, taking at most `inline` bytes of
+    /// in-capsule data.
+    fn queue(&self, qid: u16, size: u16, inline: usize) -> Box<dyn HostQueue>;
+    fn binding(&self) -> crate::Binding;
+}
+
+/// What the host reads from a queue's command table.
+pub trait Commands {
+    fn outstanding(&self) -> usize;
+    fn depth(&self) -> usize;
+    /// The earliest deadline of a command still waiting for its response.
+    fn deadline(&self) -> Option<Instant>;
+    fn has_owner(&self, owner: Owner) -> bool;
+}
+
+/// One outstanding command, with the binding's own state `X`.
+#[derive(Debug)]
+pub struct Cmd<X> {
+    pub owner: Owner,
+    pub buf: Option<IoBuf>,
+    pub len: usize,
+    pub dir: Dir,
+    pub deadline: Instant,
+    /// First transport-level failure (a digest or CRC error).
+    pub status: Option<Status>,
+    /// Answered, waiting for the device to let go before the CID is free.
+    pub done: Option<(Status, Cqe)>,
+    pub x: X,
+}
+
+/// Commands by CID; a queue of `size` entries has at most `size - 1`
+/// outstanding.
+pub struct CommandTable<X> {
+    slots: Vec<Option<Cmd<X>>>,
+    free: Vec<u16>,
+}
+
+impl<X> CommandTable<X> {
+    pub fn new(size: u16) -> Self {
+        let depth = size.saturating_sub(1).max(1);
+        Self { slots: (0..depth).map(|_| None).collect(), free: (0..depth).rev().collect() }
+    }
+
+    /// Take a free CID for `cmd`.
+    pub fn insert(&mut self, cmd: Cmd<X>) -> Option<u16> {
+        let cid = self.free.pop()?;
+        self.slots[usize::from(cid)] = Some(cmd);
+        Some(cid)
+    }
+
+    pub fn get(&self, cid: u16) -> Option<&Cmd<X>> {
+        self.slots.get(usize::from(cid)).and_then(Option::as_ref)
+    }
+
+    pub fn get_mut(&mut self, cid: u16) -> Option<&mut Cmd<X>> {
+        self.slots.get_mut(usize::from(cid)).and_then(Option::as_mut)
+    }
+
+    /// A command still waiting for its response.
+    pub fn pending_mut(&mut self, cid: u16) -> Option<&mut Cmd<X>> {
+        self.get_mut(cid).filter(|c| c.done.is_none())
+    }
+
+    /// Free `cid`: its completion, for the host.
+    pub fn complete(&mut self, cid: u16, status: Status, cqe: Cqe) -> Option<QueueEvent> {
+        let cmd = self.slots.get_mut(usize::from(cid)).and_then(Option::take)?;
+        self.free.push(cid);
+        Some(QueueEvent::Completion { owner: cmd.owner, status, cqe, buf: cmd.buf })
+    }
+
+    /// Forget every command.
+    pub fn clear(&mut self) {
+        for (cid, slot) in self.slots.iter_mut().enumerate() {
+            if slot.take().is_some() {
+                self.free.push(cid as u16);
+            }
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u16, &Cmd<X>)> {
+        self.slots.iter().enumerate().filter_map(|(i, c)| Some((i as u16, c.as_ref()?)))
+    }
+}
+
+impl<X> Commands for CommandTable<X> {
+    fn outstanding(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    fn depth(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|c| c.owner != Owner::Aer && c.done.is_none())
+            .map(|c| c.deadline)
+            .min()
+    }
+
+    fn has_owner(&self, owner: Owner) -> bool {
+        self.slots.iter().flatten().any(|c| c.owner == owner)
+    }
+}
