@@ -15,7 +15,7 @@ use crate::wire::{
     CapsuleResp, DataPdu, Digests, Direction, Event, Fes, Framer, Framing, Header, IcReq, IcResp,
     PduError, PduRepr, PduType, R2t, TermReq, TxQueue, TxStats,
 };
-use nvme_of::nvme::{Sqe, Status};
+use nvme_of::nvme::{Sqe, Status, admin};
 use nvme_of::{Binding, Instant, UlpStats};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -25,6 +25,8 @@ use ulp_ddp::{DdpDevice, FlowId, IoBuf, NvmeTcpConfig, Role};
 /// Stop taking new PDUs while this much is waiting to be sent: a host that
 /// does not read its completions is slowed by TCP, not by our memory.
 const TX_HIGH_WATER: usize = 4 << 20;
+/// In-capsule data the admin queue and Fabrics commands accept.
+const ADMIN_INLINE: usize = Binding::TCP.admin_inline;
 
 /// Why a connection ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -373,7 +375,7 @@ impl Connection {
         let len = repr.data_len as usize;
         let (buf, fail) = match len {
             0 => (None, None),
-            n if n > self.core.inline_limit(&sqe) => (None, Some(Status::DATA_SGL_LENGTH_INVALID)),
+            n if n > self.inline_limit(&sqe) => (None, Some(Status::DATA_SGL_LENGTH_INVALID)),
             n => (Some(self.core.buffer(n)), None),
         };
         let data = DataRx::new(self.ddp.as_ref(), repr.ddgst);
@@ -472,6 +474,13 @@ impl Connection {
                 Ok(())
             }
         }
+    }
+
+    /// In-capsule data `sqe` may carry: the admin queue's limit for Fabrics
+    /// commands and anything before Connect, the I/O queues' (IOCCSZ).
+    fn inline_limit(&self, sqe: &Sqe) -> usize {
+        let admin = self.core.qid().is_none_or(|q| q == 0) || sqe.opcode == admin::FABRICS;
+        if admin { ADMIN_INLINE } else { self.core.target().config().inline_data_size as usize }
     }
 
     /// A command whose capsule (and in-capsule data) arrived whole.

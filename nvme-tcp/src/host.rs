@@ -104,6 +104,10 @@ struct Queue {
     pdu_start: u64,
     ddp: Option<DdpSocket>,
     ddp_threshold: Option<u32>,
+    /// A device to hand the socket to once the queue's Connect completes,
+    /// when the digests and alignment are settled and the queue is idle.
+    attach: Option<(Arc<dyn DdpDevice>, FlowId)>,
+    connect_done: bool,
     gaps: GapMeter,
     events: VecDeque<QueueEvent>,
     stats: UlpStats,
@@ -129,6 +133,8 @@ impl Queue {
             pdu_start: 0,
             ddp: None,
             ddp_threshold: None,
+            attach: None,
+            connect_done: false,
             gaps: GapMeter::default(),
             events: VecDeque::new(),
             stats: UlpStats::default(),
@@ -356,19 +362,16 @@ impl Queue {
     }
 
     fn release(&mut self, cid: u16, status: Status, cqe: Cqe) {
+        let connect = Owner::Admin(Step::ConnectIo);
+        if status.is_success() && self.cmds.get(cid).is_some_and(|c| c.owner == connect) {
+            self.connect_done = true;
+        }
         self.events.extend(self.cmds.complete(cid, status, cqe));
     }
-}
 
-impl HostQueue for Queue {
-    /// The transport is up: send ICReq.
-    fn connected(&mut self, _now: Instant) {
-        let ic = IcReq { pfv: 0, hpda: 0, digests: self.digests, maxr2t: self.maxr2t };
-        self.tx.push(Header::IcReq(ic), None);
-        self.phase = Phase::IcSent;
-    }
-
-    fn offload(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId, threshold: Option<u32>) {
+    /// Hand the socket to the device: it is idle between PDUs.
+    fn start_offload(&mut self) {
+        let Some((dev, flow)) = self.attach.take() else { return };
         let config = NvmeTcpConfig {
             role: Role::Host,
             pfv: 0,
@@ -383,7 +386,23 @@ impl HostQueue for Queue {
         if let Some(d) = &self.ddp {
             self.tx.set_ddgst_offload(d.tx_offload());
         }
+    }
+}
+
+impl HostQueue for Queue {
+    /// The transport is up: send ICReq.
+    fn connected(&mut self, _now: Instant) {
+        let ic = IcReq { pfv: 0, hpda: 0, digests: self.digests, maxr2t: self.maxr2t };
+        self.tx.push(Header::IcReq(ic), None);
+        self.phase = Phase::IcSent;
+    }
+
+    fn offload(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId, threshold: Option<u32>) {
+        self.attach = Some((dev, flow));
         self.ddp_threshold = threshold;
+        if self.connect_done {
+            self.start_offload();
+        }
     }
 
     fn is_offloaded(&self) -> bool {
@@ -471,6 +490,9 @@ impl HostQueue for Queue {
         }
         let taken = if self.phase == Phase::Closing { data.len() } else { at };
         self.rx_offset += taken as u64;
+        if self.connect_done && self.ddp.is_none() && self.phase == Phase::Live {
+            self.start_offload();
+        }
         taken
     }
 

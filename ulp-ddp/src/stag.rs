@@ -50,6 +50,10 @@ impl Access {
     pub fn contains(self, other: Access) -> bool {
         self.0 & other.0 == other.0
     }
+
+    pub const fn union(self, other: Access) -> Access {
+        Access(self.0 | other.0)
+    }
 }
 
 impl std::ops::BitOr for Access {

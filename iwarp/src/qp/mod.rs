@@ -500,9 +500,15 @@ impl Qp {
             }
             SendOp::Read { .. } if self.ord == 0 => return Err(VerbsError::NoReads),
             SendOp::Read { sink, sink_to, len, .. } => {
-                // The peer's Read Responses address the sink by STag.
-                let w = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
-                self.dev.check(self.cfg.pd, *sink, *sink_to, u64::from(*len), w)?;
+                // The peer's Read Responses address the sink by STag; a
+                // FastReg posted ahead may make it valid (verbs chain them).
+                let chained = self
+                    .sq
+                    .iter()
+                    .any(|w| matches!(&w.op, SendOp::FastReg { stag, .. } if stag == sink));
+                if !chained {
+                    self.dev.check(self.cfg.pd, *sink, *sink_to, u64::from(*len), SINK_ACCESS)?;
+                }
             }
             SendOp::LocalInv { .. } => {}
         }
@@ -627,6 +633,9 @@ impl Qp {
         }
     }
 }
+
+/// What a Read's sink must grant: iWARP Read Responses are tagged writes.
+const SINK_ACCESS: Access = Access::LOCAL_WRITE.union(Access::REMOTE_WRITE);
 
 fn opcode_of(op: &SendOp) -> WcOpcode {
     match op {

@@ -29,7 +29,11 @@ pub struct QpStats {
     /// NIC vouched for instead.
     pub crc_bytes: u64,
     pub nic_crc_bytes: u64,
-    /// Sent payload bytes whose MPA CRC was left to the NIC.
+    /// Payload bytes sent (Sends, Writes, Read Responses), copied from
+    /// their buffers into the stream; of those, the bytes whose MPA CRC
+    /// this side computed, and those it left to the NIC.
+    pub tx_bytes: u64,
+    pub tx_crc_bytes: u64,
     pub tx_nic_crc_bytes: u64,
     /// Calls into the device per I/O path: registrations, posted Sends,
     /// local invalidates, one-shot advertisements, mapped receives.

@@ -224,6 +224,17 @@ impl Qp {
         self.crc && !self.active().is_some_and(|a| a.tx_crc)
     }
 
+    /// `n` payload bytes went from a buffer into an FPDU.
+    fn count_tx(&mut self, n: u32) {
+        let n = u64::from(n);
+        self.stats.tx_bytes += n;
+        match (self.crc, self.our_crc()) {
+            (true, true) => self.stats.tx_crc_bytes += n,
+            (true, false) => self.stats.tx_nic_crc_bytes += n,
+            (false, _) => {}
+        }
+    }
+
     /// Put the next FPDU into the buffer; false when there is none.
     fn next_fpdu(&mut self) -> bool {
         if let Some(t) = self.terminate.take() {
@@ -275,6 +286,20 @@ impl Qp {
     fn sq_fpdu(&mut self, wr: SendWr, sent: u32, len: u32, msn: u32) -> bool {
         let (header, n, sgl) = match &wr.op {
             SendOp::Read { sink, sink_to, len, stag, to } => {
+                let granted = self.dev.check(
+                    self.cfg.pd,
+                    *sink,
+                    *sink_to,
+                    u64::from(*len),
+                    super::SINK_ACCESS,
+                );
+                if granted.is_err() {
+                    // A chained registration failed: the Read never leaves.
+                    let mut wc = ok(wr.wr_id, WcOpcode::RdmaRead, 0);
+                    wc.status = WcStatus::LocalProtection;
+                    self.cq.push_back(wc);
+                    return true;
+                }
                 let r = ReadRequest {
                     sink_stag: sink.0,
                     sink_to: *sink_to,
@@ -349,6 +374,7 @@ impl Qp {
         };
         let crc = self.our_crc();
         let Ok(()) = self.tx.put(&header, n as usize, crc, fill);
+        self.count_tx(n);
         let sent = sent + n;
         if sent == len {
             if wr.signaled {
@@ -391,6 +417,7 @@ impl Qp {
             self.fail(Terminate::new(TermLayer::Rdmap, 1, e.rdmap_code()));
             return true;
         }
+        self.count_tx(n);
         if last {
             self.irq.pop_front();
         } else {

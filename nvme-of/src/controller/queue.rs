@@ -123,17 +123,6 @@ impl CtrlQueue {
         self.pool.get(len)
     }
 
-    /// In-capsule data `sqe` may carry: the admin queue's (and any Fabrics
-    /// command's) limit, or the I/O queues' (IOCCSZ).
-    pub fn inline_limit(&self, sqe: &Sqe) -> usize {
-        let admin = self.queue.as_ref().is_none_or(|q| q.qid == 0) || sqe.opcode == admin::FABRICS;
-        if admin {
-            self.binding.admin_inline
-        } else {
-            self.target.config().inline_data_size as usize
-        }
-    }
-
     /// A capsule arrived: any command counts as keep alive traffic.
     pub fn traffic(&self, now: Instant) {
         if let Some(q) = &self.queue {

@@ -228,9 +228,8 @@ pub struct Host {
     repoll: Option<(Instant, Step)>,
     poll_deadline: Option<Instant>,
     keep_alive: Option<(Instant, Duration)>,
-    /// Devices to offload I/O queues to, once each is connected.
-    attach:
-        std::collections::HashMap<u16, (std::sync::Arc<dyn ulp_ddp::DdpDevice>, ulp_ddp::FlowId)>,
+    /// The latest time passed in.
+    now: Instant,
     span: tracing::Span,
 }
 
@@ -268,7 +267,7 @@ impl Host {
             repoll: None,
             poll_deadline: None,
             keep_alive: None,
-            attach: std::collections::HashMap::new(),
+            now: Instant::ZERO,
             span,
         }
     }
@@ -284,6 +283,7 @@ impl Host {
 
     /// The transport of queue `qid` is up.
     pub fn connected(&mut self, qid: u16, now: Instant) {
+        self.now = self.now.max(now);
         if let Some(q) = self.queues.get_mut(usize::from(qid)) {
             q.connected(now);
         }
@@ -296,15 +296,17 @@ impl Host {
     }
 
     /// A device may offload queue `qid`'s connection, `flow`. The admin
-    /// queue never is; an I/O queue is once its Connect completes.
+    /// queue never is; an I/O queue is from when its binding says (NVMe/TCP
+    /// once the queue's Connect completes, NVMe/RDMA from its first FPDU).
     pub fn attach_ddp(
         &mut self,
         qid: u16,
         dev: std::sync::Arc<dyn ulp_ddp::DdpDevice>,
         flow: ulp_ddp::FlowId,
     ) {
-        if qid > 0 {
-            self.attach.insert(qid, (dev, flow));
+        let threshold = self.cfg.ddp_threshold;
+        if let Some(q) = self.queues.get_mut(usize::from(qid)).filter(|_| qid > 0) {
+            q.offload(dev, flow, threshold);
         }
     }
 
@@ -315,14 +317,25 @@ impl Host {
 
     /// Bytes received on queue `qid`; returns how many were taken.
     pub fn handle_input(&mut self, qid: u16, data: &[u8], now: Instant) -> usize {
+        self.now = self.now.max(now);
         let Some(q) = self.queues.get_mut(usize::from(qid)) else { return data.len() };
         let n = q.handle_input(data, now);
         self.drain(qid, now);
         n
     }
 
+    /// Bytes for queue `qid`'s transport. Sending may complete local work
+    /// (an RDMA binding's registrations and invalidations), whose results
+    /// are acted on at the time last passed in.
     pub fn poll_transmit(&mut self, qid: u16, out: &mut [u8]) -> usize {
-        self.queues.get_mut(usize::from(qid)).map_or(0, |q| q.poll_transmit(out))
+        let Some(q) = self.queues.get_mut(usize::from(qid)) else { return 0 };
+        let n = q.poll_transmit(out);
+        let now = self.now;
+        self.drain(qid, now);
+        match self.queues.get_mut(usize::from(qid)) {
+            Some(q) if n == 0 => q.poll_transmit(out),
+            _ => n,
+        }
     }
 
     pub fn pending_output(&self, qid: u16) -> usize {
@@ -336,6 +349,7 @@ impl Host {
 
     /// The transport of queue `qid` closed under us.
     pub fn transport_closed(&mut self, qid: u16, now: Instant) {
+        self.now = self.now.max(now);
         if let Some(q) = self.queues.get_mut(usize::from(qid)) {
             q.transport_closed();
         }
@@ -360,6 +374,7 @@ impl Host {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = self.now.max(now);
         if matches!(self.state, State::Failed | State::Closed) {
             return;
         }
@@ -406,6 +421,7 @@ impl Host {
     /// Shut the association down: close the I/O queues, then CC.SHN on the
     /// admin queue, then close it. `Closed` follows.
     pub fn shutdown(&mut self, now: Instant) {
+        self.now = self.now.max(now);
         match self.state {
             State::Ready | State::BringUp if self.queues[0].is_live() && self.cntlid != 0 => {
                 self.state = State::ShuttingDown;
@@ -490,6 +506,7 @@ impl Host {
 
     /// Submit an I/O on queue `qid` (1..=io_queues).
     pub fn submit(&mut self, qid: u16, io: Io, now: Instant) -> Result<(), SubmitError> {
+        self.now = self.now.max(now);
         if self.state != State::Ready {
             return Err(SubmitError::NotReady);
         }
@@ -766,10 +783,6 @@ impl Host {
             Step::ConnectIo => {
                 self.io_connected += 1;
                 debug!(parent: &self.span, qid, "I/O queue connected");
-                if let Some((dev, flow)) = self.attach.remove(&qid) {
-                    let threshold = self.cfg.ddp_threshold;
-                    self.queues[usize::from(qid)].offload(dev, flow, threshold);
-                }
                 if self.io_connected == self.io_queues() {
                     self.admin_cmd(
                         Owner::Aer,

@@ -98,9 +98,9 @@ pub trait HostQueue: Send {
     /// The transport connection is up: start the binding's own setup
     /// (ICReq, an MPA Request). `Established` follows when it is done.
     fn connected(&mut self, now: Instant);
-    /// Let `dev` offload this queue's connection `flow`; transfers of
-    /// `threshold` bytes or more (the device's own if `None`) are mapped
-    /// for placement.
+    /// Let `dev` offload this queue's connection `flow` (from when the
+    /// binding can hand it over); transfers of `threshold` bytes or more
+    /// (the device's own if `None`) are mapped for placement.
     fn offload(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId, threshold: Option<u32>);
     fn is_offloaded(&self) -> bool;
     /// Largest transfer the offloading device can map, if it limits it.
