@@ -5,6 +5,7 @@
 use crate::app::{HostApp, IoApp};
 use crate::clock::Clock;
 use crate::report::{OffloadReport, PhaseReport};
+use crate::transport::Transport;
 use crate::userspace::{
     Chain, ControllerSide, HostSide, RunError, chain, run_host, run_simulated, serve, to_smol,
 };
@@ -54,6 +55,8 @@ pub struct DemoOptions {
     /// Keep alive timeout and command timeout of the host.
     pub kato: Duration,
     pub io_timeout: Duration,
+    /// NVMe/TCP, or NVMe/RDMA over iWARP.
+    pub transport: Transport,
 }
 
 impl DemoOptions {
@@ -81,6 +84,7 @@ impl Default for DemoOptions {
             ddp_threshold: None,
             kato: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
+            transport: Transport::Tcp,
         }
     }
 }
@@ -118,6 +122,7 @@ impl From<ImpairStats> for ImpairReport {
 /// What the demo did.
 #[derive(Debug, Clone, Serialize)]
 pub struct DemoReport {
+    pub transport: Transport,
     pub size: u64,
     pub mtu: usize,
     pub hdgst: bool,
@@ -200,8 +205,11 @@ pub fn build(o: &DemoOptions) -> Result<Demo, DemoError> {
     let remote = SocketAddrV4::new(CONTROLLER_IP, PORT);
     let hdev: Arc<dyn DdpDevice> = Arc::new(host_nic.clone());
     let cdev: Arc<dyn DdpDevice> = Arc::new(ctrl_nic.clone());
-    let host = HostSide::new(hstack, nvme_tcp::host::new(host_cfg), remote, Some(hdev));
-    let ctrl = ControllerSide::new(cstack, target, PORT, Some(cdev))?;
+    let oneshot = o.offload.contains(Caps::NVME_TCP_ONESHOT);
+    let host = o.transport.host(host_cfg, oneshot, o.mtu);
+    let host = HostSide::new(hstack, host, remote, Some(hdev));
+    let ctrl = ControllerSide::new(cstack, target, PORT, Some(cdev))?
+        .with_listener(o.transport.listener(o.mtu));
     Ok(Demo { host, ctrl, host_nic, ctrl_nic })
 }
 
@@ -250,6 +258,7 @@ pub fn run(o: &DemoOptions) -> Result<DemoReport, DemoError> {
         .map(|(spec, stats)| PhaseReport::new(spec, stats.clone(), app.io_queues, app.queue_depth))
         .collect();
     Ok(DemoReport {
+        transport: o.transport,
         size: o.size,
         mtu: o.mtu,
         hdgst: o.digests.header,

@@ -12,5 +12,6 @@ pub mod plot;
 pub mod rawtcp;
 pub mod report;
 pub mod size;
+pub mod transport;
 pub mod userspace;
 pub mod workload;

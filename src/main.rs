@@ -8,6 +8,7 @@ use nvme_ddp::clock::Clock;
 use nvme_ddp::kernel_tcp::{ControllerServer, run_host};
 use nvme_ddp::report::{OffloadReport, PhaseReport, human_bytes};
 use nvme_ddp::size::{format_size, parse_size};
+use nvme_ddp::transport::Transport;
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
 use nvme_ddp::{bench, demo, plot, userspace};
 use nvme_tcp::controller::{Port, Target, TargetConfig};
@@ -254,6 +255,11 @@ struct DemoArgs {
     /// oneshot, or all, or none.
     #[arg(long, default_value = "all", value_parser = Caps::parse)]
     offload: Caps,
+    /// NVMe/TCP, or NVMe/RDMA over user-space iWARP (tcp, rdma). Over
+    /// RDMA, --ddgst asks for MPA CRCs and oneshot registers and sends
+    /// in one call.
+    #[arg(long, default_value = "tcp", value_parser = Transport::parse)]
+    transport: Transport,
     /// Map transfers from this size (default: the NIC's threshold, 32k).
     #[arg(long, value_parser = parse_threshold)]
     ddp_threshold: Option<u32>,
@@ -701,6 +707,7 @@ fn demo(a: DemoArgs) -> Result<()> {
         ddp_threshold: a.ddp_threshold,
         kato: Duration::ZERO,
         io_timeout: Duration::ZERO,
+        transport: a.transport,
     };
     let impaired = !o.impair.is_clean();
     let o = demo::DemoOptions {
@@ -719,12 +726,20 @@ fn demo(a: DemoArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let mode = if report.simulated { "simulated time" } else { "real time" };
+        let integrity = match report.transport {
+            Transport::Tcp => {
+                format!("digests: header {}, data {}", on_off(report.hdgst), on_off(report.ddgst))
+            }
+            Transport::Rdma => format!("MPA CRC {}", on_off(report.ddgst)),
+        };
         println!(
-            "nvme-ddp demo: {} RAM namespace, host and controller over an in-process wire (MTU {}, {mode}, digests: header {}, data {})",
+            "nvme-ddp demo: {} RAM namespace, host and controller over an in-process wire ({}, MTU {}, {mode}, {integrity})",
             human_bytes(report.size as f64),
+            match report.transport {
+                Transport::Tcp => "NVMe/TCP",
+                Transport::Rdma => "NVMe/RDMA over iWARP",
+            },
             report.mtu,
-            on_off(report.hdgst),
-            on_off(report.ddgst)
         );
         for p in &report.phases {
             println!("  {}", p.line());

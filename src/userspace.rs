@@ -7,9 +7,10 @@
 
 use crate::app::HostApp;
 use crate::clock::Clock;
+use crate::transport::{ControllerConn, Listener};
 use nic_backend::{NicConfig, NicHandle, OffloadNic};
 use nvme_tcp::UlpStats;
-use nvme_tcp::controller::{Connection, Target};
+use nvme_tcp::controller::Target;
 use nvme_tcp::host::Host;
 use nvme_tcp::wire::TxStats;
 use smoltcp::time::Instant as SmolInstant;
@@ -174,7 +175,7 @@ impl<D: Medium> HostSide<D> {
 
 struct CtrlConn {
     conn: TcpConn,
-    ep: Connection,
+    ep: Box<dyn ControllerConn>,
     closed: bool,
 }
 
@@ -183,6 +184,7 @@ struct CtrlConn {
 pub struct ControllerSide<D: Medium> {
     pub stack: Stack<D>,
     target: Arc<Target>,
+    listener: Listener,
     conns: Vec<CtrlConn>,
     ddp: Option<Arc<dyn DdpDevice>>,
     /// Work of connections that have closed.
@@ -197,7 +199,20 @@ impl<D: Medium> ControllerSide<D> {
         ddp: Option<Arc<dyn DdpDevice>>,
     ) -> Result<Self, RunError> {
         stack.listen(port, 16)?;
-        Ok(Self { stack, target, conns: Vec::new(), ddp, closed_stats: Default::default() })
+        Ok(Self {
+            stack,
+            target,
+            listener: Listener::Tcp,
+            conns: Vec::new(),
+            ddp,
+            closed_stats: Default::default(),
+        })
+    }
+
+    /// Serve this transport instead of NVMe/TCP.
+    pub fn with_listener(mut self, listener: Listener) -> Self {
+        self.listener = listener;
+        self
     }
 
     /// What the controller's I/O queue connections did on their side of the
@@ -221,7 +236,7 @@ impl<D: Medium> ControllerSide<D> {
         let mut progress = self.stack.poll(now);
         let local = std::net::IpAddr::V4(self.stack.config().ip.address());
         while let Some(conn) = self.stack.accept() {
-            let mut ep = Connection::new(self.target.clone(), Some(local));
+            let mut ep = self.listener.accept(self.target.clone(), Some(local), t);
             if let (Some(dev), Some((local, remote))) = (&self.ddp, self.stack.endpoints(&conn)) {
                 ep.attach_ddp(dev.clone(), FlowId { local, remote });
             }

@@ -150,8 +150,13 @@ pub fn mpa_rx(data: &[u8]) -> Stats {
         rx_markers: mode & 0x40 != 0,
         tx_markers: mode & 0x80 != 0,
     };
-    let mut flow =
-        IwarpFlow::new(config, 0, 0, config.crc && active.contains(Caps::NVME_TCP_DDGST_TX));
+    let mut flow = IwarpFlow::new(
+        config,
+        0,
+        0,
+        config.crc && active.contains(Caps::NVME_TCP_DDGST_TX),
+        active.contains(Caps::NVME_TCP_ONESHOT),
+    );
     let mut guarded = Vec::new();
     let mut stags = Vec::new();
     for _ in 0..c.u8() % 9 {

@@ -100,6 +100,9 @@ pub(crate) struct IwarpFlow {
     pub local_isn: u32,
     /// Fixed at sk_add: the ULP leaves MPA CRCs to us on this socket.
     pub tx_crc: bool,
+    /// Fixed at sk_add: the ULP may advertise STags that go live with a
+    /// Send, so every outgoing FPDU is followed from the first.
+    tx_oneshot: bool,
     /// By STag index.
     stags: HashMap<u32, StagMapping>,
     /// Advertised STags not live yet: (offset of the Send that arms
@@ -119,13 +122,20 @@ pub(crate) struct IwarpFlow {
 }
 
 impl IwarpFlow {
-    pub fn new(config: IwarpConfig, peer_isn: u32, local_isn: u32, tx_crc: bool) -> Self {
+    pub fn new(
+        config: IwarpConfig,
+        peer_isn: u32,
+        local_isn: u32,
+        tx_crc: bool,
+        tx_oneshot: bool,
+    ) -> Self {
         let oneshot = config.oneshot_opcodes;
         Self {
             ctx: Arc::new(SkCtx::new()),
             peer_isn,
             local_isn,
             tx_crc,
+            tx_oneshot,
             stags: HashMap::new(),
             unarmed: Vec::new(),
             recvs: HashMap::new(),
@@ -520,9 +530,11 @@ impl IwarpFlow {
         forget_acked(&mut self.records, ack);
     }
 
-    /// Whether the NIC needs to see outgoing segments at all.
+    /// Whether the NIC needs to see outgoing segments at all: to write
+    /// CRCs, or to follow FPDU boundaries for the Sends that arm
+    /// advertised STags (skipping a segment would lose them).
     pub fn tx_wanted(&self) -> bool {
-        self.tx_crc || !self.unarmed.is_empty()
+        self.tx_crc || self.tx_oneshot
     }
 
     /// An outgoing segment at stream offset `off`: CRCs written, advertised

@@ -578,7 +578,9 @@ impl DdpDevice for NicHandle {
                         return Err(DdpError::WrongUlp);
                     }
                     let tx_crc = config.crc && st.cfg.active.contains(Caps::NVME_TCP_DDGST_TX);
-                    (Sock::Iwarp(IwarpFlow::new(*config, peer, local, tx_crc)), tx_crc)
+                    let oneshot = st.cfg.active.contains(Caps::NVME_TCP_ONESHOT);
+                    let flow = IwarpFlow::new(*config, peer, local, tx_crc, oneshot);
+                    (Sock::Iwarp(flow), tx_crc)
                 }
             };
             let ctx = sock.ctx().clone();

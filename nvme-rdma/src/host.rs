@@ -41,6 +41,12 @@ impl Rdma {
         let qp = QpConfig { crc, ..QpConfig::new(pd) };
         Self { dev, pd, qp, oneshot }
     }
+
+    /// FPDUs cut for a path MTU.
+    pub fn path_mtu(mut self, mtu: usize) -> Self {
+        self.qp = self.qp.path_mtu(mtu);
+        self
+    }
 }
 
 impl Transport for Rdma {
@@ -85,6 +91,8 @@ struct Queue {
     responses: Vec<IoBuf>,
     attach: Option<(Arc<dyn DdpDevice>, FlowId)>,
     events: VecDeque<QueueEvent>,
+    /// Commands whose data went under an STag.
+    registered: u64,
 }
 
 impl Queue {
@@ -106,6 +114,7 @@ impl Queue {
             responses: (0..usize::from(size)).map(|_| IoBuf::new(Cqe::LEN)).collect(),
             attach: None,
             events: VecDeque::new(),
+            registered: 0,
             rdma,
         }
     }
@@ -285,6 +294,7 @@ impl HostQueue for Queue {
             Some(b) => {
                 let stag = self.stags[slot].next_key();
                 self.stags[slot] = stag;
+                self.registered += 1;
                 let access = match dir {
                     Dir::FromController => Access::LOCAL_WRITE | Access::REMOTE_WRITE,
                     _ => Access::REMOTE_READ,
@@ -381,7 +391,9 @@ impl HostQueue for Queue {
     }
 
     fn stats(&self) -> (UlpStats, TxStats) {
-        self.qp.as_ref().map(|qp| work(&qp.stats())).unwrap_or_default()
+        let (mut rx, tx) = self.qp.as_ref().map(|qp| work(&qp.stats())).unwrap_or_default();
+        rx.ddp_ios = self.registered;
+        (rx, tx)
     }
 
     fn commands(&self) -> &dyn Commands {
