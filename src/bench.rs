@@ -14,6 +14,7 @@
 use crate::app::HostApp;
 use crate::clock::Clock;
 use crate::rawtcp;
+use crate::transport::Transport;
 use crate::userspace::{ControllerSide, HostSide, chain, run_host, serve, to_smol};
 use crate::workload::{IoStats, Limit, Rw, Workload, WorkloadSpec};
 use nic_backend::{NicEngine, NicHandle, NicThread, thread_cpu_ns};
@@ -89,6 +90,8 @@ pub struct BenchOptions {
     pub ddgst: Vec<bool>,
     pub offload: Vec<OffloadSet>,
     pub mtu: Vec<usize>,
+    /// NVMe/TCP, NVMe/RDMA, or both on the same matrix.
+    pub transport: Vec<Transport>,
     pub queues: u16,
     pub reps: usize,
     pub warmup: Duration,
@@ -119,6 +122,7 @@ impl Default for BenchOptions {
             ddgst: vec![true],
             offload: OffloadSet::ALL.to_vec(),
             mtu: vec![1500, 9000],
+            transport: vec![Transport::Tcp],
             queues: 1,
             reps: 5,
             warmup: Duration::from_millis(200),
@@ -132,6 +136,7 @@ impl Default for BenchOptions {
 /// One point of the matrix: what ran and the medians of what it did.
 #[derive(Debug, Clone, Serialize)]
 pub struct Point {
+    pub transport: &'static str,
     pub bs: u32,
     pub rw: &'static str,
     pub qd: u16,
@@ -399,6 +404,7 @@ impl HostApp for BenchApp<'_> {
 /// The point being run.
 #[derive(Debug, Clone, Copy)]
 pub struct Spec {
+    pub transport: Transport,
     pub bs: u32,
     pub rw: Rw,
     pub qd: u16,
@@ -455,8 +461,10 @@ fn run_once<M: Medium + Send + 'static>(
     let cddp: Arc<dyn DdpDevice> = Arc::new(cnic);
     let remote = SocketAddrV4::new(CONTROLLER_IP, PORT);
     let cstack = Stack::new(cdev, ccfg, now);
-    let mut ctrl =
-        ControllerSide::new(cstack, target, PORT, Some(cddp)).map_err(|e| e.to_string())?;
+    let mut ctrl = ControllerSide::new(cstack, target, PORT, Some(cddp))
+        .map_err(|e| e.to_string())?
+        .with_listener(p.transport.listener(p.mtu));
+    let oneshot = caps.contains(Caps::NVME_TCP_ONESHOT);
     let spec = WorkloadSpec {
         rw: p.rw,
         bs: p.bs,
@@ -481,7 +489,7 @@ fn run_once<M: Medium + Send + 'static>(
         let (ring, nic) = NicThread::spawn(hdev).map_err(|e| e.to_string())?;
         let mut host = HostSide::new(
             Stack::new(ring, hcfg, now),
-            nvme_tcp::host::new(host_cfg),
+            p.transport.host(host_cfg, oneshot, p.mtu),
             remote,
             Some(hddp),
         );
@@ -505,7 +513,7 @@ fn run_once<M: Medium + Send + 'static>(
         let (ring, mut nic) = NicEngine::new(hdev);
         let mut host = HostSide::new(
             Stack::new(ring, hcfg, now),
-            nvme_tcp::host::new(host_cfg),
+            p.transport.host(host_cfg, oneshot, p.mtu),
             remote,
             Some(hddp),
         );
@@ -627,13 +635,15 @@ fn spread(v: &[f64]) -> f64 {
 /// Every point of the matrix, in order.
 pub fn points(o: &BenchOptions) -> Vec<Spec> {
     let mut v = Vec::new();
-    for &rw in &o.rw {
-        for &ddgst in &o.ddgst {
-            for &mtu in &o.mtu {
-                for &qd in &o.qd {
-                    for &bs in &o.bs {
-                        for &offload in &o.offload {
-                            v.push(Spec { bs, rw, qd, mtu, ddgst, offload });
+    for &transport in &o.transport {
+        for &rw in &o.rw {
+            for &ddgst in &o.ddgst {
+                for &mtu in &o.mtu {
+                    for &qd in &o.qd {
+                        for &bs in &o.bs {
+                            for &offload in &o.offload {
+                                v.push(Spec { transport, bs, rw, qd, mtu, ddgst, offload });
+                            }
                         }
                     }
                 }
@@ -692,7 +702,8 @@ pub fn run_point(
         }
         .map_err(|e| {
             format!(
-                "{} bs={} qd={} mtu={} ddgst={} offload={}: {e}",
+                "{} {} bs={} qd={} mtu={} ddgst={} offload={}: {e}",
+                p.transport.name(),
                 p.rw.name(),
                 p.bs,
                 p.qd,
@@ -710,6 +721,7 @@ pub fn run_point(
     let nic: Vec<f64> = samples.iter().map(|s| s.nic_cpu_ns_per_io).collect();
     let (bytes_per_sec_spread, host_cpu_spread) = (spread(&thr), spread(&cpu));
     Ok(Point {
+        transport: p.transport.name(),
         bs: p.bs,
         rw: p.rw.name(),
         qd: p.qd,
@@ -786,9 +798,10 @@ impl TargetCheck {
 
 /// Check the offload targets wherever the matrix has the points they need.
 pub fn check_targets(points: &[Point]) -> Vec<TargetCheck> {
-    let find = |rw: &str, offload: &str, qd: u16, mtu: usize| {
+    let find_on = |transport: &str, rw: &str, offload: &str, qd: u16, mtu: usize| {
         points.iter().find(|p| {
-            p.rw == rw
+            p.transport == transport
+                && p.rw == rw
                 && p.bs == 128 << 10
                 && p.ddgst
                 && p.offload == offload
@@ -796,6 +809,7 @@ pub fn check_targets(points: &[Point]) -> Vec<TargetCheck> {
                 && p.mtu == mtu
         })
     };
+    let find = |rw: &str, offload: &str, qd: u16, mtu: usize| find_on("tcp", rw, offload, qd, mtu);
     let mut out = Vec::new();
     let mut settings: Vec<(u16, usize)> = points.iter().map(|p| (p.qd, p.mtu)).collect();
     settings.sort_unstable();
@@ -825,6 +839,17 @@ pub fn check_targets(points: &[Point]) -> Vec<TargetCheck> {
                 let spreads = [all.bytes_per_sec_spread, all.raw_tcp_spread];
                 out.push(TargetCheck::at_least(what, raw, 0.8, &spreads));
             }
+        }
+        if let (Some(rdma), Some(tcp)) =
+            (find_on("rdma", "read", "all", qd, mtu), find("read", "all", qd, mtu))
+        {
+            let cpu = rdma.host_cpu_ns_per_io / tcp.host_cpu_ns_per_io.max(1.0);
+            out.push(TargetCheck::at_most(
+                format!("read host CPU/IO, NVMe/RDMA vs NVMe/TCP, all offloads ({at})"),
+                cpu,
+                1.0,
+                &[rdma.host_cpu_spread, tcp.host_cpu_spread],
+            ));
         }
         if let (Some(crc), Some(none)) =
             (find("write", "crc", qd, mtu), find("write", "none", qd, mtu))
@@ -929,6 +954,7 @@ mod tests {
 
     fn point(rw: &'static str, offload: &'static str, cpu: f64, spread: f64) -> Point {
         Point {
+            transport: "tcp",
             bs: 128 << 10,
             rw,
             qd: 32,

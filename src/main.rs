@@ -92,6 +92,10 @@ struct BenchArgs {
     /// Offload sets: none, crc, ddp, all (default all four).
     #[arg(long, value_parser = |s: &str| list(s, bench::OffloadSet::parse))]
     offload: Option<List<bench::OffloadSet>>,
+    /// Transports: tcp, rdma, or tcp,rdma to compare them on the same
+    /// matrix (default tcp).
+    #[arg(long, value_parser = |s: &str| list(s, Transport::parse))]
+    transport: Option<List<Transport>>,
     /// IP MTUs of the in-process wire (default 1500,9000).
     #[arg(long, value_parser = |s: &str| list(s, |w| w.parse::<usize>().map_err(|e| format!("{w}: {e}"))))]
     mtu: Option<List<usize>>,
@@ -867,6 +871,7 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
         qd: a.qd.map_or(d.qd, |l| l.0),
         ddgst: a.ddgst.map_or(d.ddgst, |l| l.0),
         offload: a.offload.map_or(d.offload, |l| l.0),
+        transport: a.transport.map_or(d.transport, |l| l.0),
         // Over TAP the interfaces decide the MTU.
         mtu: match &tap {
             Some((h, _)) => {
@@ -909,7 +914,8 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
             e.insert(bps);
         }
         bar.set_message(format!(
-            "{} bs={} qd={} mtu={} ddgst={} offload={}",
+            "{} {} bs={} qd={} mtu={} ddgst={} offload={}",
+            p.transport.name(),
             p.rw.name(),
             format_size(u64::from(p.bs)),
             p.qd,
@@ -921,7 +927,8 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
     }
     bar.finish_and_clear();
     println!(
-        "{:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>6} {:>8} | {:>8} {:>8} {:>8} {:>8} {:>5} | {:>9}",
+        "{:<4} {:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>6} {:>8} | {:>8} {:>8} {:>8} {:>8} {:>5} | {:>9}",
+        "tr",
         "rw",
         "bs",
         "qd",
@@ -945,7 +952,8 @@ fn bench_cmd(a: BenchArgs) -> Result<()> {
     );
     for p in &out {
         println!(
-            "{:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>5.1} | {:>9.1}{}",
+            "{:<4} {:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>5.1} | {:>9.1}{}",
+            p.transport,
             p.rw,
             format_size(u64::from(p.bs)),
             p.qd,
