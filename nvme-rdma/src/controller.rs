@@ -9,8 +9,9 @@ pub use nvme_of::controller::*;
 
 use crate::cm::{self, CmAccept, CmRejectStatus, CmRequest};
 use crate::{RdmaError, duration, instant, work};
-use iwarp::{Access, Device, Event, Pd, Qp, QpConfig, RecvWr, SendOp, SendWr, Stag, Wc};
-use iwarp::{WcOpcode, WcStatus};
+use iwarp::{
+    Access, Device, Event, Qp, QpConfig, RecvWr, SendOp, SendWr, Stag, Wc, WcOpcode, WcStatus,
+};
 use nvme_of::nvme::{Cqe, SglType, Sqe, Status};
 use nvme_of::{Binding, Instant, TxStats, UlpStats};
 use std::net::IpAddr;
@@ -57,7 +58,6 @@ pub struct Connection {
     fetches: Vec<Option<Fetch>>,
     fetch_stags: Vec<Stag>,
     dev: Device,
-    pd: Pd,
     attach: Option<(Arc<dyn DdpDevice>, FlowId)>,
     close: Option<CloseReason>,
 }
@@ -73,7 +73,6 @@ impl Connection {
         qp: QpConfig,
         now: Instant,
     ) -> Self {
-        let pd = qp.pd;
         Self {
             core: CtrlQueue::new(target, local_addr, Binding::RDMA),
             qp: Qp::listen(dev, qp, duration(now)),
@@ -81,7 +80,6 @@ impl Connection {
             fetches: Vec::new(),
             fetch_stags: Vec::new(),
             dev: dev.clone(),
-            pd,
             attach: None,
             close: None,
         }
@@ -292,7 +290,7 @@ impl Connection {
             Some(i) => i,
             None => {
                 self.fetches.push(None);
-                self.fetch_stags.push(self.dev.alloc_mr(self.pd));
+                self.fetch_stags.push(self.dev.alloc_mr(self.qp.pd()));
                 self.fetches.len() - 1
             }
         };
@@ -320,12 +318,12 @@ impl Connection {
     fn on_fetched(&mut self, wc: &Wc, now: Instant) {
         let slot = (wc.wr_id & !WR_FETCH) as usize;
         let Some(f) = self.fetches.get_mut(slot).and_then(Option::take) else { return };
-        let sink = self.fetch_stags[slot];
-        self.post(0, false, SendOp::LocalInv { stag: sink });
-        let fail = (wc.status != WcStatus::Success).then_some(Status::DATA_TRANSFER_ERROR);
         if wc.status == WcStatus::Flushed {
+            // The queue pair is down; nothing more goes out.
             return;
         }
+        self.post(0, false, SendOp::LocalInv { stag: self.fetch_stags[slot] });
+        let fail = (wc.status != WcStatus::Success).then_some(Status::DATA_TRANSFER_ERROR);
         let action = self.core.resume(&f.sqe, Some((f.buf, f.len as usize)), fail, now);
         self.act(&f.sqe, action, now);
     }

@@ -11,8 +11,10 @@
 pub use nvme_of::host::*;
 
 use crate::{RdmaError, duration, instant, work};
-use iwarp::{Access, Device, Event, Pd, Qp, QpConfig, QpState, RecvWr, SendOp, SendWr, Stag};
-use iwarp::{WcOpcode, WcStatus};
+use iwarp::{
+    Access, Device, Event, Pd, Qp, QpConfig, QpState, RecvWr, SendOp, SendWr, Stag, WcOpcode,
+    WcStatus,
+};
 use nvme_of::nvme::{Cqe, SglDescriptor, Sqe};
 use nvme_of::{Binding, Instant, TxStats, UlpStats};
 use std::collections::VecDeque;

@@ -15,7 +15,7 @@ use crate::wire::{
     CapsuleResp, DataPdu, Digests, Direction, Event, Fes, Framer, Framing, Header, IcReq, IcResp,
     PduError, PduRepr, PduType, R2t, TermReq, TxQueue, TxStats,
 };
-use nvme_of::nvme::{Sqe, Status, admin};
+use nvme_of::nvme::{Cqe, Sqe, Status, admin};
 use nvme_of::{Binding, Instant, UlpStats};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -562,7 +562,7 @@ impl Connection {
     /// Send a command's data (C2HData PDUs) and its completion. With SQ flow
     /// control disabled and a plain success, the last C2HData carries
     /// SUCCESS and replaces the CapsuleResp.
-    fn respond(&mut self, cqe: nvme_of::nvme::Cqe, data: Option<(IoBuf, usize)>) {
+    fn respond(&mut self, cqe: Cqe, data: Option<(IoBuf, usize)>) {
         let cfg = self.core.target().config();
         let success_flag = cfg.c2h_success
             && !self.core.sq_flow_control()

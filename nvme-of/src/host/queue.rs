@@ -213,10 +213,6 @@ impl<X> CommandTable<X> {
             }
         }
     }
-
-    pub fn iter(&self) -> impl Iterator<Item = (u16, &Cmd<X>)> {
-        self.slots.iter().enumerate().filter_map(|(i, c)| Some((i as u16, c.as_ref()?)))
-    }
 }
 
 impl<X> Commands for CommandTable<X> {
