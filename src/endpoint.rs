@@ -1,8 +1,8 @@
 //! The two ends the drivers move bytes for: one host queue, or one
 //! controller connection.
 
+use crate::transport::ControllerConn;
 use nvme_tcp::Instant;
-use nvme_tcp::controller::Connection;
 use nvme_tcp::host::Host;
 
 /// A sans-IO end of one byte stream.
@@ -32,7 +32,7 @@ impl Endpoint for HostQueue<'_> {
 
 /// A controller connection.
 pub struct ControllerEnd<'a> {
-    pub conn: &'a mut Connection,
+    pub conn: &'a mut dyn ControllerConn,
     pub now: Instant,
 }
 

@@ -1,13 +1,14 @@
-//! NVMe/TCP over the kernel's TCP: non-blocking sockets (mio) driving the
-//! sans-IO host and controller. A controller server serves any number of
+//! NVMe/TCP and NVMe/RDMA (iWARP) over the kernel's TCP: non-blocking
+//! sockets (mio) driving the sans-IO host and controller. A controller server serves any number of
 //! connections from one thread; a host run drives every queue of one host.
 
 use crate::app::HostApp;
 use crate::clock::Clock;
 use crate::endpoint::{ControllerEnd, Endpoint, HostQueue};
+use crate::transport::{ControllerConn, Listener};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
-use nvme_tcp::controller::{Connection, Target};
+use nvme_tcp::controller::Target;
 use nvme_tcp::host::Host;
 use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
@@ -112,8 +113,13 @@ pub struct ControllerServer {
 }
 
 impl ControllerServer {
-    /// Listen on every address and serve `target` until stopped.
-    pub fn spawn(target: Arc<Target>, listen: &[SocketAddr]) -> io::Result<Self> {
+    /// Listen on every address and serve `target` until stopped, making
+    /// each connection with `listener` (NVMe/TCP or NVMe/RDMA).
+    pub fn spawn(
+        target: Arc<Target>,
+        listen: &[SocketAddr],
+        listener: Listener,
+    ) -> io::Result<Self> {
         let mut listeners = Vec::new();
         for addr in listen {
             let l = TcpListener::bind(*addr)
@@ -126,7 +132,7 @@ impl ControllerServer {
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("nvme-ctrl".into())
-            .spawn(move || serve(target, listeners, &flag))?;
+            .spawn(move || serve(target, listener, listeners, &flag))?;
         Ok(Self { stop, thread: Some(thread), local })
     }
 
@@ -165,12 +171,13 @@ impl Drop for ControllerServer {
 struct CtrlConn {
     sock: TcpStream,
     pipe: Pipe,
-    conn: Connection,
+    conn: Box<dyn ControllerConn>,
     peer: SocketAddr,
 }
 
 fn serve(
     target: Arc<Target>,
+    listener: Listener,
     mut listeners: Vec<TcpListener>,
     stop: &AtomicBool,
 ) -> io::Result<()> {
@@ -194,7 +201,8 @@ fn serve(
         for ev in &events {
             let token = ev.token().0;
             if token < first_conn {
-                accept_all(&mut listeners[token], &poll, &target, &mut conns, &mut next);
+                let l = &mut listeners[token];
+                accept_all(l, &poll, &listener, &target, clock.now(), &mut conns, &mut next);
             } else if let Some(c) = conns.get_mut(&token) {
                 c.pipe.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
                 c.pipe.writable |= ev.is_writable();
@@ -207,7 +215,7 @@ fn serve(
                 c.conn.handle_timeout(now);
             }
             let CtrlConn { sock, pipe, conn, .. } = c;
-            let result = pipe.pump(sock, &mut ControllerEnd { conn, now });
+            let result = pipe.pump(sock, &mut ControllerEnd { conn: conn.as_mut(), now });
             let finished = (conn.is_closed() && pipe.flushed()) || pipe.eof;
             if let Err(e) = &result {
                 debug!(peer = %c.peer, error = %e, "connection error");
@@ -221,12 +229,10 @@ fn serve(
                 c.conn.transport_closed();
                 let _ = poll.registry().deregister(&mut c.sock);
                 let _ = c.sock.shutdown(std::net::Shutdown::Both);
-                match c.conn.close_reason() {
-                    Some(nvme_tcp::controller::CloseReason::TransportClosed) | None => {
-                        debug!(peer = %c.peer, qid = ?c.conn.qid(), "connection closed")
-                    }
+                match c.conn.abnormal_close() {
+                    None => debug!(peer = %c.peer, qid = ?c.conn.qid(), "connection closed"),
                     Some(reason) => {
-                        warn!(peer = %c.peer, qid = ?c.conn.qid(), ?reason, "connection closed")
+                        warn!(peer = %c.peer, qid = ?c.conn.qid(), %reason, "connection closed")
                     }
                 }
             }
@@ -238,7 +244,9 @@ fn serve(
 fn accept_all(
     listener: &mut TcpListener,
     poll: &Poll,
+    transport: &Listener,
     target: &Arc<Target>,
+    now: nvme_tcp::Instant,
     conns: &mut HashMap<usize, CtrlConn>,
     next: &mut usize,
 ) {
@@ -258,7 +266,7 @@ fn accept_all(
                     continue;
                 }
                 info!(%peer, "connection accepted");
-                let conn = Connection::new(target.clone(), local);
+                let conn = transport.accept(target.clone(), local, now);
                 conns.insert(token, CtrlConn { sock, pipe: Pipe::new(), conn, peer });
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => return,

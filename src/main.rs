@@ -15,7 +15,7 @@ use nvme_tcp::controller::{Port, Target, TargetConfig};
 use nvme_tcp::host::HostConfig;
 use nvme_tcp::namespace::{FileNamespace, Namespace, RamNamespace};
 use nvme_tcp::nvme::DISCOVERY_NQN;
-use nvme_tcp::nvme::log::SUBTYPE_NVME;
+use nvme_tcp::nvme::log::{SUBTYPE_NVME, TRTYPE_RDMA, TRTYPE_TCP};
 use nvme_tcp::wire::Digests;
 use smoltcp_glue::{Profile, Stack, StackConfig, Tap};
 use std::net::SocketAddr;
@@ -336,6 +336,9 @@ struct ControllerArgs {
     /// Never replace the CapsuleResp of a read with the SUCCESS flag.
     #[arg(long)]
     no_c2h_success: bool,
+    /// NVMe-oF transport to serve: tcp, or rdma (iWARP over TCP).
+    #[arg(long, default_value = "tcp", value_parser = Transport::parse)]
+    transport: Transport,
     #[command(flatten)]
     tap: TapArgs,
 }
@@ -345,6 +348,9 @@ struct HostArgs {
     /// Controller address.
     #[arg(long)]
     connect: SocketAddr,
+    /// NVMe-oF transport: tcp, or rdma (iWARP over TCP).
+    #[arg(long, default_value = "tcp", value_parser = Transport::parse)]
+    transport: Transport,
     /// Subsystem NQN; without it, the first subsystem discovery lists.
     #[arg(long)]
     nqn: Option<String>,
@@ -472,15 +478,17 @@ fn controller(a: ControllerArgs) -> Result<()> {
         };
         let target = build_target(&a, Some(port))?;
         let (dev, nic) = a.tap.device(1)?.context("--tap is required with --ip")?;
+        let listener = a.transport.listener(ip_mtu(&dev));
         let clock = Clock::new();
         let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
         let mut side =
-            userspace::ControllerSide::new(stack, target.clone(), first.port(), Some(nic.clone()))?;
+            userspace::ControllerSide::new(stack, target.clone(), first.port(), Some(nic.clone()))?
+                .with_listener(listener);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
             .context("cannot install the Ctrl-C handler")?;
-        tracing::info!(tap = ?a.tap.tap, ip = %cidr, port = first.port(), nqn = %target.subnqn(), "listening on smoltcp");
+        tracing::info!(tap = ?a.tap.tap, ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = a.transport.name(), "listening on smoltcp");
         userspace::serve(&mut side, &clock, &stop);
         let (ulp, tx) = side.stats();
         for line in OffloadReport::new(nic.caps().1, nic.stats(), ulp, tx).lines("controller") {
@@ -491,7 +499,8 @@ fn controller(a: ControllerArgs) -> Result<()> {
     let port =
         Port { traddr: first.ip().to_string(), trsvcid: first.port().to_string(), portid: 1 };
     let target = build_target(&a, Some(port))?;
-    let server = ControllerServer::spawn(target.clone(), &a.listen)?;
+    let listener = a.transport.listener(KERNEL_TCP_MTU);
+    let server = ControllerServer::spawn(target.clone(), &a.listen, listener)?;
     let stop = server.stop_flag();
     ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
         .context("cannot install the Ctrl-C handler")?;
@@ -499,7 +508,7 @@ fn controller(a: ControllerArgs) -> Result<()> {
         tracing::info!(nsid = i, size = %format_size(ns.size()), block = ns.block_size(), "namespace");
     }
     for addr in server.local_addrs() {
-        tracing::info!(%addr, nqn = %target.subnqn(), "listening (discovery NQN too)");
+        tracing::info!(%addr, nqn = %target.subnqn(), transport = a.transport.name(), "listening (discovery NQN too)");
     }
     let mut server = server;
     server.join()?;
@@ -528,9 +537,10 @@ fn run(
     app: &mut dyn HostApp,
     limit: Duration,
 ) -> Result<Option<OffloadReport>> {
-    let mut host = nvme_tcp::host::new(cfg);
+    let oneshot = a.tap.offload.unwrap_or(Caps::ALL).contains(Caps::NVME_TCP_ONESHOT);
     let offload = match (a.tap.cidr()?, a.tap.device(2)?) {
         (Some(cidr), Some((dev, nic))) => {
+            let host = a.transport.host(cfg, oneshot, ip_mtu(&dev));
             let remote = match a.connect {
                 SocketAddr::V4(v4) => v4,
                 SocketAddr::V6(_) => bail!("smoltcp mode speaks IPv4 only"),
@@ -543,6 +553,7 @@ fn run(
             Some(OffloadReport::new(nic.caps().1, nic.stats(), ulp, tx))
         }
         _ => {
+            let mut host = a.transport.host(cfg, oneshot, KERNEL_TCP_MTU);
             run_host(a.connect, &mut host, app, limit)?;
             None
         }
@@ -586,8 +597,13 @@ fn host(a: HostArgs) -> Result<()> {
                 for (i, e) in entries.iter().enumerate() {
                     let kind =
                         if e.subtype == SUBTYPE_NVME { "nvme subsystem" } else { "discovery" };
+                    let trtype = match e.trtype {
+                        TRTYPE_TCP => "tcp".to_string(),
+                        TRTYPE_RDMA => "rdma".to_string(),
+                        t => format!("trtype {t}"),
+                    };
                     println!(
-                        "  {i}: {kind} {} at tcp {}:{} (port {}, treq {:#x})",
+                        "  {i}: {kind} {} at {trtype} {}:{} (port {}, treq {:#x})",
                         e.subnqn, e.traddr, e.trsvcid, e.portid, e.treq
                     );
                 }
@@ -790,6 +806,15 @@ fn fresh_stack_config(cidr: smoltcp::wire::Ipv4Cidr) -> StackConfig {
         .map_or(0, |d| d.as_nanos() as u64);
     StackConfig { seed: t ^ (u64::from(std::process::id()) << 32), ..StackConfig::new(cidr) }
 }
+
+/// The IP MTU a medium carries, which sizes iWARP FPDUs.
+fn ip_mtu(dev: &impl smoltcp::phy::Device) -> usize {
+    dev.capabilities().max_transmission_unit - 14
+}
+
+/// The MTU iWARP FPDUs are cut for over kernel TCP: Ethernet's, so that
+/// each fills one segment on the usual path (the stream takes any size).
+const KERNEL_TCP_MTU: usize = 1500;
 
 fn on_off(b: bool) -> &'static str {
     if b { "on" } else { "off" }

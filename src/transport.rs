@@ -116,10 +116,12 @@ pub trait ControllerConn: Send {
     fn transport_closed(&mut self);
     fn qid(&self) -> Option<u16>;
     fn stats(&self) -> (UlpStats, TxStats);
+    /// Why the connection closed, unless it closed as transports do.
+    fn abnormal_close(&self) -> Option<String>;
 }
 
 macro_rules! controller_conn {
-    ($t:ty) => {
+    ($t:ty, $reason:ty) => {
         impl ControllerConn for $t {
             fn attach_ddp(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId) {
                 <$t>::attach_ddp(self, dev, flow)
@@ -148,9 +150,15 @@ macro_rules! controller_conn {
             fn stats(&self) -> (UlpStats, TxStats) {
                 <$t>::stats(self)
             }
+            fn abnormal_close(&self) -> Option<String> {
+                match <$t>::close_reason(self)? {
+                    <$reason>::TransportClosed => None,
+                    r => Some(format!("{r:?}")),
+                }
+            }
         }
     };
 }
 
-controller_conn!(nvme_tcp::controller::Connection);
-controller_conn!(nvme_rdma::controller::Connection);
+controller_conn!(nvme_tcp::controller::Connection, nvme_tcp::controller::CloseReason);
+controller_conn!(nvme_rdma::controller::Connection, nvme_rdma::controller::CloseReason);
