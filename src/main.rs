@@ -339,6 +339,10 @@ struct ControllerArgs {
     /// NVMe-oF transport to serve: tcp, or rdma (iWARP over TCP).
     #[arg(long, default_value = "tcp", value_parser = Transport::parse)]
     transport: Transport,
+    /// Require data integrity from every host: MPA CRCs on rdma (the
+    /// responder may insist). NVMe/TCP hosts choose their own digests.
+    #[arg(long)]
+    ddgst: bool,
     #[command(flatten)]
     tap: TapArgs,
 }
@@ -470,6 +474,9 @@ fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc<Target>> {
 
 fn controller(a: ControllerArgs) -> Result<()> {
     let first = a.listen.first().context("no --listen address")?;
+    if a.ddgst && a.transport == Transport::Tcp {
+        bail!("--ddgst on the controller needs --transport rdma: NVMe/TCP hosts choose digests");
+    }
     if let Some(cidr) = a.tap.cidr()? {
         let port = Port {
             traddr: cidr.address().to_string(),
@@ -478,7 +485,7 @@ fn controller(a: ControllerArgs) -> Result<()> {
         };
         let target = build_target(&a, Some(port))?;
         let (dev, nic) = a.tap.device(1)?.context("--tap is required with --ip")?;
-        let listener = a.transport.listener(ip_mtu(&dev));
+        let listener = a.transport.listener(ip_mtu(&dev)).require_crc(a.ddgst);
         let clock = Clock::new();
         let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
         let mut side =
@@ -499,7 +506,7 @@ fn controller(a: ControllerArgs) -> Result<()> {
     let port =
         Port { traddr: first.ip().to_string(), trsvcid: first.port().to_string(), portid: 1 };
     let target = build_target(&a, Some(port))?;
-    let listener = a.transport.listener(KERNEL_TCP_MTU);
+    let listener = a.transport.listener(KERNEL_TCP_MTU).require_crc(a.ddgst);
     let server = ControllerServer::spawn(target.clone(), &a.listen, listener)?;
     let stop = server.stop_flag();
     ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))

@@ -78,6 +78,16 @@ pub enum Listener {
 }
 
 impl Listener {
+    /// Insist on MPA CRCs on every connection, as a responder may (RFC
+    /// 5044 §7.1: either side asking turns them on). NVMe/TCP leaves its
+    /// digests to the host, so this changes nothing there.
+    pub fn require_crc(mut self, crc: bool) -> Self {
+        if let Listener::Rdma { qp, .. } = &mut self {
+            qp.crc |= crc;
+        }
+        self
+    }
+
     /// The controller end of a TCP connection just accepted.
     pub fn accept(
         &self,

@@ -6,7 +6,7 @@
 
 use nvme_ddp::app::{IdentifyApp, IoApp};
 use nvme_ddp::kernel_tcp::{ControllerServer, run_host};
-use nvme_ddp::transport::Transport;
+use nvme_ddp::transport::{Listener, Transport};
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec, check_pattern};
 use nvme_tcp::controller::{Target, TargetConfig};
 use nvme_tcp::host::{Host, HostConfig, HostEvent, Io, IoKind};
@@ -23,17 +23,17 @@ const NQN: &str = "nqn.2026-11.io.nvme-ddp:kernel-tcp-test";
 const LIMIT: Duration = Duration::from_secs(120);
 
 fn serve(cfg: TargetConfig, ns: Arc<dyn Namespace>) -> (ControllerServer, SocketAddr) {
-    serve_on(Transport::Tcp, cfg, ns)
+    serve_on(Listener::Tcp, cfg, ns)
 }
 
 fn serve_on(
-    transport: Transport,
+    listener: Listener,
     cfg: TargetConfig,
     ns: Arc<dyn Namespace>,
 ) -> (ControllerServer, SocketAddr) {
     let target = Target::new(TargetConfig { subnqn: NQN.into(), ..cfg }, vec![ns]).unwrap();
     let listen = ["127.0.0.1:0".parse().unwrap()];
-    let server = ControllerServer::spawn(target, &listen, transport.listener(1500)).unwrap();
+    let server = ControllerServer::spawn(target, &listen, listener).unwrap();
     let addr = server.local_addrs()[0];
     (server, addr)
 }
@@ -54,10 +54,10 @@ fn host_cfg(digests: Digests, queues: u16, qd: u16) -> HostConfig {
 
 /// A write pass over the whole namespace, then a verified read pass.
 fn write_then_read(addr: SocketAddr, cfg: HostConfig, bs: u32, size: u64) -> IoApp {
-    write_then_read_with(addr, nvme_tcp::host::new(cfg), bs, size)
+    write_then_read_with(addr, &mut nvme_tcp::host::new(cfg), bs, size)
 }
 
-fn write_then_read_with(addr: SocketAddr, mut host: Host, bs: u32, size: u64) -> IoApp {
+fn write_then_read_with(addr: SocketAddr, host: &mut Host, bs: u32, size: u64) -> IoApp {
     let spec = |rw| WorkloadSpec {
         rw,
         bs,
@@ -67,7 +67,7 @@ fn write_then_read_with(addr: SocketAddr, mut host: Host, bs: u32, size: u64) ->
         seed: 42,
     };
     let mut app = IoApp::new([spec(Rw::Write), spec(Rw::Read)]);
-    run_host(addr, &mut host, &mut app, LIMIT).unwrap();
+    run_host(addr, host, &mut app, LIMIT).unwrap();
     assert_eq!(nvme_ddp::app::HostApp::error(&app), None);
     assert_eq!(app.results.len(), 2);
     let (_, w) = &app.results[0];
@@ -102,13 +102,27 @@ fn nvme_rdma_over_kernel_tcp_with_and_without_crc_and_one_shot() {
     // serves Linux siw: writes small enough to go in the capsule and large
     // ones fetched by RDMA Read, reads by RDMA Write.
     let size = 4 << 20;
-    let (_server, addr) = serve_on(Transport::Rdma, TargetConfig::default(), ram(size));
-    for (crc, oneshot) in [(false, false), (true, true), (false, true)] {
+    let rdma = || Transport::Rdma.listener(1500);
+    let (_server, addr) = serve_on(rdma(), TargetConfig::default(), ram(size));
+    // A controller that insists on MPA CRCs gets them from a host that
+    // did not ask.
+    let (_strict, strict) = serve_on(rdma().require_crc(true), TargetConfig::default(), ram(size));
+    for (addr, crc, oneshot) in
+        [(addr, false, false), (addr, true, true), (addr, false, true), (strict, false, false)]
+    {
         for bs in [4 << 10, 128 << 10] {
             let cfg = host_cfg(Digests { header: false, data: crc }, 2, 16);
-            let host = Transport::Rdma.host(cfg, oneshot, 1500);
-            let app = write_then_read_with(addr, host, bs, size);
-            assert_eq!(app.io_queues, 2, "crc {crc} one-shot {oneshot} bs {bs}");
+            let mut host = Transport::Rdma.host(cfg, oneshot, 1500);
+            let what = format!("crc {crc} one-shot {oneshot} bs {bs} at {addr}");
+            let app = write_then_read_with(addr, &mut host, bs, size);
+            assert_eq!(app.io_queues, 2, "{what}");
+            let (rx, tx) = host.stats();
+            let crc_on = crc || addr == strict;
+            assert_eq!(
+                rx.crc_bytes >= size && tx.crc_bytes >= size,
+                crc_on,
+                "{what}: {rx:?} {tx:?}"
+            );
         }
     }
 }

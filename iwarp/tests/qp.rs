@@ -471,6 +471,37 @@ fn setup_timeouts_follow_the_clock() {
     assert_eq!(b.poll_event(), Some(Event::Down(Down::Setup(SetupError::Timeout("Request")))));
 }
 
+/// siw's accept race: an initiator told to settle sends nothing after the
+/// Reply until its clock has moved on that far, then sends what was posted.
+#[test]
+fn an_initiator_holds_its_first_fpdu_for_the_reply_settle_time() {
+    let settle = Duration::from_millis(50);
+    let mut p = Pair::connect(false, |c, active| {
+        if active {
+            c.reply_settle = settle;
+        }
+    });
+    let inbox = p.b.post_recv(1, 64);
+    p.a.post(7, SendOp::Send { sgl: whole(&bytes(32, 3)), solicited: false, invalidate: None });
+    p.pump();
+    assert!(p.a.fpdus().is_empty(), "held until the clock moves");
+    assert_eq!(p.a.qp.poll_timeout(), Some(T0), "asks for the time at once");
+    let t1 = Duration::from_secs(3);
+    p.a.qp.handle_timeout(t1);
+    assert_eq!(p.a.qp.poll_timeout(), Some(t1 + settle));
+    p.pump();
+    assert!(p.a.fpdus().is_empty());
+    p.a.qp.handle_timeout(t1 + settle - Duration::from_millis(1));
+    p.pump();
+    assert!(p.a.fpdus().is_empty());
+    p.a.qp.handle_timeout(t1 + settle);
+    assert_eq!(p.a.qp.poll_timeout(), None);
+    p.pump();
+    assert_eq!(p.a.fpdus().len(), 1);
+    assert_eq!(p.b.cq(), vec![ok(1, WcOpcode::Recv, 32)]);
+    assert_eq!(inbox.lock()[..32], bytes(32, 3).lock()[..]);
+}
+
 #[test]
 fn refuses_early_data_and_garbage() {
     let dev = Device::new();

@@ -23,6 +23,11 @@ use ulp_ddp::{DdpDevice, FlowId, IoBuf, SgEntry};
 
 use crate::cm::{CmAccept, CmRequest, RECFMT, parse_reject};
 
+/// How long a queue holds its Connect after the MPA Reply: Linux siw
+/// misses bytes that arrive before it hooks the socket (the accept race);
+/// measured, 50 ms clears it.
+pub const REPLY_SETTLE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The NVMe/RDMA binding for a host: its memory (one STag table for every
 /// queue), how its queue pairs connect, and how it registers buffers.
 #[derive(Debug, Clone)]
@@ -37,10 +42,12 @@ pub struct Rdma {
 
 impl Rdma {
     /// A binding with its own memory, asking for MPA CRCs when `crc`.
+    /// Each queue waits [`REPLY_SETTLE`] after the MPA Reply before its
+    /// Connect, as a Linux siw target needs.
     pub fn new(crc: bool, oneshot: bool) -> Self {
         let dev = Device::new();
         let pd = dev.alloc_pd();
-        let qp = QpConfig { crc, ..QpConfig::new(pd) };
+        let qp = QpConfig { crc, reply_settle: REPLY_SETTLE, ..QpConfig::new(pd) };
         Self { dev, pd, qp, oneshot }
     }
 

@@ -66,6 +66,11 @@ pub struct QpConfig {
     pub reply_timeout: Duration,
     /// How long the responder waits for the MPA Request (siw: 5 s).
     pub request_timeout: Duration,
+    /// Active side: how long to hold the first FPDU after the Reply.
+    /// Linux siw sends its Reply before it hooks the socket's receive
+    /// upcall, and bytes that land in between wait until more arrive
+    /// (the accept race); 50 ms clears it. Zero sends at once.
+    pub reply_settle: Duration,
 }
 
 impl QpConfig {
@@ -91,6 +96,7 @@ impl QpConfig {
             oneshot_opcodes: false,
             reply_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(5),
+            reply_settle: Duration::ZERO,
         }
     }
 }
@@ -295,11 +301,23 @@ struct Inbound {
     sent: u32,
 }
 
+/// The initiator's pause between the Reply and its first FPDU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    Off,
+    /// The Reply is in; the pause starts at the next `handle_timeout`
+    /// (input carries no time).
+    Start,
+    Until(Duration),
+}
+
 pub struct Qp {
     dev: Device,
     cfg: QpConfig,
     state: QpState,
     deadline: Option<Duration>,
+    /// Initiator: FPDUs held after the Reply ([`QpConfig::reply_settle`]).
+    hold: Hold,
     /// Negotiated after setup.
     crc: bool,
     /// Both ends agreed to the one-shot opcodes.
@@ -345,6 +363,7 @@ impl Qp {
             dev: dev.clone(),
             state,
             deadline: None,
+            hold: Hold::Off,
             crc: false,
             oneshot: false,
             ird: cfg.ird,
@@ -418,10 +437,20 @@ impl Qp {
 
     /// When `handle_timeout` wants to run.
     pub fn poll_timeout(&self) -> Option<Duration> {
-        self.deadline
+        let hold = match self.hold {
+            Hold::Off => None,
+            Hold::Start => Some(Duration::ZERO),
+            Hold::Until(t) => Some(t),
+        };
+        [self.deadline, hold].into_iter().flatten().min()
     }
 
     pub fn handle_timeout(&mut self, now: Duration) {
+        match self.hold {
+            Hold::Start => self.hold = Hold::Until(now + self.cfg.reply_settle),
+            Hold::Until(t) if now >= t => self.hold = Hold::Off,
+            _ => {}
+        }
         if self.deadline.is_some_and(|d| now >= d) {
             self.deadline = None;
             let what = match self.state {

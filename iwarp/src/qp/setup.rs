@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Close, Down, Event, Qp, QpConfig, QpState, Rtr, SetupError, VerbsError};
+use super::{Close, Down, Event, Hold, Qp, QpConfig, QpState, Rtr, SetupError, VerbsError};
 use crate::mr::Device;
 use crate::wire::{FpduFramer, IrdOrd, MpaFrame, MpaKind};
 
@@ -261,6 +261,9 @@ impl Qp {
                 };
                 self.send_rtr(rtr);
             }
+        }
+        if !self.cfg.reply_settle.is_zero() {
+            self.hold = Hold::Start;
         }
         self.established(f.private_data);
     }

@@ -5,7 +5,7 @@
 //! then the send queue in order. Outbound Reads stop at the ORD; local
 //! work requests (fast register, local invalidate) run when reached.
 
-use super::{Outbound, Qp, QpState, Rtr, SendOp, SendWr, Wc, WcOpcode, WcStatus};
+use super::{Hold, Outbound, Qp, QpState, Rtr, SendOp, SendWr, Wc, WcOpcode, WcStatus};
 use crate::mr::{Access, Stag, sgl_len, walk};
 use crate::wire::marker::{self, Markers};
 use crate::wire::{
@@ -158,7 +158,7 @@ impl Qp {
         if self.tx.at < self.tx.buf.len() || self.terminate.is_some() {
             return true;
         }
-        if !matches!(self.state, QpState::Rts | QpState::Closing) {
+        if !matches!(self.state, QpState::Rts | QpState::Closing) || self.hold != Hold::Off {
             return false;
         }
         self.tx.cur.is_some()
@@ -245,7 +245,7 @@ impl Qp {
             self.emit(DdpHeader::Untagged { ctrl, inval_stag: 0, qn: 2, msn, mo: 0 }, true);
             return true;
         }
-        if !matches!(self.state, QpState::Rts | QpState::Closing) {
+        if !matches!(self.state, QpState::Rts | QpState::Closing) || self.hold != Hold::Off {
             return false;
         }
         loop {
