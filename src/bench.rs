@@ -47,19 +47,27 @@ pub enum OffloadSet {
     Crc,
     /// Direct data placement only.
     Ddp,
+    /// Everything but one-shot: buffers are mapped and unmapped (RDMA:
+    /// registered, sent, invalidated) with calls of their own.
+    Classic,
     /// Everything, one-shot mappings included.
     All,
 }
 
 impl OffloadSet {
+    /// The default comparison.
     pub const ALL: [OffloadSet; 4] =
         [OffloadSet::None, OffloadSet::Crc, OffloadSet::Ddp, OffloadSet::All];
+    /// Every set there is.
+    const EVERY: [OffloadSet; 5] =
+        [OffloadSet::None, OffloadSet::Crc, OffloadSet::Ddp, OffloadSet::Classic, OffloadSet::All];
 
     pub fn name(self) -> &'static str {
         match self {
             OffloadSet::None => "none",
             OffloadSet::Crc => "crc",
             OffloadSet::Ddp => "ddp",
+            OffloadSet::Classic => "classic",
             OffloadSet::All => "all",
         }
     }
@@ -69,15 +77,18 @@ impl OffloadSet {
             OffloadSet::None => Caps::NONE,
             OffloadSet::Crc => Caps::NVME_TCP_DDGST_RX.union(Caps::NVME_TCP_DDGST_TX),
             OffloadSet::Ddp => Caps::NVME_TCP,
+            OffloadSet::Classic => {
+                Caps::from_bits(Caps::ALL.bits() & !Caps::NVME_TCP_ONESHOT.bits())
+            }
             OffloadSet::All => Caps::ALL,
         }
     }
 
     pub fn parse(s: &str) -> Result<Self, String> {
-        Self::ALL
+        Self::EVERY
             .into_iter()
             .find(|o| o.name() == s)
-            .ok_or_else(|| format!("{s:?}: use none, crc, ddp or all"))
+            .ok_or_else(|| format!("{s:?}: use none, crc, ddp, classic or all"))
     }
 }
 

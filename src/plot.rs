@@ -1,6 +1,7 @@
 //! Bench charts in the manner of the classic "IOPS and CPU by block size,
-//! with and without RDMA" figures: for each direction, throughput and host
-//! CPU per I/O against block size, one line per offload set, as SVG and PNG.
+//! with and without RDMA" figures: for each direction, throughput, IOPS and
+//! host CPU per I/O against block size, one line per transport and offload
+//! set, as SVG and PNG.
 
 use crate::bench::Point;
 use plotters::prelude::*;
@@ -44,13 +45,19 @@ fn headline<'a>(points: &'a [Point], rw: &str) -> Vec<&'a Point> {
 type Series = Vec<(String, Vec<(f64, f64)>)>;
 
 fn series(points: &[&Point], value: fn(&Point) -> f64) -> Series {
-    // One line per offload set, in the order the sets first appear.
+    // One line per transport and offload set, in the order they first
+    // appear; the transport is named when there are several.
+    let transports = points.iter().any(|p| p.transport != points[0].transport);
     let mut lines: Series = Vec::new();
     for p in points {
         let xy = ((p.bs as f64).log2(), value(p));
-        match lines.iter_mut().find(|(name, _)| name == p.offload) {
+        let name = match transports {
+            true => format!("{} {}", p.transport, p.offload),
+            false => p.offload.to_string(),
+        };
+        match lines.iter_mut().find(|(n, _)| *n == name) {
             Some((_, pts)) => pts.push(xy),
-            None => lines.push((p.offload.to_string(), vec![xy])),
+            None => lines.push((name, vec![xy])),
         }
     }
     for (_, pts) in &mut lines {
@@ -137,6 +144,7 @@ pub fn charts(points: &[Point], dir: &Path) -> Result<Vec<PathBuf>, String> {
         );
         type Value = fn(&Point) -> f64;
         let throughput: Value = |p| p.bytes_per_sec / 1e6;
+        let iops: Value = |p| p.iops / 1e3;
         let cpu: Value = |p| p.host_cpu_ns_per_io / 1e3;
         let charts = [
             (
@@ -145,6 +153,7 @@ pub fn charts(points: &[Point], dir: &Path) -> Result<Vec<PathBuf>, String> {
                 "MB/s",
                 throughput,
             ),
+            ("iops", format!("{rw}: IOPS by block size ({setting})"), "thousand IOPS", iops),
             ("host-cpu", format!("{rw}: host CPU per I/O ({setting})"), "host CPU us per I/O", cpu),
         ];
         for (name, title, y, value) in charts {

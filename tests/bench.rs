@@ -122,9 +122,61 @@ fn a_small_matrix_gives_json_charts_and_a_table() {
             _ => {}
         }
     }
-    for name in ["read-throughput", "read-host-cpu", "write-throughput", "write-host-cpu"] {
+    for name in
+        ["read-throughput", "read-iops", "read-host-cpu", "write-throughput", "write-host-cpu"]
+    {
         let svg = std::fs::read_to_string(plots.join(format!("{name}.svg"))).unwrap();
         assert!(svg.contains("<svg") && svg.contains("all") && svg.contains("none"), "{name}.svg");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// NVMe/TCP against NVMe/RDMA on one matrix: RDMA's classic registration
+/// costs three calls per I/O and one-shot one, RDMA reads with every
+/// offload leave the host nothing to copy or digest, and the charts draw a
+/// line per transport and offload set.
+#[test]
+fn tcp_and_rdma_on_one_matrix() {
+    let dir = scratch("transports");
+    let json = dir.join("points.json");
+    let plots = dir.join("charts");
+    let out = exe()
+        .args(["bench", "--transport", "tcp,rdma", "--bs", "512,128k", "--rw", "read"])
+        .args(["--qd", "4", "--ddgst", "on", "--offload", "none,classic,all", "--mtu", "9000"])
+        .args(["--reps", "1", "--time", "0.05", "--warmup", "0.01"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&plots)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let points = report["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2 * 2 * 3, "every point of the matrix");
+    for p in points {
+        let num = |f: &str| p[f].as_f64().unwrap();
+        let (tr, bs, offload) =
+            (p["transport"].as_str().unwrap(), num("bs"), p["offload"].as_str().unwrap());
+        let calls = num("control_calls_per_io");
+        match (tr, offload) {
+            ("rdma", "classic") if bs >= 32768.0 => assert!(calls >= 3.0, "{p}"),
+            ("rdma", "all") if bs >= 32768.0 => {
+                assert!((calls - 1.0).abs() < 0.05, "one call per I/O: {p}");
+                // The 64-byte capsule and 16-byte response; no payload.
+                assert!(num("host_copy_bytes_per_io") <= 80.0, "{p}");
+                assert_eq!(num("host_crc_bytes_per_io"), 0.0, "{p}");
+                assert_eq!(num("nic_placed_bytes_per_io"), bs, "{p}");
+            }
+            // RDMA's host also digests the response Sends.
+            (_, "none") => assert!(num("host_crc_bytes_per_io") >= bs, "{p}"),
+            _ => {}
+        }
+    }
+    let svg = std::fs::read_to_string(plots.join("read-iops.svg")).unwrap();
+    for line in ["tcp none", "tcp all", "rdma none", "rdma classic", "rdma all"] {
+        assert!(svg.contains(line), "read-iops.svg has a line for {line}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -133,7 +185,7 @@ fn a_small_matrix_gives_json_charts_and_a_table() {
 fn bad_arguments_are_refused_with_a_message() {
     for (args, says) in [
         (&["--bs", "1000"][..], "multiples of 512"),
-        (&["--offload", "turbo"], "use none, crc, ddp or all"),
+        (&["--offload", "turbo"], "use none, crc, ddp, classic or all"),
         (&["--ddgst", "maybe"], "use on or off"),
         (&["--qd", "0"], "positive"),
         (&["--mtu", "100"], "576"),

@@ -3,10 +3,12 @@
 #
 # Builds the Linux guest used by the NVMe/TCP interoperability tests:
 #   CACHE_DIR/vmlinuz            Debian kernel (from linux-image-amd64's dependency)
-#   CACHE_DIR/initramfs.cpio.gz  busybox, kmod, nvme-cli, fio (+ shared libraries),
-#                                the NVMe/TCP host+target kernel modules (with
-#                                dependencies and modules.dep/alias, so modprobe
-#                                works) and /init (tests/vm/guest/init)
+#   CACHE_DIR/initramfs.cpio.gz  busybox, kmod, nvme-cli, fio, rdma (+ shared
+#                                libraries), the NVMe/TCP and NVMe/RDMA host and
+#                                target kernel modules, soft-iWARP (siw.ko, built
+#                                here: Debian's kernel has CONFIG_RDMA_SIW unset)
+#                                with dependencies and modules.dep/alias, so
+#                                modprobe works, and /init (tests/vm/guest/init)
 #   CACHE_DIR/busybox            static busybox, used on the host to pack per-run cpios
 #   CACHE_DIR/kernel-release     e.g. 6.1.0-56-amd64
 #   CACHE_DIR/manifest.txt       package versions and module list that went in
@@ -14,6 +16,8 @@
 #
 # Nothing is installed on the host: packages are fetched with `apt-get download`
 # and unpacked with `dpkg-deb -x` into a scratch directory that is removed after.
+# siw.ko is compiled from linux-source of the kernel's exact version against
+# its unpacked linux-headers, with the host's gcc of the kernel's major version.
 # The result is cached: if guest.stamp matches (same kernel package version, same
 # build-guest.sh and guest/init), the script does nothing and prints nothing.
 #
@@ -31,18 +35,19 @@ MODULES=(
 	configfs
 	nvme-core nvme-fabrics nvme-tcp
 	nvmet nvmet-tcp
+	ib_core iw_cm rdma_cm siw nvme-rdma nvmet-rdma
 	null_blk loop
 	virtio_pci virtio_net e1000
 	crc32c_generic crc32c-intel
 )
 # Userspace packages; shared libraries are followed through their Depends.
-USER_PKGS=(busybox-static kmod nvme-cli fio)
+USER_PKGS=(busybox-static kmod nvme-cli fio iproute2)
 
 die() { echo "build-guest: error: $*" >&2; exit 1; }
 skip() { echo "build-guest: skipping: $*" >&2; exit 77; }
 log() { echo "build-guest: $*" >&2; }
 
-for tool in apt-get apt-cache dpkg-deb readelf gzip flock sha256sum; do
+for tool in apt-get apt-cache dpkg-deb readelf gzip xz flock sha256sum make; do
 	command -v "$tool" >/dev/null || skip "$tool not installed"
 done
 
@@ -169,6 +174,37 @@ copy_elf() {
 	done
 }
 
+# siw.ko for $KVER into $KROOT's extra/: the soft-iWARP driver's sources
+# from linux-source-X.Y, built against linux-headers-$KVER of the same
+# package version (unpacked, its Makefile pointed at the unpacked common
+# headers) with the gcc the kernel was built with.
+build_siw() {
+	local series=${KVER%%.*}.$(cut -d. -f2 <<<"$KVER") abi=${KVER%-*}
+	local sdir=$WORK/siw sdebs=$WORK/siw/debs src=$WORK/siw/src
+	mkdir -p "$sdebs" "$src"
+	chmod 0777 "$sdebs"
+	(cd "$sdebs" && apt-get download -q "linux-source-$series=$kver_pkg" \
+		"linux-headers-$KVER=$kver_pkg" "linux-headers-$abi-common=$kver_pkg" \
+		"linux-kbuild-$series=$kver_pkg" >"$sdir/download.log" 2>&1) ||
+		{ cat "$sdir/download.log" >&2; die "apt-get download of the kernel sources failed"; }
+	for deb in "$sdebs"/linux-{headers,kbuild}-*.deb; do dpkg-deb -x "$deb" "$sdir/tree"; done
+	local hdr=$sdir/tree/usr/src/linux-headers-$KVER
+	sed -i "s|^include /usr/src/|include $sdir/tree/usr/src/|" "$hdr/Makefile"
+	local cc
+	cc=$(sed -n 's/^CC = .*)\(gcc-[0-9]*\)$/\1/p' "$hdr/.kernelvariables")
+	command -v "${cc:-gcc}" >/dev/null || die "${cc:-gcc} (the kernel's compiler) is not installed"
+	dpkg-deb --fsys-tarfile "$sdebs"/linux-source-*.deb |
+		tar -xO "./usr/src/linux-source-$series.tar.xz" |
+		xz -dc | tar -x -C "$src" "linux-source-$series/drivers/infiniband/sw/siw" ||
+		die "no siw sources in linux-source-$series"
+	local m=$src/linux-source-$series/drivers/infiniband/sw/siw
+	make -C "$hdr" M="$m" CONFIG_RDMA_SIW=m modules >"$sdir/build.log" 2>&1 ||
+		{ tail -n 30 "$sdir/build.log" >&2; die "building siw.ko failed"; }
+	mkdir -p "$KROOT/lib/modules/$KVER/extra"
+	strip --strip-debug -o "$KROOT/lib/modules/$KVER/extra/siw.ko" "$m/siw.ko"
+	log "built siw.ko for $KVER with ${cc:-gcc}"
+}
+
 # Run the staged kmod (with the staged dynamic loader and libraries) as $1.
 LDSO=$(stage_resolve /lib64/ld-linux-x86-64.so.2) || die "no dynamic loader staged (libc6?)"
 kmod_as() {
@@ -182,6 +218,7 @@ kmod_as() {
 # Kernel and modules.
 KVER=$(basename "$(ls -d "$KROOT"/lib/modules/*/ | head -n1)")
 [[ -f $KROOT/boot/vmlinuz-$KVER ]] || die "no vmlinuz-$KVER in $kpkg"
+build_siw
 kmod_as depmod -b "$KROOT" "$KVER"
 
 declare -A kmods=()
@@ -214,6 +251,7 @@ for t in modprobe insmod rmmod lsmod depmod modinfo; do
 done
 copy_elf /usr/sbin/nvme
 copy_elf /usr/bin/fio
+copy_elf /usr/bin/rdma
 copy_elf /lib64/ld-linux-x86-64.so.2
 [[ -d $STAGE/etc/nvme ]] && cp -r "$STAGE/etc/nvme" "$ROOT/etc/"
 # busybox applets for everything not provided otherwise

@@ -1,14 +1,17 @@
 #!/bin/sh
 # Guest half of tests/vm/interop.sh (busybox sh inside the VM).
 #
-# 1. The Linux NVMe/TCP host against our controllers, one per address in
-#    $TARGETS (name=address pairs), each without and with header and data
-#    digests: nvme discover, connect, list, id-ctrl, fio writes verified over
-#    4 jobs x $FIO_SIZE at QD 32 in 4 KiB and 128 KiB blocks, a discard that
-#    must read back as zeros, disconnect, and no complaint in the kernel log.
-# 2. The Linux NVMe/TCP target (nvmet-tcp through configfs, a RAM-backed
-#    null_blk namespace) on $GUEST_ADDR:$PORT for our host; GUEST-TARGET-READY
-#    says it is up, and the host's connection to $SIGNAL_PORT that it is done.
+# 1. The Linux NVMe/TCP and NVMe/RDMA hosts against our controllers, one
+#    per entry of $TARGETS (name=trtype:address:port): nvme discover,
+#    connect, list, id-ctrl, fio writes verified over 4 jobs x $FIO_SIZE at
+#    QD 32 in 4 KiB and 128 KiB blocks, a discard that must read back as
+#    zeros, disconnect, and no complaint in the kernel log. NVMe/TCP runs
+#    without and with header and data digests; NVMe/RDMA goes through
+#    soft-iWARP (siw0 on eth0), with MPA CRCs as the controller asks.
+# 2. The Linux NVMe/TCP and NVMe/RDMA targets (nvmet-tcp on port $PORT,
+#    nvmet-rdma on $RDMA_PORT, through configfs, one RAM-backed null_blk
+#    namespace) on $GUEST_ADDR for our host; GUEST-TARGET-READY says they
+#    are up, and the host's connection to $SIGNAL_PORT that it is done.
 #
 # Every step prints a line starting with "ok" or "FAIL"; the first failure
 # ends the script with status 1.
@@ -16,6 +19,7 @@
 
 NQN=${NQN:?}
 PORT=${PORT:-4420}
+RDMA_PORT=${RDMA_PORT:-4421}
 SIGNAL_PORT=${SIGNAL_PORT:-7777}
 FIO_SIZE=${FIO_SIZE:-16M}
 TARGET_NQN=${TARGET_NQN:-nqn.2026-11.org.linux:nvmet-ram}
@@ -23,10 +27,10 @@ TARGET_NQN=${TARGET_NQN:-nqn.2026-11.org.linux:nvmet-ram}
 
 ok() { echo "ok   $*"; }
 
-# Kernel messages since the last call that say an NVMe driver was unhappy
-# (the host's nvme/nvme-tcp or the target's nvmet/nvmet-tcp), or nothing.
+# Kernel messages since the last call that say an NVMe or RDMA driver was
+# unhappy (nvme, nvme-tcp/-rdma, nvmet, nvmet-tcp/-rdma, siw), or nothing.
 kernel_complaints() {
-	dmesg -c 2>/dev/null | grep -iE 'nvme' | grep -iE 'error|fail|invalid|timeout|reset|reconnect|unexpected|bad|warn' || true
+	dmesg -c 2>/dev/null | grep -iE 'nvme|siw|rdma' | grep -iE 'error|fail|invalid|timeout|reset|reconnect|unexpected|bad|warn' || true
 }
 
 # The block device of the controller just connected: the only nvme disk.
@@ -42,22 +46,35 @@ namespace_dev() {
 }
 
 modprobe nvme-tcp || fail "modprobe nvme-tcp"
+# Soft-iWARP on the guest's NIC: Debian builds no siw, build-guest.sh did.
+modprobe siw || fail "modprobe siw"
+rdma link add siw0 type siw netdev eth0 || fail "rdma link add siw0"
+modprobe nvme-rdma || fail "modprobe nvme-rdma"
+ok "siw0 on eth0: $(rdma link show siw0/1 2>&1 | tr -s ' ')"
 dmesg -c >/dev/null 2>&1
 
 for target in $TARGETS; do
 	name=${target%%=*}
-	addr=${target#*=}
-	for digests in none hdgst+ddgst; do
-		what="$name $addr digests=$digests"
+	rest=${target#*=}
+	trtype=${rest%%:*}
+	rest=${rest#*:}
+	addr=${rest%:*}
+	port=${rest##*:}
+	digests="none hdgst+ddgst"
+	# NVMe/RDMA has no digests: MPA CRCs are the controller's call.
+	[ "$trtype" = rdma ] && digests=as-negotiated
+	for digests in $digests; do
+		what="$name $trtype $addr:$port digests=$digests"
 		flags=
-		[ "$digests" = none ] || flags="--hdr-digest --data-digest"
+		[ "$digests" = hdgst+ddgst ] && flags="--hdr-digest --data-digest"
 
-		out=$(nvme discover -t tcp -a "$addr" -s "$PORT" 2>&1) || { echo "$out"; fail "$what: nvme discover"; }
+		out=$(nvme discover -t "$trtype" -a "$addr" -s "$port" 2>&1) || { echo "$out"; fail "$what: nvme discover"; }
 		echo "$out" | grep -q "subnqn: *$NQN" || { echo "$out"; fail "$what: discovery log lacks $NQN"; }
+		echo "$out" | grep -q "trtype: *$trtype" || { echo "$out"; fail "$what: discovery log lacks trtype $trtype"; }
 		ok "$what: nvme discover lists $NQN"
 
 		# shellcheck disable=SC2086
-		out=$(nvme connect -t tcp -a "$addr" -s "$PORT" -n "$NQN" $flags 2>&1) ||
+		out=$(nvme connect -t "$trtype" -a "$addr" -s "$port" -n "$NQN" $flags 2>&1) ||
 			{ echo "$out"; fail "$what: nvme connect"; }
 		dev=$(namespace_dev) || fail "$what: no namespace after connect"
 		ctrl=/sys/class/nvme/${dev#/dev/}
@@ -108,7 +125,9 @@ nvmet_subsys "$TARGET_NQN" || fail "nvmet subsystem"
 nvmet_ns "$TARGET_NQN" 1 "$dev" || fail "nvmet namespace"
 nvmet_port 1 "$GUEST_ADDR" "$PORT" tcp || fail "nvmet port"
 nvmet_link 1 "$TARGET_NQN" || fail "nvmet link"
-ok "nvmet: $TARGET_NQN ns 1 = $dev (RAM) on tcp $GUEST_ADDR:$PORT"
+nvmet_port 2 "$GUEST_ADDR" "$RDMA_PORT" rdma || fail "nvmet rdma port"
+nvmet_link 2 "$TARGET_NQN" || fail "nvmet rdma link"
+ok "nvmet: $TARGET_NQN ns 1 = $dev (RAM) on tcp $GUEST_ADDR:$PORT and rdma $GUEST_ADDR:$RDMA_PORT"
 echo "GUEST-TARGET-READY"
 
 msg=$(wait_signal "$SIGNAL_PORT" "${SIGNAL_TIMEOUT:-900}") || fail "no word from the host"
