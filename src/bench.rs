@@ -77,9 +77,7 @@ impl OffloadSet {
             OffloadSet::None => Caps::NONE,
             OffloadSet::Crc => Caps::NVME_TCP_DDGST_RX.union(Caps::NVME_TCP_DDGST_TX),
             OffloadSet::Ddp => Caps::NVME_TCP,
-            OffloadSet::Classic => {
-                Caps::from_bits(Caps::ALL.bits() & !Caps::NVME_TCP_ONESHOT.bits())
-            }
+            OffloadSet::Classic => Caps::ALL.without(Caps::NVME_TCP_ONESHOT),
             OffloadSet::All => Caps::ALL,
         }
     }

@@ -816,7 +816,8 @@ fn fresh_stack_config(cidr: smoltcp::wire::Ipv4Cidr) -> StackConfig {
 
 /// The IP MTU a medium carries, which sizes iWARP FPDUs.
 fn ip_mtu(dev: &impl smoltcp::phy::Device) -> usize {
-    dev.capabilities().max_transmission_unit - 14
+    let ethernet = smoltcp::wire::EthernetFrame::<&[u8]>::header_len();
+    dev.capabilities().max_transmission_unit - ethernet
 }
 
 /// The MTU iWARP FPDUs are cut for over kernel TCP: Ethernet's, so that
