@@ -80,7 +80,15 @@ impl Pipe {
                 }
             }
             if self.tx_start == self.tx_end {
-                (self.tx_start, self.tx_end) = (0, end.output(&mut self.tx));
+                // The end may stop at each PDU's end: gather a buffer full.
+                (self.tx_start, self.tx_end) = (0, 0);
+                while self.tx_end < self.tx.len() {
+                    let n = end.output(&mut self.tx[self.tx_end..]);
+                    if n == 0 {
+                        break;
+                    }
+                    self.tx_end += n;
+                }
                 progress |= self.tx_end > 0;
             }
             if self.writable && self.tx_start < self.tx_end {

@@ -334,7 +334,10 @@ fn reads_in_order_within_the_ord() {
     }
     // Before any response: two Read Requests on the wire, no more.
     let mut buf = vec![0; 1 << 16];
-    let n = p.a.qp.poll_transmit(&mut buf);
+    let mut n = 0;
+    while let k @ 1.. = p.a.qp.poll_transmit(&mut buf[n..]) {
+        n += k;
+    }
     let reqs = parse_fpdus(&buf[..n], false, false);
     assert_eq!(reqs.len(), 2);
     assert!(!p.a.qp.has_output());

@@ -181,6 +181,20 @@ impl Placed {
         };
         self.zero_copy && self.ranges.push(a, b)
     }
+
+    /// Stream bytes `[start, end)` of this segment, in place of the placed
+    /// ranges inside them, were consumed whole and the ULP was told so.
+    pub fn consume(&mut self, start: u64, end: u64) -> bool {
+        let (Some(a), Some(b)) = (start.checked_sub(self.base), end.checked_sub(self.base)) else {
+            return false;
+        };
+        let (Ok(a), Ok(b)) = (u16::try_from(a), u16::try_from(b)) else { return false };
+        if !self.zero_copy {
+            return false;
+        }
+        self.ranges.truncate_from(a);
+        self.ranges.push(a, b)
+    }
 }
 
 pub(crate) struct Flow {

@@ -26,7 +26,9 @@ use crate::mpa::{self, Event, Header, Kind, Tracker, marker_head, op};
 use crc32c::crc32c_append;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use ulp_ddp::{Access, Caps, HintFlags, IwarpConfig, SgEntry, SkCtx, Stag, StagIo, Stats};
+use ulp_ddp::{
+    Access, Caps, HintFlags, IwarpConfig, SgEntry, SkCtx, Stag, StagIo, Stats, TaggedRun,
+};
 
 /// FPDU starts remembered while waiting for a resync to be confirmed.
 const CHAIN_MEMORY: usize = 64;
@@ -91,6 +93,8 @@ struct RxFpdu {
     crc_on: bool,
     /// No byte of this FPDU was missed.
     intact: bool,
+    /// Payload bytes placed.
+    placed: u32,
 }
 
 pub(crate) struct IwarpFlow {
@@ -383,7 +387,7 @@ impl IwarpFlow {
             Kind::Other => None,
         };
         self.hint(hint_from, end, if crc_on { HintFlags::CRC_OK } else { HintFlags::NONE });
-        self.fpdu = Some(RxFpdu { start, header, trusted, place, crc_on, intact: true });
+        self.fpdu = Some(RxFpdu { start, header, trusted, place, crc_on, intact: true, placed: 0 });
     }
 
     fn on_data(&mut self, offset: u32, bytes: &[u8], at: u64, env: &mut Env) {
@@ -422,6 +426,9 @@ impl IwarpFlow {
             }
             _ => false,
         };
+        if placed {
+            f.placed += n as u32;
+        }
         let mut flags = if placed { HintFlags::PLACED } else { HintFlags::NONE };
         if f.crc_on && f.intact {
             flags = flags.union(HintFlags::CRC_OK);
@@ -434,6 +441,9 @@ impl IwarpFlow {
     fn on_end(&mut self, trailer: u32, start: u64, end: u64, env: &mut Env) {
         let Some(f) = self.fpdu.take() else { return };
         let verified = f.crc_on && f.intact && trailer == self.rx_tracker.computed();
+        if self.consume_whole(&f, verified, end, env) {
+            return;
+        }
         self.hint(start, end, if verified { HintFlags::CRC_OK } else { HintFlags::NONE });
         let Kind::Send { stag, msn, .. } = f.header.kind else { return };
         if f.trusted && f.header.last {
@@ -450,6 +460,33 @@ impl IwarpFlow {
             env.stats.stag_remote_invalidate += 1;
             env.stats.oneshot_freed += 1;
         }
+    }
+
+    /// An RDMA Write FPDU ending at `end` that arrived in this segment
+    /// and that the NIC placed entirely and found sound is consumed
+    /// whole: one run hint in place of its header, data and trailer
+    /// hints, and none of its bytes in the stack's ring.
+    fn consume_whole(&self, f: &RxFpdu, verified: bool, end: u64, env: &mut Env) -> bool {
+        let h = &f.header;
+        let Kind::Tagged { stag, to } = h.kind else { return false };
+        let sound = verified || (!self.config.crc && f.intact);
+        if !(f.trusted && sound && h.opcode == op::WRITE && h.payload_len > 0)
+            || f.placed != h.payload_len
+            || self.rx_tracker.has_markers()
+            || f.start < env.placed.base
+        {
+            return false;
+        }
+        let payload = u64::from(h.payload_len);
+        let run = TaggedRun { stag, to, to_end: to.saturating_add(payload), payload };
+        let flags =
+            HintFlags::PLACED.union(if verified { HintFlags::CRC_OK } else { HintFlags::NONE });
+        if !self.ctx.push_run(f.start, end, flags, run) {
+            return false;
+        }
+        env.placed.consume(f.start, end);
+        env.stats.whole_fpdus += 1;
+        true
     }
 
     /// Where in `data` (at stream offset `at`) an FPDU starts, by the

@@ -225,7 +225,8 @@ impl DataRx {
         let mut g = dest.map(|(buf, base)| (buf.lock(), base + offset as usize));
         let (hw_crc, fallback, hinted, lost) =
             (&mut self.hw_crc, &mut self.fallback, &mut self.hinted, &mut self.lost);
-        ddp.sk.ctx.with_hints(at, at + n as u64, |a, b, flags| {
+        ddp.sk.ctx.with_hints(at, at + n as u64, |a, b, h| {
+            let flags = h.flags;
             *hinted |= flags != HintFlags::NONE;
             let r = (a - at) as usize..(b - at) as usize;
             if flags.contains(HintFlags::PLACED) {
@@ -294,8 +295,8 @@ impl DataRx {
         if ddgst {
             let mut vouched = self.hw_crc && ddp.is_some();
             if let Some(d) = ddp.filter(|_| vouched) {
-                d.sk.ctx.with_hints(end.saturating_sub(4), end, |_, _, f| {
-                    vouched &= f.contains(HintFlags::CRC_OK)
+                d.sk.ctx.with_hints(end.saturating_sub(4), end, |_, _, h| {
+                    vouched &= h.flags.contains(HintFlags::CRC_OK)
                 });
             }
             if vouched {

@@ -207,21 +207,30 @@ impl<D: Medium> Stack<D> {
 
     /// Let `f` write into the free part of the send ring; repeats while
     /// there is room and `f` writes. Returns the total.
+    ///
+    /// A write that stops short of the room it was given ends a record
+    /// (a PDU, an FPDU): segments start where records start, as an
+    /// MPA-aware TCP sends them, so a NIC can take each one whole.
     pub fn send(&mut self, conn: &mut TcpConn, mut f: impl FnMut(&mut [u8]) -> usize) -> usize {
         let s = self.sockets.get_mut::<tcp::Socket>(conn.handle);
         let mut total = 0;
         while s.can_send() {
+            let mut short = false;
             let n = s
                 .send(|buf| {
                     let n = f(buf);
                     debug_assert!(n <= buf.len(), "wrote {n} of {} bytes", buf.len());
                     let n = n.min(buf.len());
+                    short = n < buf.len();
                     (n, n)
                 })
                 .unwrap_or(0);
             total += n;
             if n == 0 {
                 break;
+            }
+            if short {
+                s.end_record();
             }
         }
         conn.tx_offset += total as u64;

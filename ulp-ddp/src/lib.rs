@@ -31,7 +31,7 @@ mod sk;
 mod stag;
 
 pub use iobuf::IoBuf;
-pub use sk::{Freed, HintFlags, RxHint, SkCtx};
+pub use sk::{Freed, HintFlags, RxHint, SkCtx, TaggedRun};
 pub use stag::{Access, Stag, StagIo};
 
 use std::fmt;
@@ -355,6 +355,9 @@ pub struct Stats {
     /// not place in the one mapped for their MSN (a range outside it).
     pub recv_setup: u64,
     pub recv_refused: u64,
+    /// RDMA Write FPDUs the device consumed whole, header to CRC, and
+    /// handed to the ULP as runs ([`TaggedRun`]) it need not parse.
+    pub whole_fpdus: u64,
 }
 
 /// The device operations (`ulp_ddp_dev_ops`).

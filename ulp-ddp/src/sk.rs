@@ -30,12 +30,29 @@ impl HintFlags {
     }
 }
 
-/// Stream bytes `[start, end)` were handled as `flags` say.
+/// Stream bytes `[start, end)` were handled as `flags` say; with `run`,
+/// they are whole segments the device took on entirely.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RxHint {
     pub start: u64,
     pub end: u64,
     pub flags: HintFlags,
+    pub run: Option<TaggedRun>,
+}
+
+/// Whole iWARP FPDUs, one after another, each an RDMA Write into one
+/// STag that the device parsed, placed entirely and (with CRCs on) found
+/// the CRC of right. Their headers, PAD and CRCs are consumed too, so the
+/// ULP need not walk them: it checks the STag once, for the whole span of
+/// tagged offsets the run wrote, and accounts for `payload` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaggedRun {
+    pub stag: u32,
+    /// The lowest tagged offset written, and the end of the highest.
+    pub to: u64,
+    pub to_end: u64,
+    /// Payload bytes placed.
+    pub payload: u64,
 }
 
 /// A one-shot mapping freed by the message at stream offset `offset`: a
@@ -52,6 +69,8 @@ const HINT_CAPACITY: usize = 16384;
 #[derive(Default)]
 struct Mailbox {
     hints: VecDeque<RxHint>,
+    /// How far the ULP has asked about: a hint it has seen may not grow.
+    read_to: u64,
     resync: Option<u64>,
     done: Vec<u16>,
     freed: VecDeque<Freed>,
@@ -97,6 +116,7 @@ impl SkCtx {
         if let Some(last) = m.hints.back_mut()
             && last.end == start
             && last.flags == flags
+            && last.run.is_none()
         {
             last.end = end;
             return true;
@@ -104,7 +124,39 @@ impl SkCtx {
         if m.hints.len() >= HINT_CAPACITY {
             return false;
         }
-        m.hints.push_back(RxHint { start, end, flags });
+        m.hints.push_back(RxHint { start, end, flags, run: None });
+        true
+    }
+
+    /// Record `[start, end)` as whole FPDUs taken on as `run` says, in
+    /// place of whatever hints from `start` on were recorded while they
+    /// went by. A run joins the one before it if it continues it into the
+    /// same STag and the ULP has not yet looked at that one.
+    pub fn push_run(&self, start: u64, end: u64, flags: HintFlags, run: TaggedRun) -> bool {
+        let mut m = self.lock();
+        if m.read_to > start || m.hints.len() >= HINT_CAPACITY {
+            return false;
+        }
+        while m.hints.back().is_some_and(|h| h.start >= start) {
+            m.hints.pop_back();
+        }
+        let read_to = m.read_to;
+        if let Some(last) = m.hints.back_mut() {
+            last.end = last.end.min(start);
+            if let Some(r) = &mut last.run
+                && last.end == start
+                && last.start >= read_to
+                && last.flags == flags
+                && r.stag == run.stag
+            {
+                last.end = end;
+                r.to = r.to.min(run.to);
+                r.to_end = r.to_end.max(run.to_end);
+                r.payload += run.payload;
+                return true;
+            }
+        }
+        m.hints.push_back(RxHint { start, end, flags, run: Some(run) });
         true
     }
 
@@ -154,14 +206,17 @@ impl SkCtx {
         }
     }
 
-    /// Walk `[start, end)` in order as ranges with their flags (gaps the
-    /// device left unhinted come with no flags), dropping hints that end
-    /// at or before `start`: the ULP reads its stream only forward.
-    pub fn with_hints(&self, start: u64, end: u64, mut f: impl FnMut(u64, u64, HintFlags)) {
+    /// Walk `[start, end)` in order as ranges, each with the whole hint it
+    /// falls in (gaps the device left unhinted come with a hint of no
+    /// flags), dropping hints that end at or before `start`: the ULP reads
+    /// its stream only forward.
+    pub fn with_hints(&self, start: u64, end: u64, mut f: impl FnMut(u64, u64, &RxHint)) {
         let mut m = self.lock();
+        m.read_to = m.read_to.max(end);
         while m.hints.front().is_some_and(|h| h.end <= start) {
             m.hints.pop_front();
         }
+        let gap = |start, end| RxHint { start, end, flags: HintFlags::NONE, run: None };
         let mut at = start;
         for h in &m.hints {
             if at >= end || h.start >= end {
@@ -171,15 +226,15 @@ impl SkCtx {
                 continue;
             }
             if h.start > at {
-                f(at, h.start, HintFlags::NONE);
+                f(at, h.start, &gap(at, h.start));
                 at = h.start;
             }
             let stop = h.end.min(end);
-            f(at, stop, h.flags);
+            f(at, stop, h);
             at = stop;
         }
         if at < end {
-            f(at, end, HintFlags::NONE);
+            f(at, end, &gap(at, end));
         }
     }
 }
@@ -190,7 +245,7 @@ mod tests {
 
     fn walk(ctx: &SkCtx, start: u64, end: u64) -> Vec<(u64, u64, HintFlags)> {
         let mut v = Vec::new();
-        ctx.with_hints(start, end, |a, b, f| v.push((a, b, f)));
+        ctx.with_hints(start, end, |a, b, h| v.push((a, b, h.flags)));
         v
     }
 
@@ -209,6 +264,31 @@ mod tests {
         // Reading forward drops what is behind.
         assert_eq!(walk(&ctx, 30, 35), vec![(30, 35, HintFlags::NONE)]);
         assert_eq!(walk(&ctx, 60, 70), vec![(60, 70, HintFlags::NONE)]);
+    }
+
+    #[test]
+    fn runs_replace_the_hints_of_their_bytes_and_grow_until_seen() {
+        let ctx = SkCtx::new();
+        let (p, c) = (HintFlags::PLACED, HintFlags::CRC_OK);
+        let run = |to, payload| TaggedRun { stag: 7, to, to_end: to + payload, payload };
+        // The header hint of the FPDU at 10 merged into the trailer of the
+        // one before; its payload and trailer hints follow.
+        ctx.push_hint(0, 16, c);
+        ctx.push_hint(16, 90, p.union(c));
+        ctx.push_hint(90, 100, c);
+        assert!(ctx.push_run(10, 100, p.union(c), run(0, 74)));
+        assert!(ctx.push_run(100, 190, p.union(c), run(74, 74)));
+        let mut seen = Vec::new();
+        ctx.with_hints(0, 150, |a, b, h| seen.push((a, b, h.flags, h.run)));
+        let whole = Some(TaggedRun { stag: 7, to: 0, to_end: 148, payload: 148 });
+        assert_eq!(seen, vec![(0, 10, c, None), (10, 150, p.union(c), whole)]);
+        // Seen in part, the run no longer grows; the next one stands alone.
+        assert!(ctx.push_run(190, 280, p.union(c), run(148, 74)));
+        let mut seen = Vec::new();
+        ctx.with_hints(150, 280, |a, b, h| seen.push((a, b, h.run.map(|r| r.payload))));
+        assert_eq!(seen, vec![(150, 190, Some(148)), (190, 280, Some(74))]);
+        // Bytes the ULP has read cannot become a run.
+        assert!(!ctx.push_run(270, 300, p, run(0, 1)));
     }
 
     #[test]

@@ -347,7 +347,9 @@ pub struct Qp {
     /// Initiator: where FPDUs start on transmit, until the offload is
     /// handed over (after the Reply has been taken in).
     pending_tx_start: Option<u64>,
-    runs: Vec<(u64, u64, ulp_ddp::HintFlags)>,
+    hints: Vec<(u64, u64, ulp_ddp::RxHint)>,
+    /// The end of the last run of whole FPDUs the NIC consumed, checked.
+    run_end: u64,
     stats: QpStats,
 }
 
@@ -384,7 +386,8 @@ impl Qp {
             offload: offload::Offload::Off,
             rx_off: 0,
             pending_tx_start: None,
-            runs: Vec::new(),
+            hints: Vec::new(),
+            run_end: 0,
             stats: QpStats::default(),
             cfg,
         }

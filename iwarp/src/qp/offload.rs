@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
-use ulp_ddp::{Caps, Config, DdpDevice, FlowId, HintFlags, IwarpConfig, SgEntry, SkHandle, Stag};
+use ulp_ddp::{
+    Caps, Config, DdpDevice, FlowId, HintFlags, IwarpConfig, RxHint, SgEntry, SkHandle, Stag,
+};
 
 use super::Qp;
 
@@ -130,20 +132,21 @@ impl Qp {
         }
     }
 
-    /// The NIC's hints for received stream bytes `[start, end)`, as runs.
-    pub(super) fn hint_runs(&mut self, start: u64, end: u64) -> Vec<(u64, u64, HintFlags)> {
-        let mut runs = std::mem::take(&mut self.runs);
-        runs.clear();
+    /// The NIC's hints for received stream bytes `[start, end)`: ranges,
+    /// each with the whole hint it falls in.
+    pub(super) fn hints(&mut self, start: u64, end: u64) -> Vec<(u64, u64, RxHint)> {
+        let mut hints = std::mem::take(&mut self.hints);
+        hints.clear();
         match &mut self.offload {
             Offload::On(a) => {
                 if let Some(r) = a.sk.ctx.take_resync_request() {
                     a.resync = Some(r);
                 }
-                a.sk.ctx.with_hints(start, end, |s, e, f| runs.push((s, e, f)));
+                a.sk.ctx.with_hints(start, end, |s, e, h| hints.push((s, e, *h)));
             }
-            _ => runs.push((start, end, HintFlags::NONE)),
+            _ => hints.push((start, end, RxHint { start, end, flags: HintFlags::NONE, run: None })),
         }
-        runs
+        hints
     }
 
     /// At an FPDU boundary at stream offset `at`: confirm the NIC's

@@ -12,6 +12,7 @@ use super::{
 };
 use crate::mr::{Access, MrError, Stag, sgl_len, walk};
 use crate::wire::{DdpHeader, Event, Opcode, ReadRequest, TermLayer, Terminate};
+use ulp_ddp::{HintFlags, RxHint, TaggedRun};
 
 /// The longest Terminate body: header, length, DDP and RDMAP headers.
 const MAX_TERMINATE: usize = 4 + 2 + DdpHeader::UNTAGGED_LEN + ReadRequest::LEN;
@@ -97,13 +98,64 @@ impl Qp {
             return;
         }
         let start = self.rx_off;
-        let runs = self.hint_runs(start, start + data.len() as u64);
-        for &(a, b, hint) in &runs {
-            self.framer.set_hint(hint);
-            self.fpdus(&data[(a - start) as usize..(b - start) as usize]);
+        let hints = self.hints(start, start + data.len() as u64);
+        for (a, b, hint) in &hints {
+            match hint.run {
+                Some(run) => self.whole_fpdus(*a, *b, hint, run),
+                None => {
+                    self.framer.set_hint(hint.flags);
+                    self.fpdus(&data[(a - start) as usize..(b - start) as usize]);
+                }
+            }
         }
-        self.runs = runs;
+        self.hints = hints;
         self.rx_off = start + data.len() as u64;
+    }
+
+    /// Stream bytes `[a, b)` of a run of RDMA Write FPDUs the NIC consumed
+    /// whole (`hint`): checked and counted at the run's first byte as one
+    /// Write over the span it wrote, then passed over unread.
+    fn whole_fpdus(&mut self, a: u64, b: u64, hint: &RxHint, run: TaggedRun) {
+        if !self.in_fpdus() {
+            return;
+        }
+        let checked = if a == hint.start {
+            self.check_run(a, hint.flags, run).map(|()| self.run_end = hint.end)
+        } else if b <= self.run_end {
+            Ok(())
+        } else {
+            // Part of a run whose start went by unseen.
+            Err(Terminate::new(TermLayer::Llp, 0, 5))
+        };
+        if let Err(t) = checked {
+            return self.fail(t);
+        }
+        self.framer.skip_whole(b - a);
+        self.rx_off = b;
+    }
+
+    /// What the header of each FPDU in `run` would have been checked for:
+    /// an RDMA Write between FPDUs, in RTS, into an STag that lets the
+    /// peer write the whole span, with its CRC checked if CRCs are on.
+    fn check_run(&mut self, at: u64, flags: HintFlags, run: TaggedRun) -> Result<(), Terminate> {
+        let vouched = flags.contains(HintFlags::CRC_OK);
+        let between = self.framer.at_fpdu_start() && self.framer.markers().is_none();
+        if !between || self.rx.header.is_some() || (self.crc && !vouched) {
+            return Err(Terminate::new(TermLayer::Llp, 0, 5));
+        }
+        if let QpState::AwaitRtr(_) = self.state {
+            return Err(Terminate::new(TermLayer::Llp, 0, 7));
+        }
+        self.at_boundary(at);
+        let (stag, len) = (Stag(run.stag), run.to_end.saturating_sub(run.to));
+        let w = Access::REMOTE_WRITE;
+        self.dev.check(self.cfg.pd, stag, run.to, len, w).map_err(|e| self.ddp_tagged(e))?;
+        self.stats.tagged_bytes += run.payload;
+        self.stats.placed_bytes += run.payload;
+        if vouched {
+            self.framer.nic_vouched(run.payload);
+        }
+        Ok(())
     }
 
     fn in_fpdus(&self) -> bool {

@@ -140,14 +140,13 @@ impl TxState {
 }
 
 impl Qp {
-    /// Fill `out` with stream bytes to send; how many.
+    /// Fill `out` with stream bytes to send, up to the end of an FPDU;
+    /// how many. Stopping there lets the transport start its next segment
+    /// with the next FPDU (RFC 5044 Section 8.1).
     pub fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
-        let mut n = 0;
-        loop {
-            n += self.tx.drain(&mut out[n..]);
-            if n == out.len() || !self.next_fpdu() {
-                break;
-            }
+        let mut n = self.tx.drain(out);
+        if n == 0 && self.next_fpdu() {
+            n = self.tx.drain(out);
         }
         self.maybe_closed_clean();
         n

@@ -277,6 +277,18 @@ impl FpduFramer {
         crc
     }
 
+    /// Between FPDUs, `len` stream bytes of whole FPDUs the NIC consumed
+    /// go by unread.
+    pub fn skip_whole(&mut self, len: u64) {
+        debug_assert!(self.at_fpdu_start() && self.markers.is_none());
+        self.pos += len;
+    }
+
+    /// Payload bytes of FPDUs the NIC consumed whole whose CRCs it checked.
+    pub fn nic_vouched(&mut self, payload: u64) {
+        self.nic_crc_bytes += payload;
+    }
+
     /// Payload bytes digested here, and vouched for by the NIC.
     pub fn crc_bytes(&self) -> (u64, u64) {
         (self.sw_crc_bytes, self.nic_crc_bytes)

@@ -237,6 +237,14 @@ impl PlacedRanges {
         true
     }
 
+    /// Forget the ranges that start at or after `start`, to record a wider
+    /// one in their place.
+    pub fn truncate_from(&mut self, start: u16) {
+        while self.len > 0 && self.ranges[usize::from(self.len) - 1].0 >= start {
+            self.len -= 1;
+        }
+    }
+
     /// The recorded ranges, in payload order.
     pub fn iter(&self) -> impl Iterator<Item = core::ops::Range<usize>> + '_ {
         self.ranges[..usize::from(self.len)]

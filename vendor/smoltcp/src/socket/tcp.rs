@@ -512,6 +512,10 @@ pub struct Socket<'a> {
     remote_has_sack: bool,
     /// The maximum number of data octets that the remote side may receive.
     remote_mss: usize,
+    /// Sequence numbers where records the application wrote end, oldest
+    /// first; see [`Socket::end_record`].
+    #[cfg(feature = "socket-tcp-records")]
+    record_ends: alloc::collections::VecDeque<TcpSeqNumber>,
     /// The timestamp of the last packet received.
     remote_last_ts: Option<Instant>,
     /// The sequence number of the last packet received, used for sACK
@@ -609,6 +613,8 @@ impl<'a> Socket<'a> {
             remote_win_scale: None,
             remote_has_sack: false,
             remote_mss: DEFAULT_MSS,
+            #[cfg(feature = "socket-tcp-records")]
+            record_ends: alloc::collections::VecDeque::new(),
             remote_last_ts: None,
             local_rx_last_ack: None,
             local_rx_last_seq: None,
@@ -923,6 +929,8 @@ impl<'a> Socket<'a> {
         self.remote_win_scale = None;
         self.remote_win_shift = rx_cap_log2.saturating_sub(16) as u8;
         self.remote_mss = DEFAULT_MSS;
+        #[cfg(feature = "socket-tcp-records")]
+        self.record_ends.clear();
         self.remote_last_ts = None;
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
@@ -1394,6 +1402,54 @@ impl<'a> Socket<'a> {
     }
 
     /// Number of octets transmitted but not yet ACKed.
+    /// End a record at the data enqueued so far: a segment that would end
+    /// inside a later record ends at the last record end it holds instead,
+    /// so segments start where records start (the FPDU alignment of RFC
+    /// 5044 Section 8.1, for a ULP that frames its stream). Records longer
+    /// than a segment are split as before.
+    #[cfg(feature = "socket-tcp-records")]
+    pub fn end_record(&mut self) {
+        /// Record ends kept; older ones are forgotten, which costs only
+        /// the alignment of segments not yet sent from that far back.
+        const MAX_RECORD_ENDS: usize = 4096;
+        let end = self.local_seq_no + self.tx_buffer.len();
+        if self.record_ends.back() == Some(&end) {
+            return;
+        }
+        if self.record_ends.len() == MAX_RECORD_ENDS {
+            self.record_ends.pop_front();
+        }
+        self.record_ends.push_back(end);
+    }
+
+    /// `size` octets from `offset` in the send buffer, cut back to the
+    /// last record end among them if they would otherwise end inside a
+    /// record.
+    #[cfg(feature = "socket-tcp-records")]
+    fn record_aligned(&mut self, offset: usize, size: usize) -> usize {
+        while self
+            .record_ends
+            .front()
+            .is_some_and(|&e| e <= self.local_seq_no)
+        {
+            self.record_ends.pop_front();
+        }
+        let (start, end) = (self.local_seq_no + offset, self.local_seq_no + offset + size);
+        let mut cut = None;
+        for &e in self.record_ends.iter() {
+            if e > end {
+                break;
+            }
+            if e > start {
+                cut = Some(e);
+            }
+        }
+        match cut {
+            Some(e) => e - start,
+            None => size,
+        }
+    }
+
     fn flight_size(&self) -> usize {
         self.remote_last_seq - self.local_seq_no
     }
@@ -2674,6 +2730,8 @@ impl<'a> Socket<'a> {
 
                 let offset = if self.pending_fast_retransmit {
                     let size = effective_mss.min(self.tx_buffer.len());
+                    #[cfg(feature = "socket-tcp-records")]
+                    let size = self.record_aligned(0, size);
                     repr.seq_number = self.local_seq_no;
                     repr.payload = self.tx_buffer.get_allocated(0, size);
 
@@ -2747,6 +2805,12 @@ impl<'a> Socket<'a> {
                     };
 
                     let offset = self.flight_size();
+                    #[cfg(feature = "socket-tcp-records")]
+                    let size = if is_zero_window_probe {
+                        size
+                    } else {
+                        self.record_aligned(offset, size.min(self.tx_buffer.len().saturating_sub(offset)))
+                    };
                     repr.payload = self.tx_buffer.get_allocated(offset, size);
 
                     #[cfg(feature = "segmentation-offload")]
@@ -4698,6 +4762,10 @@ mod test {
         assert!(p.push(9, 10));
         assert!(!p.push(11, 12), "full");
         assert_eq!(p.iter().collect::<std::vec::Vec<_>>(), [0..2, 2..4, 6..7, 9..10]);
+        // A wider range replaces those inside it.
+        p.truncate_from(5);
+        assert!(p.push(5, 10));
+        assert_eq!(p.iter().collect::<std::vec::Vec<_>>(), [0..2, 2..4, 5..10]);
     }
 
     #[test]
@@ -6585,6 +6653,43 @@ mod test {
                 ..RECV_TEMPL
             })
         );
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-records")]
+    fn test_segments_end_at_record_ends() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.remote_mss = 12;
+        s.set_nagle_enabled(false);
+        // Records of 5, 4 and 8 octets, then one of 16, longer than a segment.
+        for record in [&b"aaaaa"[..], b"bbbb", b"cccccccc", b"dddddddddddddddd"] {
+            s.send_slice(record).unwrap();
+            s.end_record();
+        }
+        let mut at = 1;
+        for payload in [
+            // Not 12 octets: the third record would be split.
+            &b"aaaaabbbb"[..],
+            b"cccccccc",
+            // Longer than a segment: split as before.
+            b"dddddddddddd",
+            b"dddd",
+        ] {
+            recv!(s, time 0, Ok(TcpRepr {
+                seq_number: LOCAL_SEQ + at,
+                ack_number: Some(REMOTE_SEQ + 1),
+                payload,
+                ..RECV_TEMPL
+            }));
+            at += payload.len();
+        }
+        // A retransmission is cut where the first transmission was.
+        recv!(s, time 2000, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"aaaaabbbb"[..],
+            ..RECV_TEMPL
+        }));
     }
 
     #[test]
