@@ -1,5 +1,5 @@
 //! The `nvme-ddp` program's library: transport drivers that run the sans-IO
-//! host and controller, workloads, and reports. `src/main.rs` is the
+//! host and controller, workloads, and reports. `src/bin/nvme-ddp/` is the
 //! command line over it; `tests/` and `benches/` use it directly.
 
 pub mod app;

@@ -1,0 +1,72 @@
+//! Argument parsers shared by the subcommands: lists, sizes, switches.
+
+use nvme_ddp::size::parse_size;
+use nvme_ddp::workload::Rw;
+use std::path::PathBuf;
+
+/// A comma-separated list argument.
+#[derive(Debug, Clone)]
+pub(crate) struct List<T>(pub(crate) Vec<T>);
+
+pub(crate) fn list<T>(s: &str, one: impl Fn(&str) -> Result<T, String>) -> Result<List<T>, String> {
+    let v: Vec<T> =
+        s.split(',').map(str::trim).filter(|w| !w.is_empty()).map(one).collect::<Result<_, _>>()?;
+    if v.is_empty() {
+        return Err("the list is empty".into());
+    }
+    Ok(List(v))
+}
+
+pub(crate) fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(format!("{s:?}: use on or off")),
+    }
+}
+
+pub(crate) fn parse_rw(s: &str) -> Result<Rw, String> {
+    <Rw as clap::ValueEnum>::from_str(s, true)
+}
+
+pub(crate) fn parse_chance(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?} is not a probability between 0 and 1")),
+    }
+}
+
+/// A namespace: `ram:SIZE` or `file:PATH` (a regular file or block device).
+#[derive(Debug, Clone)]
+pub(crate) enum NsSpec {
+    Ram(u64),
+    File(PathBuf),
+}
+
+pub(crate) fn parse_ns(s: &str) -> Result<NsSpec, String> {
+    match s.split_once(':') {
+        Some(("ram", size)) => parse_size(size).map(NsSpec::Ram),
+        Some(("file", path)) if !path.is_empty() => Ok(NsSpec::File(path.into())),
+        _ => Err(format!("{s:?}: use ram:SIZE (e.g. ram:1G) or file:PATH")),
+    }
+}
+
+pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
+    parse_size(s)
+}
+
+pub(crate) fn parse_block_size(s: &str) -> Result<u32, String> {
+    match parse_size(s)? {
+        512 => Ok(512),
+        4096 => Ok(4096),
+        n => Err(format!("block size {n} is not supported (use 512 or 4096)")),
+    }
+}
+
+pub(crate) fn parse_threshold(s: &str) -> Result<u32, String> {
+    u32::try_from(parse_size(s)?).map_err(|_| format!("{s:?} is too large"))
+}
+
+pub(crate) fn on_off(b: bool) -> &'static str {
+    if b { "on" } else { "off" }
+}

@@ -1,0 +1,250 @@
+//! `nvme-ddp bench`: the offload matrix, as a table, JSON and charts.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use nvme_ddp::size::{format_size, parse_size};
+use nvme_ddp::transport::Transport;
+use nvme_ddp::workload::Rw;
+use nvme_ddp::{bench, plot};
+use smoltcp_glue::Tap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::args::{List, list, on_off, parse_on_off, parse_rw};
+
+#[derive(Args, Debug)]
+pub(crate) struct BenchArgs {
+    /// Block sizes, e.g. 4k,128k (default: 4k,32k,128k,1M).
+    #[arg(long, value_parser = |s: &str| list(s, |w| parse_size(w).and_then(|n| u32::try_from(n).map_err(|_| format!("{w}: too large")))))]
+    bs: Option<List<u32>>,
+    /// Directions: read, write (default both).
+    #[arg(long, value_parser = |s: &str| list(s, parse_rw))]
+    rw: Option<List<Rw>>,
+    /// Queue depths (default 1,32).
+    #[arg(long, value_parser = |s: &str| list(s, |w| w.parse::<u16>().map_err(|e| format!("{w}: {e}"))))]
+    qd: Option<List<u16>>,
+    /// Data digest: on, off (default on).
+    #[arg(long, value_parser = |s: &str| list(s, parse_on_off))]
+    ddgst: Option<List<bool>>,
+    /// Offload sets: none, crc, ddp, all (default all four).
+    #[arg(long, value_parser = |s: &str| list(s, bench::OffloadSet::parse))]
+    offload: Option<List<bench::OffloadSet>>,
+    /// Transports: tcp, rdma, or tcp,rdma to compare them on the same
+    /// matrix (default tcp).
+    #[arg(long, value_parser = |s: &str| list(s, Transport::parse))]
+    transport: Option<List<Transport>>,
+    /// IP MTUs of the in-process wire (default 1500,9000).
+    #[arg(long, value_parser = |s: &str| list(s, |w| w.parse::<usize>().map_err(|e| format!("{w}: {e}"))))]
+    mtu: Option<List<usize>>,
+    /// I/O queues.
+    #[arg(long, default_value_t = 1)]
+    queues: u16,
+    /// Runs per point (reported as median and spread).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Seconds measured per run.
+    #[arg(long, default_value_t = 1.0)]
+    time: f64,
+    /// Seconds of warm-up per run.
+    #[arg(long, default_value_t = 0.2)]
+    warmup: f64,
+    /// Run host, NIC and controller on threads of their own, each one's CPU
+    /// read from its thread's clock, instead of in lockstep on one thread
+    /// (the default on the in-process wire, and the one whose numbers hold
+    /// still). Over TAP they always run on threads.
+    #[arg(long)]
+    threads: bool,
+    /// Run over two TAP devices, HOSTTAP,CTRLTAP (e.g. tap1,tap0 after
+    /// `net up`, inside the namespace) instead of the in-process wire.
+    #[arg(long)]
+    tap: Option<String>,
+    /// Write the points as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write charts (SVG and PNG) into this directory.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Skip measuring raw TCP (reported as 0; for profiling).
+    #[arg(long)]
+    no_raw: bool,
+}
+
+pub(crate) fn run(a: BenchArgs) -> Result<()> {
+    let d = bench::BenchOptions::default();
+    let tap = match &a.tap {
+        Some(t) => {
+            let (h, c) = t.split_once(',').context("--tap takes HOSTTAP,CTRLTAP")?;
+            for name in [h, c] {
+                // Opening a TAP that does not exist would create a new, unwired one.
+                if !std::path::Path::new("/sys/class/net").join(name).exists() {
+                    bail!(
+                        "no network interface {name:?} here (`nvme-ddp net up` makes tap0 and tap1; run inside its namespace)"
+                    );
+                }
+            }
+            Some((h.to_string(), c.to_string()))
+        }
+        None => None,
+    };
+    if !(a.time > 0.0 && a.warmup >= 0.0) {
+        bail!("--time must be positive and --warmup not negative");
+    }
+    let o = bench::BenchOptions {
+        bs: a.bs.map_or(d.bs, |l| l.0),
+        rw: a.rw.map_or(d.rw, |l| l.0),
+        qd: a.qd.map_or(d.qd, |l| l.0),
+        ddgst: a.ddgst.map_or(d.ddgst, |l| l.0),
+        offload: a.offload.map_or(d.offload, |l| l.0),
+        transport: a.transport.map_or(d.transport, |l| l.0),
+        // Over TAP the interfaces decide the MTU.
+        mtu: match &tap {
+            Some((h, _)) => {
+                let dev = Tap::open(h, None).with_context(|| format!("opening TAP {h}"))?;
+                vec![smoltcp::phy::Device::capabilities(&dev).max_transmission_unit - 14]
+            }
+            None => a.mtu.map_or(d.mtu, |l| l.0),
+        },
+        queues: a.queues.max(1),
+        reps: a.reps.max(1),
+        warmup: Duration::from_secs_f64(a.warmup),
+        duration: Duration::from_secs_f64(a.time),
+        threads: a.threads,
+        tap,
+    };
+    if o.bs.iter().any(|&b| b == 0 || b % 512 != 0) || o.qd.contains(&0) {
+        bail!("block sizes must be multiples of 512 and queue depths positive");
+    }
+    if o.tap.is_none() && o.mtu.iter().any(|&m| !(576..=65521).contains(&m)) {
+        bail!("MTUs must be within 576..=65521");
+    }
+    let points = bench::points(&o);
+    let bar = indicatif::ProgressBar::new((points.len() * o.reps) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} runs, {elapsed} elapsed, ~{eta} left  {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut raw = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for p in &points {
+        if let std::collections::hash_map::Entry::Vacant(e) = raw.entry(p.mtu) {
+            bar.set_message(format!("raw TCP at mtu {}", p.mtu));
+            let bps = if a.no_raw {
+                (0.0, 0.0)
+            } else {
+                bench::raw_tcp(&o, p.mtu).map_err(anyhow::Error::msg)?
+            };
+            e.insert(bps);
+        }
+        bar.set_message(format!(
+            "{} {} bs={} qd={} mtu={} ddgst={} offload={}",
+            p.transport.name(),
+            p.rw.name(),
+            format_size(u64::from(p.bs)),
+            p.qd,
+            p.mtu,
+            on_off(p.ddgst),
+            p.offload.name()
+        ));
+        out.push(bench::run_point(p, &o, raw[&p.mtu], || bar.inc(1)).map_err(anyhow::Error::msg)?);
+    }
+    bar.finish_and_clear();
+    println!(
+        "{:<4} {:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>6} {:>8} | {:>8} {:>8} {:>8} {:>8} {:>5} | {:>9}",
+        "tr",
+        "rw",
+        "bs",
+        "qd",
+        "mtu",
+        "ddgst",
+        "offload",
+        "MB/s",
+        "+-%",
+        "IOPS",
+        "p50 us",
+        "p99 us",
+        "host ns/IO",
+        "+-%",
+        "NIC ns/IO",
+        "copy/IO",
+        "crc/IO",
+        "placed/IO",
+        "nicCRC/IO",
+        "calls",
+        "raw MB/s"
+    );
+    for p in &out {
+        println!(
+            "{:<4} {:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>5.1} | {:>9.1}{}",
+            p.transport,
+            p.rw,
+            format_size(u64::from(p.bs)),
+            p.qd,
+            p.mtu,
+            on_off(p.ddgst),
+            p.offload,
+            p.bytes_per_sec / 1e6,
+            p.bytes_per_sec_spread * 100.0,
+            p.iops,
+            p.lat_p50_us,
+            p.lat_p99_us,
+            p.host_cpu_ns_per_io,
+            p.host_cpu_spread * 100.0,
+            p.nic_cpu_ns_per_io,
+            p.host_copy_bytes_per_io,
+            p.host_crc_bytes_per_io,
+            p.nic_placed_bytes_per_io,
+            p.nic_crc_bytes_per_io,
+            p.control_calls_per_io,
+            p.raw_tcp_bytes_per_sec / 1e6,
+            if p.steady { "" } else { "  noisy" },
+        );
+    }
+    if out.iter().any(|p| !p.steady) {
+        println!(
+            "noisy: a spread (max - min over median of {} runs) above {:.0}%; no verdict rests on it",
+            o.reps,
+            bench::SPREAD_LIMIT * 100.0
+        );
+    }
+    let report = bench::Report::new(&o, out);
+    println!(
+        "this machine: a fixed copy-and-CRC loop spreads {:.0}% over 7 runs by itself",
+        report.machine.baseline_spread * 100.0
+    );
+    if !report.targets.is_empty() {
+        println!();
+        for t in &report.targets {
+            let verdict = match t.verdict {
+                bench::Verdict::Met => "met",
+                bench::Verdict::Missed => "MISSED",
+                bench::Verdict::Inconclusive => "inconclusive",
+            };
+            println!(
+                "target {}: {} (measured {:.2}x, spread {:.0}%) {verdict}",
+                t.what,
+                t.limit,
+                t.measured,
+                t.spread * 100.0
+            );
+        }
+    }
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let out = report.points;
+    if let Some(dir) = &a.plot {
+        let files = plot::charts(&out, dir).map_err(anyhow::Error::msg)?;
+        if !files.iter().any(|f| f.extension().is_some_and(|e| e == "png")) {
+            eprintln!(
+                "note: no TrueType font found (install fonts-dejavu-core); PNG charts skipped, SVG written"
+            );
+        }
+        for f in files {
+            println!("chart: {}", f.display());
+        }
+    }
+    Ok(())
+}

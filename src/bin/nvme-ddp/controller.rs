@@ -1,0 +1,128 @@
+//! `nvme-ddp controller`: serve an NVM subsystem and a discovery controller.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use nvme_ddp::clock::Clock;
+use nvme_ddp::kernel_tcp::ControllerServer;
+use nvme_ddp::report::{OffloadReport, human_bytes};
+use nvme_ddp::size::format_size;
+use nvme_ddp::transport::Transport;
+use nvme_ddp::userspace;
+use nvme_tcp::controller::{Port, Target, TargetConfig};
+use nvme_tcp::namespace::{FileNamespace, Namespace, RamNamespace};
+use smoltcp_glue::Stack;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::args::{NsSpec, parse_block_size, parse_bytes, parse_ns};
+use crate::tap::{KERNEL_TCP_MTU, TapArgs, fresh_stack_config, ip_mtu};
+
+#[derive(Args, Debug)]
+pub(crate) struct ControllerArgs {
+    /// Address to listen on (repeatable, e.g. also :8009 for discovery).
+    #[arg(long, default_value = "0.0.0.0:4420")]
+    listen: Vec<SocketAddr>,
+    /// Namespace: ram:SIZE or file:PATH (repeatable; default ram:1G).
+    #[arg(long = "ns", value_parser = parse_ns)]
+    namespaces: Vec<NsSpec>,
+    /// Logical block size of every namespace.
+    #[arg(long, default_value = "512", value_parser = parse_block_size)]
+    block_size: u32,
+    /// NVM subsystem NQN.
+    #[arg(long, default_value = "nqn.2026-11.io.nvme-ddp:target")]
+    nqn: String,
+    /// Entries per queue (MAXCMD, CAP.MQES + 1).
+    #[arg(long, default_value_t = 128)]
+    queue_size: u16,
+    /// Most data bytes per C2HData PDU.
+    #[arg(long, default_value = "128k", value_parser = parse_bytes)]
+    c2h_pdu: u64,
+    /// Never replace the CapsuleResp of a read with the SUCCESS flag.
+    #[arg(long)]
+    no_c2h_success: bool,
+    /// NVMe-oF transport to serve: tcp, or rdma (iWARP over TCP).
+    #[arg(long, default_value = "tcp", value_parser = Transport::parse)]
+    transport: Transport,
+    /// Require data integrity from every host: MPA CRCs on rdma (the
+    /// responder may insist). NVMe/TCP hosts choose their own digests.
+    #[arg(long)]
+    ddgst: bool,
+    #[command(flatten)]
+    tap: TapArgs,
+}
+
+pub(crate) fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc<Target>> {
+    let specs =
+        if a.namespaces.is_empty() { vec![NsSpec::Ram(1 << 30)] } else { a.namespaces.clone() };
+    let mut namespaces: Vec<Arc<dyn Namespace>> = Vec::new();
+    for spec in &specs {
+        let ns: Arc<dyn Namespace> = match spec {
+            NsSpec::Ram(size) => Arc::new(RamNamespace::new(*size, a.block_size)?),
+            NsSpec::File(path) => Arc::new(FileNamespace::open(path, a.block_size)?),
+        };
+        namespaces.push(ns);
+    }
+    let cfg = TargetConfig {
+        subnqn: a.nqn.clone(),
+        queue_size: a.queue_size,
+        c2h_data_len: u32::try_from(a.c2h_pdu).context("--c2h-pdu is too large")?,
+        c2h_success: !a.no_c2h_success,
+        port,
+        ddp_threshold: a.tap.ddp_threshold,
+        ..TargetConfig::default()
+    };
+    Ok(Target::new(cfg, namespaces)?)
+}
+
+pub(crate) fn run(a: ControllerArgs) -> Result<()> {
+    let first = a.listen.first().context("no --listen address")?;
+    if a.ddgst && a.transport == Transport::Tcp {
+        bail!("--ddgst on the controller needs --transport rdma: NVMe/TCP hosts choose digests");
+    }
+    if let Some(cidr) = a.tap.cidr()? {
+        let port = Port {
+            traddr: cidr.address().to_string(),
+            trsvcid: first.port().to_string(),
+            portid: 1,
+        };
+        let target = build_target(&a, Some(port))?;
+        let (dev, nic) = a.tap.device(1)?.context("--tap is required with --ip")?;
+        let listener = a.transport.listener(ip_mtu(&dev)).require_crc(a.ddgst);
+        let clock = Clock::new();
+        let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
+        let mut side =
+            userspace::ControllerSide::new(stack, target.clone(), first.port(), Some(nic.clone()))?
+                .with_listener(listener);
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
+            .context("cannot install the Ctrl-C handler")?;
+        tracing::info!(tap = ?a.tap.tap, ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = a.transport.name(), "listening on smoltcp");
+        userspace::serve(&mut side, &clock, &stop);
+        let (ulp, tx) = side.stats();
+        for line in OffloadReport::new(nic.caps().1, nic.stats(), ulp, tx).lines("controller") {
+            tracing::info!("{line}");
+        }
+        return Ok(());
+    }
+    let port =
+        Port { traddr: first.ip().to_string(), trsvcid: first.port().to_string(), portid: 1 };
+    let target = build_target(&a, Some(port))?;
+    let listener = a.transport.listener(KERNEL_TCP_MTU).require_crc(a.ddgst);
+    let server = ControllerServer::spawn(target.clone(), &a.listen, listener)?;
+    let stop = server.stop_flag();
+    ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
+        .context("cannot install the Ctrl-C handler")?;
+    for (ns, i) in target.namespaces().iter().zip(1..) {
+        tracing::info!(nsid = i, size = %format_size(ns.size()), block = ns.block_size(), "namespace");
+    }
+    for addr in server.local_addrs() {
+        tracing::info!(%addr, nqn = %target.subnqn(), transport = a.transport.name(), "listening (discovery NQN too)");
+    }
+    let mut server = server;
+    server.join()?;
+    let s = target.stats();
+    tracing::info!(reads = s.reads, writes = s.writes, read = %human_bytes(s.bytes_read as f64), written = %human_bytes(s.bytes_written as f64), "stopped");
+    Ok(())
+}

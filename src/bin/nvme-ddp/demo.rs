@@ -1,0 +1,177 @@
+//! `nvme-ddp demo`: host and controller in one process over the in-process
+//! wire, with a report of what the offloads did.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use nvme_ddp::demo as run_demo;
+use nvme_ddp::report::human_bytes;
+use nvme_ddp::transport::Transport;
+use nvme_tcp::wire::Digests;
+use smoltcp_glue::Profile;
+use std::path::PathBuf;
+use std::time::Duration;
+use ulp_ddp::Caps;
+
+use crate::args::{on_off, parse_bytes, parse_chance, parse_threshold};
+
+#[derive(Args, Debug)]
+pub(crate) struct DemoArgs {
+    /// Namespace size and bytes per pass.
+    #[arg(long, default_value = "256M", value_parser = parse_bytes)]
+    size: u64,
+    /// Bytes per I/O.
+    #[arg(long, default_value = "128k", value_parser = parse_bytes)]
+    bs: u64,
+    /// Commands outstanding per I/O queue.
+    #[arg(long, default_value_t = 32)]
+    qd: u16,
+    /// I/O queues.
+    #[arg(long, default_value_t = 2)]
+    queues: u16,
+    /// IP MTU of the in-process wire.
+    #[arg(long, default_value_t = 9000)]
+    mtu: usize,
+    #[arg(long)]
+    hdgst: bool,
+    #[arg(long)]
+    ddgst: bool,
+    /// Chance a frame is lost (each direction), e.g. 0.01.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_chance)]
+    loss: f64,
+    /// Chance a frame is held back and overtaken.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_chance)]
+    reorder: f64,
+    /// Chance a frame arrives twice.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_chance)]
+    duplicate: f64,
+    /// Chance a bit of a frame flips (caught by TCP's checksum).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_chance)]
+    corrupt: f64,
+    /// One-way delay added to every frame, in microseconds.
+    #[arg(long, default_value_t = 0)]
+    delay_us: u64,
+    /// Seed of the impairments and the data pattern.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Capture the host's frames into this pcap file.
+    #[arg(long)]
+    pcap: Option<PathBuf>,
+    /// Run both sides in one thread in simulated time (deterministic).
+    #[arg(long)]
+    simulated: bool,
+    /// Offloads of both software NICs: a list of ddp, crc-rx, crc-tx,
+    /// oneshot, or all, or none.
+    #[arg(long, default_value = "all", value_parser = Caps::parse)]
+    offload: Caps,
+    /// NVMe/TCP, or NVMe/RDMA over user-space iWARP (tcp, rdma). Over
+    /// RDMA, --ddgst asks for MPA CRCs and oneshot registers and sends
+    /// in one call.
+    #[arg(long, default_value = "tcp", value_parser = Transport::parse)]
+    transport: Transport,
+    /// Map transfers from this size (default: the NIC's threshold, 32k).
+    #[arg(long, value_parser = parse_threshold)]
+    ddp_threshold: Option<u32>,
+    /// Keep alive timeout in seconds (default 5, or 30 with impairments:
+    /// smoltcp's 1 s minimum retransmission timeout doubles on repeats).
+    #[arg(long)]
+    kato: Option<u64>,
+    /// Seconds a command may take (default 30, or 120 with impairments).
+    #[arg(long)]
+    io_timeout: Option<u64>,
+    /// Print a machine-readable JSON report.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(a: DemoArgs) -> Result<()> {
+    let o = run_demo::DemoOptions {
+        size: a.size,
+        bs: u32::try_from(a.bs).context("--bs is too large")?,
+        qd: a.qd.max(1),
+        queues: a.queues.max(1),
+        mtu: a.mtu,
+        digests: Digests { header: a.hdgst, data: a.ddgst },
+        impair: Profile {
+            loss: a.loss,
+            reorder: a.reorder,
+            duplicate: a.duplicate,
+            corrupt: a.corrupt,
+            delay: smoltcp::time::Duration::from_micros(a.delay_us),
+            jitter: smoltcp::time::Duration::ZERO,
+        },
+        seed: a.seed,
+        pcap: a.pcap,
+        simulated: a.simulated,
+        offload: a.offload,
+        ddp_threshold: a.ddp_threshold,
+        kato: Duration::ZERO,
+        io_timeout: Duration::ZERO,
+        transport: a.transport,
+    };
+    let impaired = !o.impair.is_clean();
+    let o = run_demo::DemoOptions {
+        kato: Duration::from_secs(a.kato.unwrap_or(if impaired { 30 } else { 5 })),
+        io_timeout: Duration::from_secs(a.io_timeout.unwrap_or(if impaired { 120 } else { 30 })),
+        ..o
+    };
+    if !(576..=65521).contains(&o.mtu) {
+        bail!("--mtu {} is out of range (576..=65521)", o.mtu);
+    }
+    if o.bs == 0 || !o.bs.is_multiple_of(512) || u64::from(o.bs) > o.size {
+        bail!("--bs must be a multiple of 512 and at most --size");
+    }
+    let report = run_demo::run(&o)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let mode = if report.simulated { "simulated time" } else { "real time" };
+        let integrity = match report.transport {
+            Transport::Tcp => {
+                format!("digests: header {}, data {}", on_off(report.hdgst), on_off(report.ddgst))
+            }
+            Transport::Rdma => format!("MPA CRC {}", on_off(report.ddgst)),
+        };
+        println!(
+            "nvme-ddp demo: {} RAM namespace, host and controller over an in-process wire ({}, MTU {}, {mode}, {integrity})",
+            human_bytes(report.size as f64),
+            match report.transport {
+                Transport::Tcp => "NVMe/TCP",
+                Transport::Rdma => "NVMe/RDMA over iWARP",
+            },
+            report.mtu,
+        );
+        for p in &report.phases {
+            println!("  {}", p.line());
+        }
+        let w = &report.wire;
+        println!(
+            "  wire: host->controller {} frames / {}, controller->host {} frames / {}",
+            w.h2c_frames,
+            human_bytes(w.h2c_bytes as f64),
+            w.c2h_frames,
+            human_bytes(w.c2h_bytes as f64)
+        );
+        for line in report
+            .offload
+            .lines("  host      ")
+            .into_iter()
+            .chain(report.controller_offload.lines("  controller"))
+        {
+            println!("{line}");
+        }
+        for (dir, s) in
+            [("host->controller", &report.impaired_h2c), ("controller->host", &report.impaired_c2h)]
+        {
+            if s.dropped + s.corrupted + s.duplicated + s.reordered > 0 {
+                println!(
+                    "  impaired {dir}: {} lost, {} corrupted, {} duplicated, {} reordered of {} frames",
+                    s.dropped, s.corrupted, s.duplicated, s.reordered, s.frames
+                );
+            }
+        }
+    }
+    if let Some(e) = report.error {
+        bail!("{e}");
+    }
+    Ok(())
+}

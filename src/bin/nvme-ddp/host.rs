@@ -1,0 +1,281 @@
+//! `nvme-ddp host`: connect to a controller and identify, discover or run I/O.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use nvme_ddp::app::{DiscoverApp, HostApp, IdentifyApp, IoApp};
+use nvme_ddp::clock::Clock;
+use nvme_ddp::kernel_tcp::run_host;
+use nvme_ddp::report::{OffloadReport, PhaseReport, human_bytes};
+use nvme_ddp::transport::Transport;
+use nvme_ddp::userspace;
+use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
+use nvme_tcp::host::HostConfig;
+use nvme_tcp::nvme::DISCOVERY_NQN;
+use nvme_tcp::nvme::log::{SUBTYPE_NVME, TRTYPE_RDMA, TRTYPE_TCP};
+use nvme_tcp::wire::Digests;
+use smoltcp_glue::Stack;
+use std::net::SocketAddr;
+use std::time::Duration;
+use ulp_ddp::Caps;
+
+use crate::args::parse_bytes;
+use crate::tap::{KERNEL_TCP_MTU, TapArgs, fresh_stack_config, ip_mtu};
+
+#[derive(Args, Debug)]
+pub(crate) struct HostArgs {
+    /// Controller address.
+    #[arg(long)]
+    connect: SocketAddr,
+    /// NVMe-oF transport: tcp, or rdma (iWARP over TCP).
+    #[arg(long, default_value = "tcp", value_parser = Transport::parse)]
+    transport: Transport,
+    /// Subsystem NQN; without it, the first subsystem discovery lists.
+    #[arg(long)]
+    nqn: Option<String>,
+    /// Host NQN.
+    #[arg(
+        long,
+        default_value = "nqn.2014-08.org.nvmexpress:uuid:5f0d2c44-6a1e-4c8b-9d3e-000000000000"
+    )]
+    hostnqn: String,
+    /// Ask for header digests.
+    #[arg(long)]
+    hdgst: bool,
+    /// Ask for data digests.
+    #[arg(long)]
+    ddgst: bool,
+    /// I/O queues (each its own TCP connection).
+    #[arg(long, default_value_t = 1)]
+    queues: u16,
+    /// Commands outstanding per I/O queue.
+    #[arg(long, default_value_t = 32)]
+    qd: u16,
+    /// Keep alive timeout in seconds (0 for none).
+    #[arg(long, default_value_t = 5)]
+    kato: u64,
+    /// Print a machine-readable JSON report.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    tap: TapArgs,
+    #[command(subcommand)]
+    action: HostAction,
+}
+
+#[derive(Subcommand, Debug)]
+enum HostAction {
+    /// Print the controller's identity and namespaces.
+    Identify,
+    /// Print the discovery log.
+    Discover,
+    /// Run an I/O workload and print IOPS, throughput and latency.
+    Io(IoArgs),
+}
+
+#[derive(Args, Debug)]
+struct IoArgs {
+    #[arg(long, value_enum, default_value = "read")]
+    rw: Rw,
+    /// Bytes per I/O.
+    #[arg(long, default_value = "4k", value_parser = parse_bytes)]
+    bs: u64,
+    /// Total bytes to transfer (default: the whole namespace once).
+    #[arg(long, value_parser = parse_bytes, conflicts_with = "time")]
+    size: Option<u64>,
+    /// Run for this many seconds instead.
+    #[arg(long)]
+    time: Option<f64>,
+    /// Write a pattern and check it when reading back.
+    #[arg(long)]
+    verify: bool,
+    /// Seed of the data pattern and of random offsets.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn host_config(a: &HostArgs, subnqn: String) -> HostConfig {
+    HostConfig {
+        subnqn,
+        hostnqn: a.hostnqn.clone(),
+        digests: Digests { header: a.hdgst, data: a.ddgst },
+        io_queues: a.queues.max(1),
+        queue_depth: a.qd.max(1),
+        kato: Duration::from_secs(a.kato),
+        ddp_threshold: a.tap.ddp_threshold,
+        ..HostConfig::default()
+    }
+}
+
+/// Run `app` on a host; over smoltcp, also report what the NIC did.
+fn run_app(
+    a: &HostArgs,
+    cfg: HostConfig,
+    app: &mut dyn HostApp,
+    limit: Duration,
+) -> Result<Option<OffloadReport>> {
+    let oneshot = a.tap.offload.unwrap_or(Caps::ALL).contains(Caps::NVME_TCP_ONESHOT);
+    let offload = match (a.tap.cidr()?, a.tap.device(2)?) {
+        (Some(cidr), Some((dev, nic))) => {
+            let host = a.transport.host(cfg, oneshot, ip_mtu(&dev));
+            let remote = match a.connect {
+                SocketAddr::V4(v4) => v4,
+                SocketAddr::V6(_) => bail!("smoltcp mode speaks IPv4 only"),
+            };
+            let clock = Clock::new();
+            let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
+            let mut side = userspace::HostSide::new(stack, host, remote, Some(nic.clone()));
+            userspace::run_host(&mut side, app, &clock, limit)?;
+            let (ulp, tx) = side.host.stats();
+            Some(OffloadReport::new(nic.caps().1, nic.stats(), ulp, tx))
+        }
+        _ => {
+            let mut host = a.transport.host(cfg, oneshot, KERNEL_TCP_MTU);
+            run_host(a.connect, &mut host, app, limit)?;
+            None
+        }
+    };
+    match app.error() {
+        Some(e) => bail!("{e}"),
+        None => Ok(offload),
+    }
+}
+
+/// The subsystem to use: the one given, or the first one discovery lists.
+fn resolve_nqn(a: &HostArgs) -> Result<String> {
+    if let Some(nqn) = &a.nqn {
+        return Ok(nqn.clone());
+    }
+    let mut app = DiscoverApp::default();
+    run_app(a, host_config(a, DISCOVERY_NQN.into()), &mut app, Duration::from_secs(60))
+        .context("discovery (give --nqn to skip it)")?;
+    let entries = app.entries.unwrap_or_default();
+    let e = entries
+        .iter()
+        .find(|e| e.subtype == SUBTYPE_NVME)
+        .context("discovery lists no NVM subsystem")?;
+    Ok(e.subnqn.clone())
+}
+
+pub(crate) fn run(a: HostArgs) -> Result<()> {
+    match &a.action {
+        HostAction::Discover => {
+            let mut app = DiscoverApp::default();
+            run_app(&a, host_config(&a, DISCOVERY_NQN.into()), &mut app, Duration::from_secs(60))?;
+            let entries = app.entries.unwrap_or_default();
+            if a.json {
+                let v: Vec<_> = entries
+                    .iter()
+                    .map(|e| serde_json::json!({"trtype": e.trtype, "adrfam": e.adrfam, "subtype": e.subtype, "treq": e.treq, "portid": e.portid, "trsvcid": e.trsvcid, "subnqn": e.subnqn, "traddr": e.traddr}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("Discovery log: {} record(s)", entries.len());
+                for (i, e) in entries.iter().enumerate() {
+                    let kind =
+                        if e.subtype == SUBTYPE_NVME { "nvme subsystem" } else { "discovery" };
+                    let trtype = match e.trtype {
+                        TRTYPE_TCP => "tcp".to_string(),
+                        TRTYPE_RDMA => "rdma".to_string(),
+                        t => format!("trtype {t}"),
+                    };
+                    println!(
+                        "  {i}: {kind} {} at {trtype} {}:{} (port {}, treq {:#x})",
+                        e.subnqn, e.traddr, e.trsvcid, e.portid, e.treq
+                    );
+                }
+            }
+        }
+        HostAction::Identify => {
+            let nqn = resolve_nqn(&a)?;
+            let mut app = IdentifyApp::default();
+            run_app(&a, host_config(&a, nqn), &mut app, Duration::from_secs(60))?;
+            let c = app.controller.context("no Identify Controller data")?;
+            let v = app.version;
+            if a.json {
+                let ns: Vec<_> = app
+                    .namespaces
+                    .iter()
+                    .map(|n| serde_json::json!({"nsid": n.nsid, "blocks": n.blocks, "block_size": n.block_size}))
+                    .collect();
+                let j = serde_json::json!({
+                    "subnqn": c.subnqn, "cntlid": c.cntlid, "sn": c.sn, "mn": c.mn, "fr": c.fr,
+                    "version": format!("{}.{}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff),
+                    "mdts": c.mdts, "maxcmd": c.maxcmd, "nn": c.nn, "ioccsz": c.ioccsz, "kas": c.kas,
+                    "io_queues": app.io_queues, "queue_depth": app.queue_depth, "namespaces": ns,
+                });
+                println!("{}", serde_json::to_string_pretty(&j)?);
+            } else {
+                println!("subnqn  : {}", c.subnqn);
+                println!("cntlid  : {}", c.cntlid);
+                println!("sn / mn : {} / {} (fr {})", c.sn, c.mn, c.fr);
+                println!("version : {}.{}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff);
+                println!(
+                    "mdts    : {}  maxcmd: {}  ioccsz: {}  kas: {}",
+                    c.mdts, c.maxcmd, c.ioccsz, c.kas
+                );
+                println!("queues  : {} I/O x {} deep", app.io_queues, app.queue_depth);
+                for n in &app.namespaces {
+                    let bytes = n.blocks * u64::from(n.block_size);
+                    println!(
+                        "nsid {:<4}: {} blocks of {} B ({})",
+                        n.nsid,
+                        n.blocks,
+                        n.block_size,
+                        human_bytes(bytes as f64)
+                    );
+                }
+            }
+        }
+        HostAction::Io(io) => {
+            let nqn = resolve_nqn(&a)?;
+            let bs = u32::try_from(io.bs).context("--bs is too large")?;
+            let limit = match (io.size, io.time) {
+                (_, Some(t)) if t > 0.0 => Limit::Time(Duration::from_secs_f64(t)),
+                (_, Some(_)) => bail!("--time must be positive"),
+                (Some(n), None) => Limit::Bytes(n),
+                // The whole namespace once; resolved after bring-up.
+                (None, None) => Limit::Bytes(u64::MAX),
+            };
+            let spec = WorkloadSpec {
+                rw: io.rw,
+                bs,
+                limit,
+                qd: usize::from(a.qd),
+                verify: io.verify,
+                seed: io.seed,
+            };
+            let mut phases = vec![spec];
+            if matches!(limit, Limit::Bytes(u64::MAX)) {
+                // Size the run to the namespace with a quick identify first.
+                let mut id = IdentifyApp::default();
+                run_app(&a, host_config(&a, nqn.clone()), &mut id, Duration::from_secs(60))?;
+                let ns = id.namespaces.first().context("the subsystem has no namespace")?;
+                phases[0].limit = Limit::Bytes(ns.blocks * u64::from(ns.block_size));
+            }
+            let mut app = IoApp::new(phases);
+            let result =
+                run_app(&a, host_config(&a, nqn), &mut app, Duration::from_secs(30 * 24 * 3600));
+            let offload = result.as_ref().ok().cloned().flatten();
+            let reports: Vec<PhaseReport> = app
+                .results
+                .iter()
+                .map(|(spec, stats)| {
+                    PhaseReport::new(spec, stats.clone(), app.io_queues, app.queue_depth)
+                })
+                .collect();
+            if a.json {
+                let j = serde_json::json!({ "phases": reports, "offload": offload });
+                println!("{}", serde_json::to_string_pretty(&j)?);
+            } else {
+                for r in &reports {
+                    println!("{}", r.line());
+                }
+                for line in offload.iter().flat_map(|o| o.lines("host")) {
+                    println!("  {line}");
+                }
+            }
+            result?;
+        }
+    }
+    Ok(())
+}

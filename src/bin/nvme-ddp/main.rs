@@ -1,0 +1,67 @@
+//! `nvme-ddp`: an NVMe/TCP host and controller on a software NIC that models
+//! ULP DDP offload.
+
+mod args;
+mod bench;
+mod controller;
+mod demo;
+mod host;
+mod net;
+mod tap;
+
+use clap::{Parser, Subcommand};
+
+/// NVMe/TCP host and controller with a software model of NIC offload (ULP DDP).
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve an NVM subsystem (and a discovery controller) until interrupted.
+    Controller(controller::ControllerArgs),
+    /// Connect to a controller and identify, discover, or run I/O.
+    Host(host::HostArgs),
+    /// Host and controller in one process over an in-process wire: a write
+    /// pass, a verified read pass, and a report. No root needed.
+    Demo(demo::DemoArgs),
+    /// Create or remove a network namespace with a bridge and two TAPs for
+    /// running host and controller over smoltcp (needs root).
+    Net(net::NetArgs),
+    /// Measure what the offloads save: a matrix of workloads with and
+    /// without them, as a table, JSON and charts.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let default = match cli.command {
+        Command::Controller(_) => "info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let result = match cli.command {
+        Command::Controller(a) => controller::run(a),
+        Command::Host(a) => host::run(a),
+        Command::Demo(a) => demo::run(a),
+        Command::Net(a) => net::run(a),
+        Command::Bench(a) => bench::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! `nvme-ddp net`: the network namespace, bridge and TAPs the TAP runs use.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+
+#[derive(Args, Debug)]
+pub(crate) struct NetArgs {
+    #[command(subcommand)]
+    action: NetAction,
+    /// Network namespace name.
+    #[arg(long, default_value = "nvmeddp", global = true)]
+    netns: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum NetAction {
+    /// Namespace, bridge br0 (198.18.0.1/24), TAPs tap0 and tap1.
+    Up {
+        /// IP MTU of the bridge and TAPs.
+        #[arg(long, default_value_t = 9000)]
+        mtu: usize,
+    },
+    /// Remove the namespace and everything in it.
+    Down,
+}
+
+pub(crate) fn sh(args: &[&str]) -> Result<()> {
+    let status = std::process::Command::new(args[0])
+        .args(&args[1..])
+        .status()
+        .with_context(|| format!("cannot run {}", args[0]))?;
+    if !status.success() {
+        bail!("`{}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+pub(crate) fn run(a: NetArgs) -> Result<()> {
+    let ns = a.netns.as_str();
+    match a.action {
+        NetAction::Up { mtu } => {
+            let mtu = mtu.to_string();
+            sh(&["ip", "netns", "add", ns]).context("creating the namespace needs root")?;
+            let setup = || -> Result<()> {
+                sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+                sh(&["ip", "-n", ns, "link", "add", "br0", "type", "bridge"])?;
+                sh(&["ip", "-n", ns, "addr", "add", "198.18.0.1/24", "dev", "br0"])?;
+                for tap in ["tap0", "tap1"] {
+                    sh(&["ip", "-n", ns, "tuntap", "add", "dev", tap, "mode", "tap"])?;
+                    sh(&["ip", "-n", ns, "link", "set", tap, "mtu", &mtu, "master", "br0", "up"])?;
+                }
+                sh(&["ip", "-n", ns, "link", "set", "br0", "mtu", &mtu, "up"])
+            };
+            if let Err(e) = setup() {
+                let _ = sh(&["ip", "netns", "del", ns]);
+                return Err(e);
+            }
+            let exe =
+                std::env::current_exe().map_or("nvme-ddp".into(), |p| p.display().to_string());
+            println!("namespace {ns}: bridge br0 198.18.0.1/24, TAPs tap0 and tap1 (MTU {mtu})");
+            println!(
+                "controller: ip netns exec {ns} {exe} controller --tap tap0 --ip 198.18.0.2/24 --ns ram:1G"
+            );
+            println!(
+                "host:       ip netns exec {ns} {exe} host --tap tap1 --ip 198.18.0.3/24 --connect 198.18.0.2:4420 io --rw read --bs 128k"
+            );
+            println!("remove:     {exe} net down --netns {ns}");
+        }
+        NetAction::Down => {
+            sh(&["ip", "netns", "del", ns]).with_context(|| format!("removing namespace {ns}"))?;
+            println!("namespace {ns} removed");
+        }
+    }
+    Ok(())
+}
