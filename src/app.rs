@@ -7,6 +7,7 @@ use nvme_tcp::Instant;
 use nvme_tcp::host::{Host, HostError, HostEvent, NamespaceInfo};
 use nvme_tcp::nvme::identify::IdentifyController;
 use nvme_tcp::nvme::log::DiscoveryEntry;
+use std::time::Duration;
 
 /// A host-side program driven by a transport driver.
 pub trait HostApp {
@@ -93,8 +94,30 @@ impl HostApp for DiscoverApp {
 
 /// Run workloads one after another (a write pass, then a verified read
 /// pass, say), then shut down.
+/// Where an I/O run stands.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    /// The phase running (1-based), of how many.
+    pub phase: usize,
+    pub phases: usize,
+    pub rw: &'static str,
+    /// The share of the phase's bytes or time spent, 0 to 1.
+    pub done: f64,
+    /// What the phase did so far.
+    pub stats: IoStats,
+}
+
+/// Called with the progress; returns false to interrupt the run.
+pub type Watch = Box<dyn FnMut(&Progress) -> bool + Send>;
+
 pub struct IoApp {
     phases: std::collections::VecDeque<WorkloadSpec>,
+    /// Phases in all, and the one running (1-based).
+    total: usize,
+    watch: Option<Watch>,
+    next_watch: Instant,
+    /// The run was interrupted: the results are of what ran till then.
+    pub interrupted: bool,
     current: Option<Workload>,
     pub results: Vec<(WorkloadSpec, IoStats)>,
     pub namespace: Option<NamespaceInfo>,
@@ -108,6 +131,10 @@ impl IoApp {
     pub fn new(phases: impl IntoIterator<Item = WorkloadSpec>) -> Self {
         Self {
             phases: phases.into_iter().collect(),
+            total: 0,
+            watch: None,
+            next_watch: Instant::ZERO,
+            interrupted: false,
             current: None,
             results: Vec::new(),
             namespace: None,
@@ -115,6 +142,40 @@ impl IoApp {
             queue_depth: 0,
             done: false,
             error: None,
+        }
+    }
+
+    /// Call `watch` about ten times a second with the progress made; when
+    /// it returns false, stop issuing I/O, let what is in flight complete,
+    /// and end with the results so far (as on Ctrl-C).
+    pub fn with_watch(mut self, watch: Watch) -> Self {
+        self.watch = Some(watch);
+        self
+    }
+
+    /// How far the run is, for a progress line.
+    pub fn progress(&self, now: Instant) -> Option<Progress> {
+        let w = self.current.as_ref()?;
+        Some(Progress {
+            phase: self.results.len() + 1,
+            phases: self.total,
+            rw: w.spec().rw.name(),
+            done: w.done_fraction(now),
+            stats: w.stats(),
+        })
+    }
+
+    /// Stop issuing I/O: the phase running ends once what is in flight
+    /// completes, and the phases after it are dropped.
+    pub fn interrupt(&mut self, host: &mut Host, now: Instant) {
+        self.interrupted = true;
+        self.phases.clear();
+        match &mut self.current {
+            Some(w) => {
+                w.stop();
+                self.pump(host, now);
+            }
+            None => host.shutdown(now),
         }
     }
 
@@ -161,6 +222,7 @@ impl HostApp for IoApp {
     fn on_event(&mut self, host: &mut Host, event: HostEvent, now: Instant) {
         match event {
             HostEvent::Ready => {
+                self.total = self.phases.len();
                 self.namespace = host.namespaces().first().copied();
                 self.io_queues = host.io_queues();
                 self.queue_depth = host.queue_depth();
@@ -183,6 +245,16 @@ impl HostApp for IoApp {
 
     fn on_poll(&mut self, host: &mut Host, now: Instant) {
         self.pump(host, now);
+        if now >= self.next_watch
+            && let Some(progress) = self.progress(now)
+            && let Some(watch) = &mut self.watch
+        {
+            self.next_watch = now + Duration::from_millis(100);
+            if !watch(&progress) {
+                self.watch = None;
+                self.interrupt(host, now);
+            }
+        }
     }
 
     fn is_done(&self) -> bool {

@@ -39,56 +39,8 @@ const CONTROLLER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const NQN: &str = "nqn.2026-11.io.nvme-ddp:bench";
 const PORT: u16 = 4420;
 
-/// The offload sets the bench compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OffloadSet {
-    None,
-    /// Data digest offload both ways.
-    Crc,
-    /// Direct data placement only.
-    Ddp,
-    /// Everything but one-shot: buffers are mapped and unmapped (RDMA:
-    /// registered, sent, invalidated) with calls of their own.
-    Classic,
-    /// Everything, one-shot mappings included.
-    All,
-}
-
-impl OffloadSet {
-    /// The default comparison.
-    pub const ALL: [OffloadSet; 4] =
-        [OffloadSet::None, OffloadSet::Crc, OffloadSet::Ddp, OffloadSet::All];
-    /// Every set there is.
-    const EVERY: [OffloadSet; 5] =
-        [OffloadSet::None, OffloadSet::Crc, OffloadSet::Ddp, OffloadSet::Classic, OffloadSet::All];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            OffloadSet::None => "none",
-            OffloadSet::Crc => "crc",
-            OffloadSet::Ddp => "ddp",
-            OffloadSet::Classic => "classic",
-            OffloadSet::All => "all",
-        }
-    }
-
-    pub fn caps(self) -> Caps {
-        match self {
-            OffloadSet::None => Caps::NONE,
-            OffloadSet::Crc => Caps::NVME_TCP_DDGST_RX.union(Caps::NVME_TCP_DDGST_TX),
-            OffloadSet::Ddp => Caps::NVME_TCP,
-            OffloadSet::Classic => Caps::ALL.without(Caps::NVME_TCP_ONESHOT),
-            OffloadSet::All => Caps::ALL,
-        }
-    }
-
-    pub fn parse(s: &str) -> Result<Self, String> {
-        Self::EVERY
-            .into_iter()
-            .find(|o| o.name() == s)
-            .ok_or_else(|| format!("{s:?}: use none, crc, ddp, classic or all"))
-    }
-}
+/// The offload sets the bench compares by default.
+pub const OFFLOAD_SETS: [Caps; 4] = [Caps::NONE, Caps::CRC, Caps::NVME_TCP, Caps::ALL];
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -97,7 +49,7 @@ pub struct BenchOptions {
     pub rw: Vec<Rw>,
     pub qd: Vec<u16>,
     pub ddgst: Vec<bool>,
-    pub offload: Vec<OffloadSet>,
+    pub offload: Vec<Caps>,
     pub mtu: Vec<usize>,
     /// NVMe/TCP, NVMe/RDMA, or both on the same matrix.
     pub transport: Vec<Transport>,
@@ -129,7 +81,7 @@ impl Default for BenchOptions {
             rw: vec![Rw::Read, Rw::Write],
             qd: vec![1, 32],
             ddgst: vec![true],
-            offload: OffloadSet::ALL.to_vec(),
+            offload: OFFLOAD_SETS.to_vec(),
             mtu: vec![1500, 9000],
             transport: vec![Transport::Tcp],
             queues: 1,
@@ -151,7 +103,7 @@ pub struct Point {
     pub qd: u16,
     pub mtu: usize,
     pub ddgst: bool,
-    pub offload: &'static str,
+    pub offload: String,
     pub iops: f64,
     pub bytes_per_sec: f64,
     pub lat_p50_us: f64,
@@ -419,7 +371,7 @@ pub struct Spec {
     pub qd: u16,
     pub mtu: usize,
     pub ddgst: bool,
-    pub offload: OffloadSet,
+    pub offload: Caps,
 }
 
 fn fresh_seed() -> u64 {
@@ -439,7 +391,7 @@ fn run_once<M: Medium + Send + 'static>(
     let ns: Arc<dyn Namespace> = Arc::new(RamNamespace::new(size, 512).map_err(|e| e.to_string())?);
     let cfg = TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() };
     let target = Target::new(cfg, vec![ns]).map_err(|e| e.to_string())?;
-    let caps = p.offload.caps();
+    let caps = p.offload;
     let (hdev, hnic) =
         chain(host_m, Profile::default(), 1, None, caps).map_err(|e| e.to_string())?;
     let (cdev, cnic) =
@@ -481,6 +433,7 @@ fn run_once<M: Medium + Send + 'static>(
         qd: usize::from(p.qd),
         verify: false,
         seed: 1,
+        nsid: None,
     };
     let app = |clocks| BenchApp {
         nic: hnic,
@@ -718,7 +671,7 @@ pub fn run_point(
                 p.qd,
                 p.mtu,
                 p.ddgst,
-                p.offload.name()
+                p.offload
             )
         })?;
         samples.push(s);
@@ -736,7 +689,7 @@ pub fn run_point(
         qd: p.qd,
         mtu: p.mtu,
         ddgst: p.ddgst,
-        offload: p.offload.name(),
+        offload: p.offload.to_string(),
         iops: m(|s| s.iops),
         bytes_per_sec: m(|s| s.bytes_per_sec),
         lat_p50_us: m(|s| s.lat_p50_us),
@@ -969,7 +922,7 @@ mod tests {
             qd: 32,
             mtu: 9000,
             ddgst: true,
-            offload,
+            offload: offload.into(),
             iops: 1.0,
             bytes_per_sec: 1e9,
             lat_p50_us: 0.0,

@@ -2,7 +2,7 @@
 //! in-process wire with a RAM namespace. A write pass over the namespace,
 //! then a verified read pass, then a report.
 
-use crate::app::{HostApp, IoApp};
+use crate::app::{HostApp, IoApp, Watch};
 use crate::clock::Clock;
 use crate::report::{OffloadReport, PhaseReport};
 use crate::transport::Transport;
@@ -140,6 +140,8 @@ pub struct DemoReport {
     /// The controller side's (its "host_*" counters count the controller's
     /// own copy and digest work).
     pub controller_offload: OffloadReport,
+    /// The run was cut short (Ctrl-C): the phases are what ran till then.
+    pub interrupted: bool,
     #[serde(skip)]
     pub error: Option<String>,
 }
@@ -222,13 +224,18 @@ pub fn passes(o: &DemoOptions) -> Vec<WorkloadSpec> {
         qd: usize::from(o.qd),
         verify: true,
         seed: o.seed,
+        nsid: None,
     };
     vec![spec(Rw::Write), spec(Rw::Read)]
 }
 
-pub fn run(o: &DemoOptions) -> Result<DemoReport, DemoError> {
+/// Run the demo; `watch`, if given, sees its progress and may interrupt it.
+pub fn run(o: &DemoOptions, watch: Option<Watch>) -> Result<DemoReport, DemoError> {
     let Demo { mut host, mut ctrl, host_nic, ctrl_nic } = build(o)?;
     let mut app = IoApp::new(passes(o));
+    if let Some(w) = watch {
+        app = app.with_watch(w);
+    }
     let limit = Duration::from_secs(3600);
     let seconds = if o.simulated {
         run_simulated(&mut host, &mut ctrl, &mut app, limit)?.as_secs_f64()
@@ -275,7 +282,13 @@ pub fn run(o: &DemoOptions) -> Result<DemoReport, DemoError> {
         impaired_h2c: cw.stats().0.into(),
         impaired_c2h: hw.stats().0.into(),
         offload: offload_report(&host_nic, host.host.stats()),
-        controller_offload: offload_report(&ctrl_nic, ctrl.stats()),
+        // One-shot is the host's way of mapping its buffers; a controller
+        // has none to map.
+        controller_offload: OffloadReport {
+            caps: ctrl_nic.caps().1.without(Caps::NVME_TCP_ONESHOT).to_string(),
+            ..offload_report(&ctrl_nic, ctrl.stats())
+        },
+        interrupted: app.interrupted,
         error: app.error(),
     })
 }

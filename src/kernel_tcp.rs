@@ -289,10 +289,12 @@ fn accept_all(
 /// Errors of a host run over kernel TCP.
 #[derive(Debug, thiserror::Error)]
 pub enum HostRunError {
-    #[error("cannot connect to {addr}: {source}")]
-    Connect { addr: SocketAddr, source: io::Error },
-    #[error("queue {qid}: {source}")]
-    Io { qid: u16, source: io::Error },
+    // The io::Error is shown in the message, not chained as a source, so
+    // that `{:#}` does not print it twice.
+    #[error("cannot connect to {addr}: {error}")]
+    Connect { addr: SocketAddr, error: io::Error },
+    #[error("queue {qid}: {error}")]
+    Io { qid: u16, error: io::Error },
     #[error("gave up after {0:?} without finishing")]
     Timeout(Duration),
 }
@@ -306,7 +308,7 @@ pub fn run_host(
     limit: Duration,
 ) -> Result<(), HostRunError> {
     let clock = Clock::new();
-    let mut poll = Poll::new().map_err(|source| HostRunError::Io { qid: 0, source })?;
+    let mut poll = Poll::new().map_err(|error| HostRunError::Io { qid: 0, error })?;
     let mut events = Events::with_capacity(64);
     let mut socks: HashMap<u16, (TcpStream, Pipe, bool)> = HashMap::new();
     let start = clock.now();
@@ -317,9 +319,9 @@ pub fn run_host(
         }
         while let Some(qid) = host.poll_connect() {
             let std_sock = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-                .map_err(|source| HostRunError::Connect { addr, source })?;
-            std_sock.set_nodelay(true).map_err(|source| HostRunError::Io { qid, source })?;
-            std_sock.set_nonblocking(true).map_err(|source| HostRunError::Io { qid, source })?;
+                .map_err(|error| HostRunError::Connect { addr, error })?;
+            std_sock.set_nodelay(true).map_err(|error| HostRunError::Io { qid, error })?;
+            std_sock.set_nonblocking(true).map_err(|error| HostRunError::Io { qid, error })?;
             let mut sock = TcpStream::from_std(std_sock);
             poll.registry()
                 .register(
@@ -327,7 +329,7 @@ pub fn run_host(
                     Token(usize::from(qid)),
                     Interest::READABLE | Interest::WRITABLE,
                 )
-                .map_err(|source| HostRunError::Io { qid, source })?;
+                .map_err(|error| HostRunError::Io { qid, error })?;
             host.connected(qid, now);
             socks.insert(qid, (sock, Pipe::new(), true));
         }
@@ -376,7 +378,7 @@ pub fn run_host(
         };
         match poll.poll(&mut events, Some(timeout)) {
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            r => r.map_err(|source| HostRunError::Io { qid: 0, source })?,
+            r => r.map_err(|error| HostRunError::Io { qid: 0, error })?,
         }
         for ev in &events {
             if let Some((_, pipe, _)) = socks.get_mut(&(ev.token().0 as u16)) {

@@ -28,42 +28,86 @@ impl PhaseReport {
         }
     }
 
-    /// One line: rw, size, IOPS, throughput, latency percentiles, errors.
-    pub fn line(&self) -> String {
+    /// A few lines, as fio prints them: rates, then latencies, then reads
+    /// and writes apart when the phase mixed them.
+    pub fn lines(&self) -> Vec<String> {
         let s = &self.stats;
-        let mut line = format!(
-            "{:<9} bs={:<5} queues={} qd={}: {:>9.0} IOPS {:>9} /s  lat p50 {} us  p99 {} us  p99.9 {} us  max {} us  ({} I/Os, {} in {:.2} s",
+        let mut head = format!(
+            "{} bs={} queues={} qd={}: {}, {} in {:.2} s ({} I/Os",
             self.rw,
             format_size(u64::from(self.bs)),
             self.queues,
             self.qd,
-            s.iops,
-            human_bytes(s.bytes_per_sec),
-            s.lat_p50_us,
-            s.lat_p99_us,
-            s.lat_p999_us,
-            s.lat_max_us,
-            s.ios,
+            rates(s),
             human_bytes(s.bytes as f64),
             s.seconds,
+            s.ios,
         );
         if self.verify && s.verified_bytes > 0 {
-            line += &format!(", {} verified", human_bytes(s.verified_bytes as f64));
+            head += &format!(", {} verified", human_bytes(s.verified_bytes as f64));
         }
         if s.errors > 0 || s.verify_failures > 0 {
-            line += &format!(", {} errors, {} verify failures", s.errors, s.verify_failures);
+            head += &format!(", {} errors, {} verify failures", s.errors, s.verify_failures);
         }
-        line + ")"
+        let mut lines = vec![head + ")", format!("  lat: {}", latencies(s))];
+        for (name, part) in [("read", &s.read), ("write", &s.write)] {
+            if let Some(p) = part {
+                lines.push(format!("  {name}: {}; lat {}", rates(p), latencies(p)));
+            }
+        }
+        lines
     }
 }
 
-/// 1.23 GB, 456 MB: decimal units, as throughput is usually quoted.
+fn rates(s: &IoStats) -> String {
+    format!("{} IOPS, {}/s", human_count(s.iops), human_bytes(s.bytes_per_sec))
+}
+
+fn latencies(s: &IoStats) -> String {
+    format!(
+        "mean {}, stdev {}, p50 {}, p90 {}, p99 {}, p99.9 {}, max {}",
+        human_us(s.lat_mean_us),
+        human_us(s.lat_stdev_us),
+        human_us(s.lat_p50_us as f64),
+        human_us(s.lat_p90_us as f64),
+        human_us(s.lat_p99_us as f64),
+        human_us(s.lat_p999_us as f64),
+        human_us(s.lat_max_us as f64),
+    )
+}
+
+/// Bytes in the binary units sizes are read in: `16 MiB` when exact,
+/// `1.57 GiB` when not.
 pub fn human_bytes(n: f64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        let one = f64::from(1u32 << (shift - 10)) * 1024.0;
+        if n >= one {
+            let v = n / one;
+            return if v.fract() == 0.0 {
+                format!("{v:.0} {unit}")
+            } else {
+                format!("{v:.2} {unit}")
+            };
+        }
+    }
+    format!("{n:.0} B")
+}
+
+/// A count, shortened past ten thousand: `9876`, `12.9k`, `1.20M`.
+pub fn human_count(n: f64) -> String {
     match n {
-        n if n >= 1e9 => format!("{:.2} GB", n / 1e9),
-        n if n >= 1e6 => format!("{:.1} MB", n / 1e6),
-        n if n >= 1e3 => format!("{:.1} kB", n / 1e3),
-        n => format!("{n:.0} B"),
+        n if n >= 1e6 => format!("{:.2}M", n / 1e6),
+        n if n >= 1e4 => format!("{:.1}k", n / 1e3),
+        n => format!("{n:.0}"),
+    }
+}
+
+/// A time given in microseconds, in the unit that reads best.
+pub fn human_us(us: f64) -> String {
+    match us {
+        us if us >= 1e6 => format!("{:.2} s", us / 1e6),
+        us if us >= 1e3 => format!("{:.2} ms", us / 1e3),
+        us => format!("{us:.0} us"),
     }
 }
 
@@ -83,8 +127,10 @@ pub struct OffloadReport {
     pub resync: u64,
     pub packets: u64,
     pub bytes: u64,
-    /// Data bytes the upper layer copied out of the receive stream.
+    /// Data bytes the upper layer copied: out of the receive stream, and
+    /// into the send stream.
     pub host_copy_bytes: u64,
+    pub host_tx_copy_bytes: u64,
     /// Data bytes the upper layer digested (received and sent).
     pub host_crc_bytes: u64,
     pub nic_placed_bytes: u64,
@@ -132,7 +178,8 @@ impl OffloadReport {
             resync: nic.resync,
             packets: nic.packets,
             bytes: nic.bytes,
-            host_copy_bytes: ulp.copy_bytes,
+            host_copy_bytes: ulp.copy_bytes + tx.data_bytes,
+            host_tx_copy_bytes: tx.data_bytes,
             host_crc_bytes: ulp.crc_bytes + tx.crc_bytes,
             nic_placed_bytes: nic.nic_placed_bytes,
             nic_crc_bytes: nic.nic_crc_bytes,
@@ -156,6 +203,23 @@ impl OffloadReport {
 
     /// A few lines for people.
     pub fn lines(&self, side: &str) -> Vec<String> {
+        let software = format!(
+            "software copied {} rx / {} tx and digested {}",
+            human_bytes((self.host_copy_bytes - self.host_tx_copy_bytes) as f64),
+            human_bytes(self.host_tx_copy_bytes as f64),
+            human_bytes(self.host_crc_bytes as f64),
+        );
+        if self.caps == "none" {
+            return vec![format!(
+                "{side} offload [none]: the NIC offloads nothing; {software}; bad TCP checksum {}",
+                self.rx_csum_bad
+            )];
+        }
+        let placed = if self.data_bytes == 0 {
+            "no data received".to_string()
+        } else {
+            format!("{:.1}% of received data placed", self.offload_share * 100.0)
+        };
         vec![
             format!(
                 "{side} offload [{}]: sk_add {} (fail {}), ddp_setup {} (fail {}), teardown {}, resync {} (confirmed {}), {} packets / {} offloaded, drop {} (bad TCP checksum {})",
@@ -173,20 +237,16 @@ impl OffloadReport {
                 self.rx_csum_bad
             ),
             format!(
-                "{side}   NIC placed {} and digested {} rx / {} tx; software copied {} and digested {}; {} fallback PDUs; {:.2} control calls per mapped I/O",
+                "{side}   NIC placed {} and digested {} rx / {} tx; {software}; {} fallback PDUs; {:.2} control calls per mapped I/O",
                 human_bytes(self.nic_placed_bytes as f64),
                 human_bytes(self.nic_crc_bytes as f64),
                 human_bytes(self.tx_crc_offloaded_bytes as f64),
-                human_bytes(self.host_copy_bytes as f64),
-                human_bytes(self.host_crc_bytes as f64),
                 self.fallback_pdus,
                 self.control_calls_per_io
             ),
             format!(
-                "{side}   {:.1}% of received data placed; offload stopped {} times, for {:.1} PDUs on average",
-                self.offload_share * 100.0,
-                self.offload_gaps,
-                self.resync_latency_pdus
+                "{side}   {placed}; offload stopped {} times, for {:.1} PDUs on average",
+                self.offload_gaps, self.resync_latency_pdus
             ),
         ]
     }

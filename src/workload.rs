@@ -7,6 +7,7 @@
 //! Like the block layer, it splits an I/O larger than the host's largest
 //! transfer into several commands; the I/O completes with the last.
 
+use crate::size::format_size;
 use hdrhistogram::Histogram;
 use nvme_tcp::Instant;
 use nvme_tcp::host::{Host, Io, IoKind, NamespaceInfo, SubmitError};
@@ -46,6 +47,8 @@ impl Rw {
 pub enum Limit {
     Bytes(u64),
     Time(Duration),
+    /// Every block of the namespace once.
+    Namespace,
 }
 
 #[derive(Debug, Clone)]
@@ -59,16 +62,24 @@ pub struct WorkloadSpec {
     /// Write a pattern and check it on reads.
     pub verify: bool,
     pub seed: u64,
+    /// The namespace to use; `None` for the first one.
+    pub nsid: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
     #[error("block size {bs} is not a multiple of the namespace's {block} bytes")]
     Unaligned { bs: u32, block: u32 },
-    #[error("block size {bs} exceeds the namespace ({size} bytes)")]
+    #[error("block size {} exceeds the namespace ({})", format_size(u64::from(*bs)), format_size(*size))]
     TooLarge { bs: u32, size: u64 },
     #[error("the controller has no namespace")]
     NoNamespace,
+    #[error("the controller has no namespace {0}")]
+    NoSuchNamespace(u32),
+    #[error("{} to transfer exceed namespace {nsid} ({})", format_size(*bytes), format_size(*size))]
+    BeyondNamespace { bytes: u64, nsid: u32, size: u64 },
+    #[error("nothing to transfer")]
+    Empty,
 }
 
 struct Slot {
@@ -96,6 +107,7 @@ pub struct IoStats {
     pub iops: f64,
     pub bytes_per_sec: f64,
     pub lat_mean_us: f64,
+    pub lat_stdev_us: f64,
     pub lat_p50_us: u64,
     pub lat_p90_us: u64,
     pub lat_p99_us: u64,
@@ -105,6 +117,11 @@ pub struct IoStats {
     /// Bytes read back and found equal to what was written.
     pub verified_bytes: u64,
     pub verify_failures: u64,
+    /// Reads and writes apart, when the workload mixes them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read: Option<Box<IoStats>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write: Option<Box<IoStats>>,
 }
 
 pub struct Workload {
@@ -131,13 +148,31 @@ pub struct Workload {
     finished: Option<Instant>,
     hist: Histogram<u64>,
     stats: IoStats,
+    /// The same, for reads and for writes apart (when `rw` mixes them).
+    by_kind: [(Histogram<u64>, IoStats); 2],
     first_error: Option<String>,
+    stopped: bool,
 }
 
 impl Workload {
-    /// A workload over the host's first namespace.
+    /// A workload over the namespace the spec names, or the host's first.
     pub fn new(spec: WorkloadSpec, host: &Host) -> Result<Self, WorkloadError> {
-        let ns = *host.namespaces().first().ok_or(WorkloadError::NoNamespace)?;
+        let ns = *match spec.nsid {
+            None => host.namespaces().first().ok_or(WorkloadError::NoNamespace)?,
+            Some(id) => host
+                .namespaces()
+                .iter()
+                .find(|n| n.nsid == id)
+                .ok_or(WorkloadError::NoSuchNamespace(id))?,
+        };
+        let size = ns.blocks * u64::from(ns.block_size);
+        match spec.limit {
+            Limit::Bytes(0) => return Err(WorkloadError::Empty),
+            Limit::Bytes(bytes) if bytes > size => {
+                return Err(WorkloadError::BeyondNamespace { bytes, nsid: ns.nsid, size });
+            }
+            _ => {}
+        }
         if spec.bs == 0 || !spec.bs.is_multiple_of(ns.block_size) {
             return Err(WorkloadError::Unaligned { bs: spec.bs, block: ns.block_size });
         }
@@ -177,9 +212,11 @@ impl Workload {
             issued_bytes: 0,
             started: None,
             finished: None,
+            by_kind: [(hist.clone(), IoStats::default()), (hist.clone(), IoStats::default())],
             hist,
             stats: IoStats::default(),
             first_error: None,
+            stopped: false,
         })
     }
 
@@ -192,10 +229,32 @@ impl Workload {
         self.first_error.as_deref()
     }
 
+    /// Issue no more I/O; what is in flight still completes.
+    pub fn stop(&mut self) {
+        self.stopped = true;
+    }
+
+    /// The share of the byte or time budget spent, 0 to 1.
+    pub fn done_fraction(&self, now: Instant) -> f64 {
+        let budget = match self.spec.limit {
+            Limit::Bytes(n) => n as f64,
+            Limit::Namespace => (self.units * u64::from(self.spec.bs)) as f64,
+            Limit::Time(d) => {
+                let spent = self.started.map_or(0.0, |s| now.saturating_since(s).as_secs_f64());
+                return (spent / d.as_secs_f64().max(1e-9)).min(1.0);
+            }
+        };
+        (self.stats.bytes as f64 / budget.max(1.0)).min(1.0)
+    }
+
     fn more(&self, now: Instant) -> bool {
+        if self.stopped {
+            return false;
+        }
         match self.spec.limit {
             Limit::Bytes(n) => self.issued_bytes < n,
             Limit::Time(d) => self.started.is_none_or(|s| now < s + d),
+            Limit::Namespace => self.issued_bytes < self.units * u64::from(self.spec.bs),
         }
     }
 
@@ -360,6 +419,14 @@ impl Workload {
         let _ = self.hist.record(us.max(1));
         self.stats.ios += 1;
         self.finished = Some(now);
+        let (kind_hist, kind) = &mut self.by_kind[usize::from(slot.kind == IoKind::Write)];
+        let _ = kind_hist.record(us.max(1));
+        kind.ios += 1;
+        if slot.failed.is_some() {
+            kind.errors += 1;
+        } else {
+            kind.bytes += u64::from(self.spec.bs);
+        }
         if let Some(status) = slot.failed {
             self.stats.errors += 1;
             self.first_error.get_or_insert_with(|| {
@@ -399,7 +466,18 @@ impl Workload {
     }
 
     pub fn stats(&self) -> IoStats {
-        let mut s = self.stats.clone();
+        let mut s = self.summarize(&self.stats, &self.hist);
+        if self.spec.rw == Rw::Rw {
+            let [(rh, r), (wh, w)] = &self.by_kind;
+            s.read = Some(Box::new(self.summarize(r, rh)));
+            s.write = Some(Box::new(self.summarize(w, wh)));
+        }
+        s
+    }
+
+    /// Rates and latencies of `counts` over the workload's time.
+    fn summarize(&self, counts: &IoStats, hist: &Histogram<u64>) -> IoStats {
+        let mut s = counts.clone();
         let elapsed = match (self.started, self.finished) {
             (Some(a), Some(b)) => b.saturating_since(a).as_secs_f64(),
             _ => 0.0,
@@ -409,9 +487,10 @@ impl Workload {
             s.iops = s.ios as f64 / elapsed;
             s.bytes_per_sec = s.bytes as f64 / elapsed;
         }
-        if !self.hist.is_empty() {
-            let h = &self.hist;
+        if !hist.is_empty() {
+            let h = hist;
             s.lat_mean_us = h.mean();
+            s.lat_stdev_us = h.stdev();
             s.lat_p50_us = h.value_at_quantile(0.5);
             s.lat_p90_us = h.value_at_quantile(0.9);
             s.lat_p99_us = h.value_at_quantile(0.99);

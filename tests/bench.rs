@@ -185,9 +185,9 @@ fn tcp_and_rdma_on_one_matrix() {
 fn bad_arguments_are_refused_with_a_message() {
     for (args, says) in [
         (&["--bs", "1000"][..], "multiples of 512"),
-        (&["--offload", "turbo"], "use none, crc, ddp, classic or all"),
+        (&["--offload", "turbo"], "unknown offload \"turbo\""),
         (&["--ddgst", "maybe"], "use on or off"),
-        (&["--qd", "0"], "positive"),
+        (&["--qd", "0"], "must be 1..=1024"),
         (&["--mtu", "100"], "576"),
         (&["--time", "0"], "--time"),
         (&["--bs", ""], "empty"),

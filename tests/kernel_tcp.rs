@@ -65,6 +65,7 @@ fn write_then_read_with(addr: SocketAddr, host: &mut Host, bs: u32, size: u64) -
         qd: usize::MAX,
         verify: true,
         seed: 42,
+        nsid: None,
     };
     let mut app = IoApp::new([spec(Rw::Write), spec(Rw::Read)]);
     run_host(addr, host, &mut app, LIMIT).unwrap();

@@ -204,6 +204,7 @@ fn offloads_toggle_at_run_time() {
         qd: 2,
         verify: true,
         seed: 5,
+        nsid: None,
     };
     let mut app = Toggler {
         inner: IoApp::new([spec(Rw::Write), spec(Rw::Read)]),

@@ -205,7 +205,7 @@ if ((ready)); then
 	done
 	# With every offload on, the NIC must have placed the kernel's C2HData
 	# (NVMe/TCP) and RDMA Writes (NVMe/RDMA).
-	placed=$(grep -A1 "offload \[ddp" "$TMP/host.log" | grep -c "NIC placed [1-9]" || true)
+	placed=$(grep -A1 "offload \[all\]" "$TMP/host.log" | grep -c "NIC placed [1-9]" || true)
 	if ((placed < 2)); then
 		say "FAIL our host's NIC placed nothing from the Linux target on some transport"
 		host_failures=$((host_failures + 1))

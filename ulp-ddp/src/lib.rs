@@ -59,9 +59,20 @@ impl Caps {
     pub const NONE: Caps = Caps(0);
     pub const ALL: Caps = Caps(0xf);
 
-    /// Names as the command line writes them.
-    const NAMES: [(Caps, &'static str); 4] = [
+    /// Every offload but one-shot: mappings set up and torn down (RDMA:
+    /// STags registered and invalidated) by calls of their own.
+    pub const CLASSIC: Caps = Caps(0x7);
+    /// Data digest offload both ways (on an iWARP socket, the MPA CRC).
+    pub const CRC: Caps = Caps(0x6);
+
+    /// Names as the command line writes them: sets first, so that a set
+    /// prints as its shortest name.
+    const NAMES: [(Caps, &'static str); 8] = [
+        (Caps::NONE, "none"),
+        (Caps::ALL, "all"),
+        (Caps::CLASSIC, "classic"),
         (Caps::NVME_TCP, "ddp"),
+        (Caps::CRC, "crc"),
         (Caps::NVME_TCP_DDGST_RX, "crc-rx"),
         (Caps::NVME_TCP_DDGST_TX, "crc-tx"),
         (Caps::NVME_TCP_ONESHOT, "oneshot"),
@@ -99,30 +110,41 @@ impl Caps {
         self.0 == 0
     }
 
-    /// Parse `ddp,crc-rx,crc-tx,oneshot`, `all` or `none`.
+    /// Parse one offload set: names joined by `+`, e.g. `all`, `none`,
+    /// `classic`, `ddp+crc`, `ddp+crc-rx+oneshot`.
     pub fn parse(s: &str) -> Result<Caps, String> {
-        let mut caps = Caps::NONE;
-        for word in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-            caps = caps.union(match word {
-                "none" => Caps::NONE,
-                "all" => Caps::ALL,
-                "crc" => Caps::NVME_TCP_DDGST_RX.union(Caps::NVME_TCP_DDGST_TX),
-                w => Caps::NAMES
-                    .iter()
-                    .find(|(_, n)| *n == w)
-                    .map(|(c, _)| *c)
-                    .ok_or_else(|| format!("unknown offload {w:?} (use ddp, crc-rx, crc-tx, oneshot, crc, all, none)"))?,
-            });
+        if s.contains(',') {
+            return Err(format!(
+                "{s:?}: one offload set here; join offloads with '+' (e.g. ddp+crc)"
+            ));
         }
-        Ok(caps)
+        s.split('+').map(str::trim).try_fold(Caps::NONE, |caps, word| {
+            let one = Caps::NAMES.iter().find(|(_, n)| *n == word).map(|(c, _)| *c);
+            one.map(|c| caps.union(c)).ok_or_else(|| {
+                format!(
+                    "unknown offload {word:?} (use none, all, classic, crc, ddp, crc-rx, crc-tx, oneshot, joined by '+')"
+                )
+            })
+        })
     }
 }
 
+/// The shortest name `parse` reads back: a set's own name, or its parts
+/// joined by `+`.
 impl fmt::Display for Caps {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> =
-            Caps::NAMES.iter().filter(|(c, _)| self.contains(*c)).map(|(_, n)| *n).collect();
-        if names.is_empty() { write!(f, "none") } else { write!(f, "{}", names.join(",")) }
+        if let Some((_, name)) = Caps::NAMES.iter().find(|(c, _)| c == self) {
+            return f.write_str(name);
+        }
+        let mut rest = *self;
+        let mut names = Vec::new();
+        for (c, name) in &Caps::NAMES[3..] {
+            if rest.contains(*c) {
+                names.push(*name);
+                rest = rest.without(*c);
+            }
+        }
+        f.write_str(&names.join("+"))
     }
 }
 
@@ -408,5 +430,31 @@ pub trait DdpDevice: Send + Sync {
     fn recv_setup(&self, sk: &SkHandle, msn: u32, sgl: Vec<SgEntry>) -> Result<(), DdpError> {
         let _ = (sk, msn, sgl);
         Err(DdpError::WrongUlp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Caps;
+
+    #[test]
+    fn offload_sets_print_as_the_names_they_parse_from() {
+        for (name, caps) in [
+            ("none", Caps::NONE),
+            ("all", Caps::ALL),
+            ("classic", Caps::ALL.without(Caps::NVME_TCP_ONESHOT)),
+            ("crc", Caps::NVME_TCP_DDGST_RX.union(Caps::NVME_TCP_DDGST_TX)),
+            ("ddp+crc-rx", Caps::NVME_TCP.union(Caps::NVME_TCP_DDGST_RX)),
+            ("ddp+oneshot", Caps::NVME_TCP.union(Caps::NVME_TCP_ONESHOT)),
+            ("crc+oneshot", Caps::CRC.union(Caps::NVME_TCP_ONESHOT)),
+            ("ddp+crc-tx+oneshot", Caps::ALL.without(Caps::NVME_TCP_DDGST_RX)),
+        ] {
+            assert_eq!(Caps::parse(name), Ok(caps), "{name}");
+            assert_eq!(caps.to_string(), name);
+        }
+        assert_eq!(Caps::parse("ddp+crc-rx+crc-tx"), Ok(Caps::CLASSIC));
+        assert!(Caps::parse("ddp,crc").unwrap_err().contains("join offloads with '+'"));
+        assert!(Caps::parse("dpp").unwrap_err().contains("unknown offload \"dpp\""));
+        assert!(Caps::parse("").is_err());
     }
 }

@@ -124,6 +124,13 @@ pub enum HostError {
     Queue { qid: u16, error: QueueError },
     #[error("{step} failed: {status}")]
     Refused { step: &'static str, status: Status },
+    /// Connect named a subsystem the controller does not have (Connect
+    /// Invalid Parameters pointing at SUBNQN).
+    #[error("subsystem {0} not found (the controller refused Connect: {status})", status = Status::CONNECT_INVALID_PARAMETERS)]
+    NoSuchSubsystem(String),
+    /// The subsystem does not let this host in (Connect Invalid Host).
+    #[error("host {0} is not allowed into the subsystem ({status})", status = Status::CONNECT_INVALID_HOST)]
+    HostNotAllowed(String),
     #[error("controller cannot be used: {0}")]
     Incompatible(String),
     #[error("timed out waiting for {0}")]
@@ -694,7 +701,19 @@ impl Host {
         now: Instant,
     ) -> Result<(), HostError> {
         if !status.is_success() {
-            return Err(HostError::Refused { step: step.name(), status });
+            let subnqn_refused = (result >> 16) & 0xff == 1
+                && result & 0xffff == u64::from(ConnectData::OFFSET_SUBNQN);
+            return Err(match step {
+                Step::Connect | Step::ConnectIo
+                    if status == Status::CONNECT_INVALID_PARAMETERS && subnqn_refused =>
+                {
+                    HostError::NoSuchSubsystem(self.cfg.subnqn.clone())
+                }
+                Step::Connect | Step::ConnectIo if status == Status::CONNECT_INVALID_HOST => {
+                    HostError::HostNotAllowed(self.cfg.hostnqn.clone())
+                }
+                _ => HostError::Refused { step: step.name(), status },
+            });
         }
         let page = |buf: &Option<IoBuf>| buf.as_ref().map(IoBuf::to_vec).unwrap_or_default();
         match step {
@@ -891,7 +910,7 @@ impl Host {
         if matches!(self.state, State::Failed | State::Closed) {
             return;
         }
-        warn!(parent: &self.span, error = %e, "association failed");
+        info!(parent: &self.span, error = %e, "association failed");
         self.state = State::Failed;
         self.repoll = None;
         self.keep_alive = None;

@@ -95,3 +95,61 @@ impl DataDirection {
 pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
 /// NQNs are at most 223 bytes of UTF-8 in a 256-byte field.
 pub const NQN_MAX_LEN: usize = 223;
+
+/// Why a string is not an NQN (NVMe Base 2.0, 4.5): `nqn.yyyy-mm.` and a
+/// reverse domain name, then `:` and anything the domain's owner chose
+/// (or the UUID form `nqn.2014-08.org.nvmexpress:uuid:…`, which has the
+/// same shape); at most 223 bytes.
+pub fn check_nqn(nqn: &str) -> Result<(), String> {
+    if nqn.len() > NQN_MAX_LEN {
+        return Err(format!("{} bytes long (at most {NQN_MAX_LEN})", nqn.len()));
+    }
+    if nqn == DISCOVERY_NQN {
+        return Ok(());
+    }
+    let date_and_domain = nqn.strip_prefix("nqn.").ok_or("does not start with \"nqn.\"")?;
+    let (year, rest) = date_and_domain.split_at_checked(4).ok_or("has no date")?;
+    let month = rest.strip_prefix('-').and_then(|r| r.get(..2));
+    let date_ok = year.bytes().all(|b| b.is_ascii_digit())
+        && month.is_some_and(|m| matches!(m.parse::<u8>(), Ok(1..=12)));
+    let domain = rest.get(3..).and_then(|r| r.strip_prefix('.'));
+    let (Some(domain), true) = (domain, date_ok) else {
+        return Err("has no yyyy-mm date after \"nqn.\"".into());
+    };
+    let (domain, _) = domain.split_once(':').ok_or("has no ':' after the domain name")?;
+    let label_ok =
+        |l: &str| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if !domain.split('.').all(label_ok) {
+        return Err(format!("{domain:?} is not a reverse domain name"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_nqn;
+
+    #[test]
+    fn nqns_as_the_spec_writes_them() {
+        for ok in [
+            "nqn.2014-08.org.nvmexpress.discovery",
+            "nqn.2014-08.org.nvmexpress:uuid:5f0d2c44-6a1e-4c8b-9d3e-000000000000",
+            "nqn.2026-11.io.nvme-ddp:target",
+            "nqn.2016-06.io.spdk:cnode1",
+        ] {
+            assert_eq!(check_nqn(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("not an nqn", "does not start"),
+            ("nqn.26-11.io:x", "date"),
+            ("nqn.2026-13.io.x:y", "date"),
+            ("nqn.2026-11.io.x", "':'"),
+            ("nqn.2026-11.io..x:y", "reverse domain"),
+            ("nqn.2026-11.my domain:y", "reverse domain"),
+        ] {
+            let e = check_nqn(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        assert!(check_nqn(&format!("nqn.2026-11.io.x:{}", "a".repeat(220))).is_err());
+    }
+}

@@ -2,6 +2,7 @@
 
 use nvme_ddp::size::parse_size;
 use nvme_ddp::workload::Rw;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 /// A comma-separated list argument.
@@ -69,4 +70,50 @@ pub(crate) fn parse_threshold(s: &str) -> Result<u32, String> {
 
 pub(crate) fn on_off(b: bool) -> &'static str {
     if b { "on" } else { "off" }
+}
+
+/// An NQN, checked as the spec writes them.
+pub(crate) fn parse_nqn(s: &str) -> Result<String, String> {
+    nvme_tcp::nvme::check_nqn(s)
+        .map(|()| s.to_string())
+        .map_err(|why| format!("{s:?} is not an NQN: {why}"))
+}
+
+/// A listening address; `:PORT` means every IPv4 address.
+pub(crate) fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    let full = if s.starts_with(':') { format!("0.0.0.0{s}") } else { s.to_string() };
+    full.parse().map_err(|_| format!("{s:?}: use ADDR:PORT or :PORT (e.g. 0.0.0.0:4420, :8009)"))
+}
+
+/// Commands outstanding per I/O queue: 1 to Linux's largest fabrics
+/// queue (NVMF_MAX_QUEUE_SIZE, 1024 entries).
+pub(crate) const QD_RANGE: std::ops::RangeInclusive<u16> = 1..=1024;
+/// I/O queues a host may ask for.
+pub(crate) const QUEUES_RANGE: std::ops::RangeInclusive<u16> = 1..=128;
+
+pub(crate) fn parse_qd(s: &str) -> Result<u16, String> {
+    in_range(s, QD_RANGE, "commands per queue")
+}
+
+pub(crate) fn parse_queues(s: &str) -> Result<u16, String> {
+    in_range(s, QUEUES_RANGE, "I/O queues")
+}
+
+fn in_range(s: &str, range: std::ops::RangeInclusive<u16>, what: &str) -> Result<u16, String> {
+    s.parse::<u16>()
+        .ok()
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| format!("{s:?}: {what} must be {}..={}", range.start(), range.end()))
+}
+
+/// The name of a network interface that exists here: opening a TAP by a
+/// name that does not would create a new, unwired one.
+pub(crate) fn existing_tap(name: &str) -> Result<String, String> {
+    if std::path::Path::new("/sys/class/net").join(name).exists() {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "no network interface {name:?} here (`nvme-ddp net up` makes tap0 and tap1; run inside its namespace)"
+        ))
+    }
 }

@@ -9,8 +9,14 @@ use nvme_ddp::{bench, plot};
 use smoltcp_glue::Tap;
 use std::path::PathBuf;
 use std::time::Duration;
+use ulp_ddp::Caps;
 
-use crate::args::{List, list, on_off, parse_on_off, parse_rw};
+use crate::args::{
+    List, existing_tap, list, on_off, parse_on_off, parse_qd, parse_queues, parse_rw,
+};
+use crate::progress::interrupt_flag;
+use std::io::Write;
+use std::sync::atomic::Ordering;
 
 #[derive(Args, Debug)]
 pub(crate) struct BenchArgs {
@@ -20,15 +26,18 @@ pub(crate) struct BenchArgs {
     /// Directions: read, write (default both).
     #[arg(long, value_parser = |s: &str| list(s, parse_rw))]
     rw: Option<List<Rw>>,
-    /// Queue depths (default 1,32).
-    #[arg(long, value_parser = |s: &str| list(s, |w| w.parse::<u16>().map_err(|e| format!("{w}: {e}"))))]
+    /// Queue depths, each 1 to 1024 (default 1,32).
+    #[arg(long, value_parser = |s: &str| list(s, parse_qd))]
     qd: Option<List<u16>>,
-    /// Data digest: on, off (default on).
-    #[arg(long, value_parser = |s: &str| list(s, parse_on_off))]
+    /// Data digest: on, off, or on,off to compare (default on; a bare
+    /// --ddgst is on).
+    #[arg(long, num_args = 0..=1, default_missing_value = "on", value_parser = |s: &str| list(s, parse_on_off))]
     ddgst: Option<List<bool>>,
-    /// Offload sets: none, crc, ddp, all (default all four).
-    #[arg(long, value_parser = |s: &str| list(s, bench::OffloadSet::parse))]
-    offload: Option<List<bench::OffloadSet>>,
+    /// Offload sets, e.g. none,crc,ddp,all (the default); a set is one of
+    /// none, all, classic, crc, ddp, crc-rx, crc-tx, oneshot, or several
+    /// joined by '+' (ddp+crc).
+    #[arg(long, value_parser = |s: &str| list(s, Caps::parse))]
+    offload: Option<List<Caps>>,
     /// Transports: tcp, rdma, or tcp,rdma to compare them on the same
     /// matrix (default tcp).
     #[arg(long, value_parser = |s: &str| list(s, Transport::parse))]
@@ -36,12 +45,12 @@ pub(crate) struct BenchArgs {
     /// IP MTUs of the in-process wire (default 1500,9000).
     #[arg(long, value_parser = |s: &str| list(s, |w| w.parse::<usize>().map_err(|e| format!("{w}: {e}"))))]
     mtu: Option<List<usize>>,
-    /// I/O queues.
-    #[arg(long, default_value_t = 1)]
+    /// I/O queues, 1 to 128.
+    #[arg(long, default_value = "1", value_parser = parse_queues)]
     queues: u16,
-    /// Runs per point (reported as median and spread).
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
+    /// Runs per point (reported as median and spread), at least 1.
+    #[arg(long, default_value = "5", value_parser = clap::value_parser!(u16).range(1..))]
+    reps: u16,
     /// Seconds measured per run.
     #[arg(long, default_value_t = 1.0)]
     time: f64,
@@ -56,8 +65,8 @@ pub(crate) struct BenchArgs {
     threads: bool,
     /// Run over two TAP devices, HOSTTAP,CTRLTAP (e.g. tap1,tap0 after
     /// `net up`, inside the namespace) instead of the in-process wire.
-    #[arg(long)]
-    tap: Option<String>,
+    #[arg(long, value_parser = parse_tap_pair)]
+    tap: Option<(String, String)>,
     /// Write the points as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -71,19 +80,13 @@ pub(crate) struct BenchArgs {
 
 pub(crate) fn run(a: BenchArgs) -> Result<()> {
     let d = bench::BenchOptions::default();
-    let tap = match &a.tap {
-        Some(t) => {
-            let (h, c) = t.split_once(',').context("--tap takes HOSTTAP,CTRLTAP")?;
-            for name in [h, c] {
-                // Opening a TAP that does not exist would create a new, unwired one.
-                if !std::path::Path::new("/sys/class/net").join(name).exists() {
-                    bail!(
-                        "no network interface {name:?} here (`nvme-ddp net up` makes tap0 and tap1; run inside its namespace)"
-                    );
-                }
-            }
-            Some((h.to_string(), c.to_string()))
-        }
+    let tap = a.tap.clone();
+    // Fail on a path that cannot be written before the matrix runs, not after.
+    let mut json = match &a.json {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot write {}", path.display()))?,
+        ),
         None => None,
     };
     if !(a.time > 0.0 && a.warmup >= 0.0) {
@@ -104,15 +107,15 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             }
             None => a.mtu.map_or(d.mtu, |l| l.0),
         },
-        queues: a.queues.max(1),
-        reps: a.reps.max(1),
+        queues: a.queues,
+        reps: usize::from(a.reps),
         warmup: Duration::from_secs_f64(a.warmup),
         duration: Duration::from_secs_f64(a.time),
         threads: a.threads,
         tap,
     };
-    if o.bs.iter().any(|&b| b == 0 || b % 512 != 0) || o.qd.contains(&0) {
-        bail!("block sizes must be multiples of 512 and queue depths positive");
+    if o.bs.iter().any(|&b| b == 0 || b % 512 != 0) {
+        bail!("block sizes must be multiples of 512");
     }
     if o.tap.is_none() && o.mtu.iter().any(|&m| !(576..=65521).contains(&m)) {
         bail!("MTUs must be within 576..=65521");
@@ -127,7 +130,13 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     );
     let mut raw = std::collections::HashMap::new();
     let mut out = Vec::new();
+    // Ctrl-C or SIGTERM ends the matrix after the point running; what was
+    // measured is still reported and written.
+    let stop = interrupt_flag()?;
     for p in &points {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
         if let std::collections::hash_map::Entry::Vacant(e) = raw.entry(p.mtu) {
             bar.set_message(format!("raw TCP at mtu {}", p.mtu));
             let bps = if a.no_raw {
@@ -145,7 +154,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             p.qd,
             p.mtu,
             on_off(p.ddgst),
-            p.offload.name()
+            p.offload
         ));
         out.push(bench::run_point(p, &o, raw[&p.mtu], || bar.inc(1)).map_err(anyhow::Error::msg)?);
     }
@@ -230,8 +239,8 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             );
         }
     }
-    if let Some(path) = &a.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+    if let (Some(file), Some(path)) = (&mut json, &a.json) {
+        file.write_all(serde_json::to_string_pretty(&report)?.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }
     let out = report.points;
@@ -246,5 +255,18 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             println!("chart: {}", f.display());
         }
     }
+    if stop.load(Ordering::Relaxed) {
+        bail!(
+            "interrupted after {} of {} points; the results above are of those",
+            out.len(),
+            points.len()
+        );
+    }
     Ok(())
+}
+
+/// `HOSTTAP,CTRLTAP`, both interfaces that exist here.
+fn parse_tap_pair(s: &str) -> Result<(String, String), String> {
+    let (h, c) = s.split_once(',').ok_or("--tap takes HOSTTAP,CTRLTAP (e.g. tap1,tap0)")?;
+    Ok((existing_tap(h)?, existing_tap(c)?))
 }

@@ -13,15 +13,18 @@ use nvme_tcp::namespace::{FileNamespace, Namespace, RamNamespace};
 use smoltcp_glue::Stack;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
+use ulp_ddp::Caps;
 
-use crate::args::{NsSpec, parse_block_size, parse_bytes, parse_ns};
+use crate::args::{NsSpec, parse_block_size, parse_bytes, parse_listen, parse_nqn, parse_ns};
+use crate::progress::interrupt_flag;
 use crate::tap::{KERNEL_TCP_MTU, TapArgs, fresh_stack_config, ip_mtu};
 
 #[derive(Args, Debug)]
 pub(crate) struct ControllerArgs {
-    /// Address to listen on (repeatable, e.g. also :8009 for discovery).
-    #[arg(long, default_value = "0.0.0.0:4420")]
+    /// Address to listen on, ADDR:PORT or :PORT (repeatable over kernel
+    /// TCP, e.g. also :8009 for discovery; one with --tap).
+    #[arg(long, default_value = "0.0.0.0:4420", value_parser = parse_listen)]
     listen: Vec<SocketAddr>,
     /// Namespace: ram:SIZE or file:PATH (repeatable; default ram:1G).
     #[arg(long = "ns", value_parser = parse_ns)]
@@ -30,7 +33,7 @@ pub(crate) struct ControllerArgs {
     #[arg(long, default_value = "512", value_parser = parse_block_size)]
     block_size: u32,
     /// NVM subsystem NQN.
-    #[arg(long, default_value = "nqn.2026-11.io.nvme-ddp:target")]
+    #[arg(long, default_value = "nqn.2026-11.io.nvme-ddp:target", value_parser = parse_nqn)]
     nqn: String,
     /// Entries per queue (MAXCMD, CAP.MQES + 1).
     #[arg(long, default_value_t = 128)]
@@ -58,7 +61,10 @@ pub(crate) fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc
     let mut namespaces: Vec<Arc<dyn Namespace>> = Vec::new();
     for spec in &specs {
         let ns: Arc<dyn Namespace> = match spec {
-            NsSpec::Ram(size) => Arc::new(RamNamespace::new(*size, a.block_size)?),
+            NsSpec::Ram(size) => {
+                check_ram(*size, a.block_size)?;
+                Arc::new(RamNamespace::new(*size, a.block_size)?)
+            }
             NsSpec::File(path) => Arc::new(FileNamespace::open(path, a.block_size)?),
         };
         namespaces.push(ns);
@@ -75,8 +81,31 @@ pub(crate) fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc
     Ok(Target::new(cfg, namespaces)?)
 }
 
+/// A RAM namespace holds at least one block and fits in this machine's
+/// memory (it fills as it is written).
+fn check_ram(size: u64, block: u32) -> Result<()> {
+    if size < u64::from(block) {
+        bail!("ram:{} is smaller than one {block}-byte block", format_size(size));
+    }
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) =
+        unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let memory = (pages.max(0) as u64).saturating_mul(page.max(0) as u64);
+    if memory > 0 && size > memory {
+        bail!(
+            "ram:{} is more than this machine's memory ({}); use file:PATH for a namespace that large",
+            format_size(size),
+            human_bytes(memory as f64)
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn run(a: ControllerArgs) -> Result<()> {
     let first = a.listen.first().context("no --listen address")?;
+    if a.tap.tap.is_some() && a.listen.len() > 1 {
+        bail!("with --tap the controller listens on one port; give a single --listen");
+    }
     if a.ddgst && a.transport == Transport::Tcp {
         bail!("--ddgst on the controller needs --transport rdma: NVMe/TCP hosts choose digests");
     }
@@ -94,14 +123,13 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
         let mut side =
             userspace::ControllerSide::new(stack, target.clone(), first.port(), Some(nic.clone()))?
                 .with_listener(listener);
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
-            .context("cannot install the Ctrl-C handler")?;
+        let stop = interrupt_flag()?;
         tracing::info!(tap = ?a.tap.tap, ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = a.transport.name(), "listening on smoltcp");
         userspace::serve(&mut side, &clock, &stop);
         let (ulp, tx) = side.stats();
-        for line in OffloadReport::new(nic.caps().1, nic.stats(), ulp, tx).lines("controller") {
+        // One-shot is the host's way of mapping its buffers; a controller has none.
+        let caps = nic.caps().1.without(Caps::NVME_TCP_ONESHOT);
+        for line in OffloadReport::new(caps, nic.stats(), ulp, tx).lines("controller") {
             tracing::info!("{line}");
         }
         return Ok(());

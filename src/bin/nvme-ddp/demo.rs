@@ -2,7 +2,7 @@
 //! wire, with a report of what the offloads did.
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
+use clap::{ArgAction, Args};
 use nvme_ddp::demo as run_demo;
 use nvme_ddp::report::human_bytes;
 use nvme_ddp::transport::Transport;
@@ -12,7 +12,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 use ulp_ddp::Caps;
 
-use crate::args::{on_off, parse_bytes, parse_chance, parse_threshold};
+use crate::args::{
+    on_off, parse_bytes, parse_chance, parse_on_off, parse_qd, parse_queues, parse_threshold,
+};
+use crate::progress::{Eta, interrupt_flag, watch};
 
 #[derive(Args, Debug)]
 pub(crate) struct DemoArgs {
@@ -22,18 +25,21 @@ pub(crate) struct DemoArgs {
     /// Bytes per I/O.
     #[arg(long, default_value = "128k", value_parser = parse_bytes)]
     bs: u64,
-    /// Commands outstanding per I/O queue.
-    #[arg(long, default_value_t = 32)]
+    /// Commands outstanding per I/O queue, 1 to 1024.
+    #[arg(long, default_value = "32", value_parser = parse_qd)]
     qd: u16,
-    /// I/O queues.
-    #[arg(long, default_value_t = 2)]
+    /// I/O queues, 1 to 128.
+    #[arg(long, default_value = "2", value_parser = parse_queues)]
     queues: u16,
     /// IP MTU of the in-process wire.
     #[arg(long, default_value_t = 9000)]
     mtu: usize,
-    #[arg(long)]
+    /// Header digests: on or off (a bare --hdgst is on).
+    #[arg(long, default_value = "off", num_args = 0..=1, default_missing_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
     hdgst: bool,
-    #[arg(long)]
+    /// Data digests (over RDMA, MPA CRCs): on or off. On by default, so
+    /// that CRC offload has work to take.
+    #[arg(long, default_value = "on", num_args = 0..=1, default_missing_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
     ddgst: bool,
     /// Chance a frame is lost (each direction), e.g. 0.01.
     #[arg(long, default_value_t = 0.0, value_parser = parse_chance)]
@@ -59,13 +65,12 @@ pub(crate) struct DemoArgs {
     /// Run both sides in one thread in simulated time (deterministic).
     #[arg(long)]
     simulated: bool,
-    /// Offloads of both software NICs: a list of ddp, crc-rx, crc-tx,
-    /// oneshot, or all, or none.
+    /// Offloads of both software NICs: none, all, classic, crc, ddp,
+    /// crc-rx, crc-tx, oneshot, or several joined by '+' (ddp+crc).
     #[arg(long, default_value = "all", value_parser = Caps::parse)]
     offload: Caps,
     /// NVMe/TCP, or NVMe/RDMA over user-space iWARP (tcp, rdma). Over
-    /// RDMA, --ddgst asks for MPA CRCs and oneshot registers and sends
-    /// in one call.
+    /// RDMA, oneshot registers and sends in one call.
     #[arg(long, default_value = "tcp", value_parser = Transport::parse)]
     transport: Transport,
     /// Map transfers from this size (default: the NIC's threshold, 32k).
@@ -81,14 +86,17 @@ pub(crate) struct DemoArgs {
     /// Print a machine-readable JSON report.
     #[arg(long)]
     json: bool,
+    /// Progress line: auto (on a terminal), always, never.
+    #[arg(long, value_enum, default_value = "auto")]
+    eta: Eta,
 }
 
 pub(crate) fn run(a: DemoArgs) -> Result<()> {
     let o = run_demo::DemoOptions {
         size: a.size,
         bs: u32::try_from(a.bs).context("--bs is too large")?,
-        qd: a.qd.max(1),
-        queues: a.queues.max(1),
+        qd: a.qd,
+        queues: a.queues,
         mtu: a.mtu,
         digests: Digests { header: a.hdgst, data: a.ddgst },
         impair: Profile {
@@ -120,7 +128,8 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
     if o.bs == 0 || !o.bs.is_multiple_of(512) || u64::from(o.bs) > o.size {
         bail!("--bs must be a multiple of 512 and at most --size");
     }
-    let report = run_demo::run(&o)?;
+    let stop = interrupt_flag()?;
+    let report = run_demo::run(&o, Some(watch(a.eta, stop)))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -141,7 +150,9 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
             report.mtu,
         );
         for p in &report.phases {
-            println!("  {}", p.line());
+            for line in p.lines() {
+                println!("  {line}");
+            }
         }
         let w = &report.wire;
         println!(
@@ -172,6 +183,9 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
     }
     if let Some(e) = report.error {
         bail!("{e}");
+    }
+    if report.interrupted {
+        bail!("interrupted; the results above are of what ran till then");
     }
     Ok(())
 }

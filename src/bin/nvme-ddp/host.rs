@@ -1,11 +1,12 @@
 //! `nvme-ddp host`: connect to a controller and identify, discover or run I/O.
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Subcommand};
+use clap::{ArgAction, Args, Subcommand};
 use nvme_ddp::app::{DiscoverApp, HostApp, IdentifyApp, IoApp};
 use nvme_ddp::clock::Clock;
 use nvme_ddp::kernel_tcp::run_host;
 use nvme_ddp::report::{OffloadReport, PhaseReport, human_bytes};
+use nvme_ddp::size::format_size;
 use nvme_ddp::transport::Transport;
 use nvme_ddp::userspace;
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
@@ -18,44 +19,51 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use ulp_ddp::Caps;
 
-use crate::args::parse_bytes;
+use crate::args::{parse_bytes, parse_nqn, parse_on_off, parse_qd, parse_queues};
+use crate::progress::{Eta, cpu_times, interrupt_flag, watch};
 use crate::tap::{KERNEL_TCP_MTU, TapArgs, fresh_stack_config, ip_mtu};
 
+/// Options of `host`; like nvme-cli's, they go before or after the verb.
 #[derive(Args, Debug)]
 pub(crate) struct HostArgs {
-    /// Controller address.
-    #[arg(long)]
-    connect: SocketAddr,
+    /// Controller address, ADDR:PORT (required).
+    #[arg(long, global = true)]
+    connect: Option<SocketAddr>,
     /// NVMe-oF transport: tcp, or rdma (iWARP over TCP).
-    #[arg(long, default_value = "tcp", value_parser = Transport::parse)]
+    #[arg(long, global = true, default_value = "tcp", value_parser = Transport::parse)]
     transport: Transport,
     /// Subsystem NQN; without it, the first subsystem discovery lists.
-    #[arg(long)]
+    #[arg(long, global = true, value_parser = parse_nqn)]
     nqn: Option<String>,
     /// Host NQN.
     #[arg(
         long,
+        global = true,
+        value_parser = parse_nqn,
         default_value = "nqn.2014-08.org.nvmexpress:uuid:5f0d2c44-6a1e-4c8b-9d3e-000000000000"
     )]
     hostnqn: String,
-    /// Ask for header digests.
-    #[arg(long)]
+    /// Header digests: --hdgst (on) or --hdgst=on|off.
+    #[arg(long, global = true, default_value = "off", num_args = 0..=1, require_equals = true, default_missing_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
     hdgst: bool,
-    /// Ask for data digests.
-    #[arg(long)]
+    /// Data digests: --ddgst (on) or --ddgst=on|off.
+    #[arg(long, global = true, default_value = "off", num_args = 0..=1, require_equals = true, default_missing_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
     ddgst: bool,
-    /// I/O queues (each its own TCP connection).
-    #[arg(long, default_value_t = 1)]
+    /// I/O queues (each its own TCP connection), 1 to 128.
+    #[arg(long, global = true, default_value = "1", value_parser = parse_queues)]
     queues: u16,
-    /// Commands outstanding per I/O queue.
-    #[arg(long, default_value_t = 32)]
+    /// Commands outstanding per I/O queue, 1 to 1024.
+    #[arg(long, global = true, default_value = "32", value_parser = parse_qd)]
     qd: u16,
     /// Keep alive timeout in seconds (0 for none).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, global = true, default_value_t = 5)]
     kato: u64,
     /// Print a machine-readable JSON report.
-    #[arg(long)]
+    #[arg(long, global = true)]
     json: bool,
+    /// Progress line: auto (on a terminal), always, never.
+    #[arg(long, global = true, value_enum, default_value = "auto")]
+    eta: Eta,
     #[command(flatten)]
     tap: TapArgs,
     #[command(subcommand)]
@@ -79,12 +87,16 @@ struct IoArgs {
     /// Bytes per I/O.
     #[arg(long, default_value = "4k", value_parser = parse_bytes)]
     bs: u64,
-    /// Total bytes to transfer (default: the whole namespace once).
+    /// Total bytes to transfer, at most the namespace (default: the whole
+    /// namespace once).
     #[arg(long, value_parser = parse_bytes, conflicts_with = "time")]
     size: Option<u64>,
     /// Run for this many seconds instead.
     #[arg(long)]
     time: Option<f64>,
+    /// Namespace to use (default: the first).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..0xffff_ffff))]
+    nsid: Option<u32>,
     /// Write a pattern and check it when reading back.
     #[arg(long)]
     verify: bool,
@@ -93,13 +105,19 @@ struct IoArgs {
     seed: u64,
 }
 
+impl HostArgs {
+    fn connect(&self) -> Result<SocketAddr> {
+        self.connect.context("host needs --connect ADDR:PORT, the controller's address")
+    }
+}
+
 fn host_config(a: &HostArgs, subnqn: String) -> HostConfig {
     HostConfig {
         subnqn,
         hostnqn: a.hostnqn.clone(),
         digests: Digests { header: a.hdgst, data: a.ddgst },
-        io_queues: a.queues.max(1),
-        queue_depth: a.qd.max(1),
+        io_queues: a.queues,
+        queue_depth: a.qd,
         kato: Duration::from_secs(a.kato),
         ddp_threshold: a.tap.ddp_threshold,
         ..HostConfig::default()
@@ -117,7 +135,7 @@ fn run_app(
     let offload = match (a.tap.cidr()?, a.tap.device(2)?) {
         (Some(cidr), Some((dev, nic))) => {
             let host = a.transport.host(cfg, oneshot, ip_mtu(&dev));
-            let remote = match a.connect {
+            let remote = match a.connect()? {
                 SocketAddr::V4(v4) => v4,
                 SocketAddr::V6(_) => bail!("smoltcp mode speaks IPv4 only"),
             };
@@ -130,7 +148,7 @@ fn run_app(
         }
         _ => {
             let mut host = a.transport.host(cfg, oneshot, KERNEL_TCP_MTU);
-            run_host(a.connect, &mut host, app, limit)?;
+            run_host(a.connect()?, &mut host, app, limit)?;
             None
         }
     };
@@ -146,13 +164,12 @@ fn resolve_nqn(a: &HostArgs) -> Result<String> {
         return Ok(nqn.clone());
     }
     let mut app = DiscoverApp::default();
-    run_app(a, host_config(a, DISCOVERY_NQN.into()), &mut app, Duration::from_secs(60))
-        .context("discovery (give --nqn to skip it)")?;
+    run_app(a, host_config(a, DISCOVERY_NQN.into()), &mut app, Duration::from_secs(60))?;
     let entries = app.entries.unwrap_or_default();
     let e = entries
         .iter()
         .find(|e| e.subtype == SUBTYPE_NVME)
-        .context("discovery lists no NVM subsystem")?;
+        .context("discovery lists no NVM subsystem (give --nqn)")?;
     Ok(e.subnqn.clone())
 }
 
@@ -226,56 +243,83 @@ pub(crate) fn run(a: HostArgs) -> Result<()> {
                 }
             }
         }
-        HostAction::Io(io) => {
-            let nqn = resolve_nqn(&a)?;
-            let bs = u32::try_from(io.bs).context("--bs is too large")?;
-            let limit = match (io.size, io.time) {
-                (_, Some(t)) if t > 0.0 => Limit::Time(Duration::from_secs_f64(t)),
-                (_, Some(_)) => bail!("--time must be positive"),
-                (Some(n), None) => Limit::Bytes(n),
-                // The whole namespace once; resolved after bring-up.
-                (None, None) => Limit::Bytes(u64::MAX),
-            };
-            let spec = WorkloadSpec {
-                rw: io.rw,
-                bs,
-                limit,
-                qd: usize::from(a.qd),
-                verify: io.verify,
-                seed: io.seed,
-            };
-            let mut phases = vec![spec];
-            if matches!(limit, Limit::Bytes(u64::MAX)) {
-                // Size the run to the namespace with a quick identify first.
-                let mut id = IdentifyApp::default();
-                run_app(&a, host_config(&a, nqn.clone()), &mut id, Duration::from_secs(60))?;
-                let ns = id.namespaces.first().context("the subsystem has no namespace")?;
-                phases[0].limit = Limit::Bytes(ns.blocks * u64::from(ns.block_size));
-            }
-            let mut app = IoApp::new(phases);
-            let result =
-                run_app(&a, host_config(&a, nqn), &mut app, Duration::from_secs(30 * 24 * 3600));
-            let offload = result.as_ref().ok().cloned().flatten();
-            let reports: Vec<PhaseReport> = app
-                .results
-                .iter()
-                .map(|(spec, stats)| {
-                    PhaseReport::new(spec, stats.clone(), app.io_queues, app.queue_depth)
-                })
-                .collect();
-            if a.json {
-                let j = serde_json::json!({ "phases": reports, "offload": offload });
-                println!("{}", serde_json::to_string_pretty(&j)?);
-            } else {
-                for r in &reports {
-                    println!("{}", r.line());
-                }
-                for line in offload.iter().flat_map(|o| o.lines("host")) {
-                    println!("  {line}");
-                }
-            }
-            result?;
+        HostAction::Io(io) => io_run(&a, io)?,
+    }
+    Ok(())
+}
+
+fn io_run(a: &HostArgs, io: &IoArgs) -> Result<()> {
+    let bs = u32::try_from(io.bs).ok().filter(|&b| b > 0).context("--bs must be 1..4G")?;
+    let limit = match (io.size, io.time) {
+        (_, Some(t)) if t > 0.0 && t.is_finite() => Limit::Time(Duration::from_secs_f64(t)),
+        (_, Some(_)) => bail!("--time must be a positive number of seconds"),
+        (Some(0), None) => bail!("--size 0 transfers nothing"),
+        (Some(n), None) if n % u64::from(bs) != 0 => {
+            bail!("--size {} is not a multiple of --bs {}", format_size(n), format_size(io.bs))
         }
+        (Some(n), None) => Limit::Bytes(n),
+        (None, None) => Limit::Namespace,
+    };
+    let spec = WorkloadSpec {
+        rw: io.rw,
+        bs,
+        limit,
+        qd: usize::from(a.qd),
+        verify: io.verify,
+        seed: io.seed,
+        nsid: io.nsid,
+    };
+    let nqn = resolve_nqn(a)?;
+    let stop = interrupt_flag()?;
+    let mut app = IoApp::new([spec]).with_watch(watch(a.eta, stop));
+    let cpu0 = cpu_times();
+    let t0 = std::time::Instant::now();
+    let result = run_app(a, host_config(a, nqn), &mut app, Duration::from_secs(30 * 24 * 3600));
+    let (cpu1, wall) = (cpu_times(), t0.elapsed().as_secs_f64().max(1e-9));
+    let cpu = serde_json::json!({
+        "user_pct": (cpu1.0 - cpu0.0).as_secs_f64() / wall * 100.0,
+        "sys_pct": (cpu1.1 - cpu0.1).as_secs_f64() / wall * 100.0,
+    });
+    let offload = result.as_ref().ok().cloned().flatten();
+    let reports: Vec<PhaseReport> = app
+        .results
+        .iter()
+        .map(|(spec, stats)| PhaseReport::new(spec, stats.clone(), app.io_queues, app.queue_depth))
+        .collect();
+    if a.json {
+        let j = serde_json::json!({
+            "phases": reports, "offload": offload, "cpu": cpu, "interrupted": app.interrupted,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else if !reports.is_empty() {
+        if app.queue_depth > 0 && app.queue_depth < usize::from(a.qd) {
+            println!(
+                "note: the controller's queues hold {} commands; --qd {} ran at {}",
+                app.queue_depth + 1,
+                a.qd,
+                app.queue_depth
+            );
+        }
+        if app.io_queues > 0 && app.io_queues < a.queues {
+            println!("note: the controller granted {} of {} I/O queues", app.io_queues, a.queues);
+        }
+        for r in &reports {
+            for line in r.lines() {
+                println!("{line}");
+            }
+        }
+        println!(
+            "  cpu: usr {:.1}%, sys {:.1}% of one core",
+            cpu["user_pct"].as_f64().unwrap_or(0.0),
+            cpu["sys_pct"].as_f64().unwrap_or(0.0)
+        );
+        for line in offload.iter().flat_map(|o| o.lines("host")) {
+            println!("  {line}");
+        }
+    }
+    result?;
+    if app.interrupted {
+        bail!("interrupted; the results above are of what ran till then");
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ mod controller;
 mod demo;
 mod host;
 mod net;
+mod progress;
 mod tap;
 
 use clap::{Parser, Subcommand};

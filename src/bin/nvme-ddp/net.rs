@@ -40,7 +40,16 @@ pub(crate) fn run(a: NetArgs) -> Result<()> {
     match a.action {
         NetAction::Up { mtu } => {
             let mtu = mtu.to_string();
-            sh(&["ip", "netns", "add", ns]).context("creating the namespace needs root")?;
+            if netns_exists(ns) {
+                bail!(
+                    "namespace {ns} already exists (`nvme-ddp net down --netns {ns}` removes it)"
+                );
+            }
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                bail!("creating a network namespace needs root");
+            }
+            sh(&["ip", "netns", "add", ns])?;
             let setup = || -> Result<()> {
                 sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
                 sh(&["ip", "-n", ns, "link", "add", "br0", "type", "bridge"])?;
@@ -66,10 +75,18 @@ pub(crate) fn run(a: NetArgs) -> Result<()> {
             );
             println!("remove:     {exe} net down --netns {ns}");
         }
+        NetAction::Down if !netns_exists(ns) => {
+            println!("namespace {ns} does not exist; nothing to remove");
+        }
         NetAction::Down => {
             sh(&["ip", "netns", "del", ns]).with_context(|| format!("removing namespace {ns}"))?;
             println!("namespace {ns} removed");
         }
     }
     Ok(())
+}
+
+/// Whether `ip netns` knows a namespace of this name.
+fn netns_exists(name: &str) -> bool {
+    std::path::Path::new("/run/netns").join(name).exists()
 }

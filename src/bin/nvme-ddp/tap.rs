@@ -9,29 +9,30 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use ulp_ddp::{Caps, DdpDevice};
 
-use crate::args::parse_threshold;
+use crate::args::{existing_tap, parse_threshold};
 
 /// A user-space (smoltcp) transport on a TAP device instead of kernel TCP.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct TapArgs {
     /// Run over smoltcp on this TAP device (inside its network namespace).
-    #[arg(long, requires = "ip")]
+    #[arg(long, requires = "ip", global = true, value_parser = existing_tap)]
     pub(crate) tap: Option<String>,
     /// Our address on the TAP, e.g. 198.18.0.2/24.
-    #[arg(long, requires = "tap")]
+    #[arg(long, requires = "tap", global = true)]
     pub(crate) ip: Option<String>,
     /// IP MTU of the TAP (default: the interface's).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub(crate) mtu: Option<usize>,
     /// Capture our frames into this pcap file.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub(crate) pcap: Option<PathBuf>,
-    /// Offloads of the software NIC under smoltcp: a list of ddp, crc-rx,
-    /// crc-tx, oneshot, or all, or none (default: all).
-    #[arg(long, requires = "tap", value_parser = Caps::parse)]
+    /// Offloads of the software NIC under smoltcp (default all): none,
+    /// all, classic, crc, ddp, crc-rx, crc-tx, oneshot, or several joined
+    /// by '+' (ddp+crc).
+    #[arg(long, requires = "tap", global = true, value_parser = Caps::parse)]
     pub(crate) offload: Option<Caps>,
     /// Map transfers from this size (default: the NIC's threshold, 32k).
-    #[arg(long, requires = "tap", value_parser = parse_threshold)]
+    #[arg(long, requires = "tap", global = true, value_parser = parse_threshold)]
     pub(crate) ddp_threshold: Option<u32>,
 }
 

@@ -1,0 +1,316 @@
+//! The command line as a user runs it: the binary, its output and its exit
+//! status. Bad input fails at once with one clear line; results read in
+//! the units the user typed them in; Ctrl-C ends a run with what it did.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn nvme_ddp(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nvme-ddp")).args(args).output().expect("the binary runs")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Fails with one error line that says `what`, and did no work.
+#[track_caller]
+fn refused(args: &[&str], what: &str) {
+    let o = nvme_ddp(args);
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{args:?} succeeded:\n{out}{err}");
+    let first = err.lines().next().unwrap_or_default();
+    assert!(first.starts_with("error: ") && first.contains(what), "{args:?}: {err}");
+    assert!(out.is_empty(), "{args:?} printed results before failing:\n{out}");
+}
+
+/// A loopback port nothing listens on.
+fn closed_port() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// A kernel-TCP controller with a 64 MiB RAM namespace; killed on drop.
+struct Controller {
+    child: Child,
+    addr: String,
+}
+
+impl Controller {
+    fn start(extra: &[&str]) -> Self {
+        let addr = closed_port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nvme-ddp"))
+            .args(["controller", "--listen", &addr, "--ns", "ram:64M"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // It says "listening" once its socket is bound.
+        let mut log = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        while log.read_line(&mut line).unwrap() > 0 && !line.contains("listening") {
+            line.clear();
+        }
+        assert!(line.contains("listening"), "the controller did not start");
+        std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
+        Controller { child, addr }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+}
+
+/// Wait for `child` to exit, killing it after a minute (a hang is a failure).
+fn wait_output(mut child: Child) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the process did not end");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn host_options_go_before_or_after_the_verb() {
+    let port = closed_port();
+    for args in [
+        ["host", "--connect", &port, "io", "--time", "1", "--json", "--queues", "2"],
+        ["host", "io", "--time", "1", "--connect", &port, "--json", "--queues", "2"],
+    ] {
+        // Parsed in full: what fails is the connection, said once.
+        let o = nvme_ddp(&args);
+        let (_, err) = text(&o);
+        assert!(!o.status.success());
+        assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
+        assert!(err.starts_with(&format!("error: cannot connect to {port}")), "{err}");
+        assert!(!err.contains("discovery"), "{err}");
+    }
+    refused(&["host", "identify"], "--connect ADDR:PORT");
+}
+
+#[test]
+fn bad_numbers_and_names_fail_before_any_work() {
+    let port = closed_port();
+    let p = port.as_str();
+    for qd in ["0", "5000"] {
+        refused(
+            &["host", "--connect", p, "--qd", qd, "identify"],
+            "commands per queue must be 1..=1024",
+        );
+        refused(&["demo", "--qd", qd], "commands per queue must be 1..=1024");
+        refused(&["bench", "--qd", &format!("1,{qd}")], "commands per queue must be 1..=1024");
+    }
+    for queues in ["0", "1000"] {
+        refused(
+            &["host", "--connect", p, "--queues", queues, "identify"],
+            "I/O queues must be 1..=128",
+        );
+        refused(&["demo", "--queues", queues], "I/O queues must be 1..=128");
+    }
+    refused(&["bench", "--reps", "0"], "--reps");
+    refused(&["host", "--connect", p, "io", "--size", "0"], "--size 0 transfers nothing");
+    refused(&["host", "--connect", p, "--nqn", "not an nqn", "identify"], "is not an NQN");
+    refused(&["controller", "--nqn", "not an nqn"], "is not an NQN");
+    refused(
+        &["controller", "--listen", "127.0.0.1:0", "--ns", "ram:100"],
+        "smaller than one 512-byte block",
+    );
+    refused(
+        &["controller", "--listen", "127.0.0.1:0", "--ns", "ram:65536T"],
+        "more than this machine's memory",
+    );
+    refused(
+        &[
+            "host",
+            "--connect",
+            p,
+            "--tap",
+            "nvmeddp-no-such-tap",
+            "--ip",
+            "198.18.0.3/24",
+            "identify",
+        ],
+        "no network interface",
+    );
+    refused(
+        &[
+            "controller",
+            "--tap",
+            "lo",
+            "--ip",
+            "198.18.0.2/24",
+            "--listen",
+            ":4420",
+            "--listen",
+            ":8009",
+        ],
+        "one port",
+    );
+    // The matrix would run for minutes before finding out.
+    refused(&["bench", "--json", "/no/such/dir/x.json"], "cannot write /no/such/dir/x.json");
+}
+
+#[test]
+fn one_offload_vocabulary() {
+    refused(&["demo", "--offload", "ddp,crc"], "join offloads with '+'");
+    refused(&["demo", "--offload", "dpp"], "unknown offload");
+    let o = nvme_ddp(&[
+        "bench",
+        "--offload",
+        "none,ddp+crc-rx",
+        "--bs",
+        "4k",
+        "--rw",
+        "read",
+        "--qd",
+        "1",
+        "--mtu",
+        "1500",
+        "--ddgst",
+        "on",
+        "--reps",
+        "1",
+        "--time",
+        "0.1",
+        "--warmup",
+        "0",
+        "--no-raw",
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.lines().any(|l| l.contains(" ddp+crc-rx |")), "{out}");
+}
+
+#[test]
+fn the_controller_takes_its_own_example_and_the_host_names_what_is_missing() {
+    // `--listen :PORT` is every address, as the help says.
+    let c = Controller::start(&["--listen", ":0"]);
+    let a = c.addr.as_str();
+    refused(
+        &["host", "--connect", a, "--nqn", "nqn.2026-11.io.nvme-ddp:nope", "identify"],
+        "subsystem nqn.2026-11.io.nvme-ddp:nope not found",
+    );
+    refused(
+        &["host", "--connect", a, "io", "--size", "1G"],
+        "1G to transfer exceed namespace 1 (64M)",
+    );
+    refused(&["host", "--connect", a, "io", "--nsid", "2"], "no namespace 2");
+}
+
+#[test]
+fn io_reports_reads_and_writes_apart_in_the_units_typed() {
+    let c = Controller::start(&[]);
+    let o = nvme_ddp(&[
+        "host",
+        "--connect",
+        &c.addr,
+        "io",
+        "--rw",
+        "rw",
+        "--bs",
+        "64k",
+        "--size",
+        "16M",
+        "--verify",
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.starts_with("rw bs=64k queues=1 qd=32: "), "{out}");
+    assert!(out.contains(", 16 MiB in "), "{out}");
+    for what in [
+        "  lat: mean ",
+        ", stdev ",
+        ", p90 ",
+        ", p99.9 ",
+        "\n  read: ",
+        "\n  write: ",
+        "\n  cpu: usr ",
+    ] {
+        assert!(out.contains(what), "no {what:?} in\n{out}");
+    }
+    assert!(!out.contains(" MB") && !out.contains(" /s"), "{out}");
+}
+
+#[test]
+fn ctrl_c_ends_io_with_the_results_so_far_and_sigterm_stops_the_controller() {
+    let mut c = Controller::start(&[]);
+    let host = Command::new(env!("CARGO_BIN_EXE_nvme-ddp"))
+        .args(["host", "--connect", &c.addr, "io", "--rw", "randread", "--time", "600"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(&host, libc::SIGINT);
+    let o = wait_output(host);
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}{err}");
+    assert!(out.starts_with("randread bs=4k") && out.contains(" IOPS, "), "{out}\n{err}");
+    assert!(err.contains("interrupted"), "{err}");
+
+    signal(&c.child, libc::SIGTERM);
+    let start = Instant::now();
+    while c.child.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(60), "SIGTERM did not stop the controller");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(c.child.try_wait().unwrap().unwrap().success(), "SIGTERM is a clean stop");
+}
+
+#[test]
+fn demo_shows_progress_digests_by_default_and_says_what_off_means() {
+    let o = nvme_ddp(&["demo", "--size", "16M", "--eta", "always", "--offload", "none"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains("digests: header off, data on"), "{out}");
+    assert!(err.contains("ETA"), "no progress line on stderr: {err}");
+    assert!(out.contains("the NIC offloads nothing"), "{out}");
+    assert!(!out.contains("(fail"), "{out}");
+    // "copied" counts what was sent too, as bench does.
+    assert!(
+        out.contains(
+            "host       offload [none]: the NIC offloads nothing; software copied 16 MiB rx / 16"
+        ),
+        "{out}"
+    );
+    // One-shot is a host thing: the controller does not list it.
+    let o = nvme_ddp(&["demo", "--size", "4M"]);
+    let (out, _) = text(&o);
+    assert!(out.contains("controller offload [classic]"), "{out}");
+}
+
+#[test]
+fn net_says_what_exists() {
+    let ns = format!("nvmeddp-cli-{}", std::process::id());
+    let o = nvme_ddp(&["net", "down", "--netns", &ns]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains("does not exist"), "{out}");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        refused(&["net", "up", "--netns", &ns], "needs root");
+        return;
+    }
+    assert!(Command::new("ip").args(["netns", "add", &ns]).status().unwrap().success());
+    let o = nvme_ddp(&["net", "up", "--netns", &ns]);
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    let (out, err) = text(&o);
+    assert!(!o.status.success() && err.contains("already exists"), "{out}{err}");
+}
