@@ -92,8 +92,6 @@ impl HostApp for DiscoverApp {
     }
 }
 
-/// Run workloads one after another (a write pass, then a verified read
-/// pass, say), then shut down.
 /// Where an I/O run stands.
 #[derive(Debug, Clone)]
 pub struct Progress {
@@ -110,10 +108,10 @@ pub struct Progress {
 /// Called with the progress; returns false to interrupt the run.
 pub type Watch = Box<dyn FnMut(&Progress) -> bool + Send>;
 
+/// Run workloads one after another (a write pass, then a verified read
+/// pass, say), then shut down.
 pub struct IoApp {
     phases: std::collections::VecDeque<WorkloadSpec>,
-    /// Phases in all, and the one running (1-based).
-    total: usize,
     watch: Option<Watch>,
     next_watch: Instant,
     /// The run was interrupted: the results are of what ran till then.
@@ -131,7 +129,6 @@ impl IoApp {
     pub fn new(phases: impl IntoIterator<Item = WorkloadSpec>) -> Self {
         Self {
             phases: phases.into_iter().collect(),
-            total: 0,
             watch: None,
             next_watch: Instant::ZERO,
             interrupted: false,
@@ -158,7 +155,7 @@ impl IoApp {
         let w = self.current.as_ref()?;
         Some(Progress {
             phase: self.results.len() + 1,
-            phases: self.total,
+            phases: self.results.len() + 1 + self.phases.len(),
             rw: w.spec().rw.name(),
             done: w.done_fraction(now),
             stats: w.stats(),
@@ -222,7 +219,6 @@ impl HostApp for IoApp {
     fn on_event(&mut self, host: &mut Host, event: HostEvent, now: Instant) {
         match event {
             HostEvent::Ready => {
-                self.total = self.phases.len();
                 self.namespace = host.namespaces().first().copied();
                 self.io_queues = host.io_queues();
                 self.queue_depth = host.queue_depth();

@@ -281,21 +281,15 @@ pub fn run(o: &DemoOptions, watch: Option<Watch>) -> Result<DemoReport, DemoErro
         },
         impaired_h2c: cw.stats().0.into(),
         impaired_c2h: hw.stats().0.into(),
-        offload: offload_report(&host_nic, host.host.stats()),
-        // One-shot is the host's way of mapping its buffers; a controller
-        // has none to map.
-        controller_offload: OffloadReport {
-            caps: ctrl_nic.caps().1.without(Caps::NVME_TCP_ONESHOT).to_string(),
-            ..offload_report(&ctrl_nic, ctrl.stats())
+        offload: {
+            let (ulp, tx) = host.host.stats();
+            OffloadReport::new(host_nic.caps().1, host_nic.stats(), ulp, tx)
+        },
+        controller_offload: {
+            let (ulp, tx) = ctrl.stats();
+            OffloadReport::controller(ctrl_nic.caps().1, ctrl_nic.stats(), ulp, tx)
         },
         interrupted: app.interrupted,
         error: app.error(),
     })
-}
-
-fn offload_report(
-    nic: &NicHandle,
-    (ulp, tx): (nvme_tcp::UlpStats, nvme_tcp::wire::TxStats),
-) -> OffloadReport {
-    OffloadReport::new(nic.caps().1, nic.stats(), ulp, tx)
 }

@@ -80,7 +80,7 @@ fn latencies(s: &IoStats) -> String {
 /// `1.57 GiB` when not.
 pub fn human_bytes(n: f64) -> String {
     for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        let one = f64::from(1u32 << (shift - 10)) * 1024.0;
+        let one = (1u64 << shift) as f64;
         if n >= one {
             let v = n / one;
             return if v.fract() == 0.0 {
@@ -199,6 +199,17 @@ impl OffloadReport {
             offload_gaps: ulp.offload_gaps,
             resync_latency_pdus: ulp.resync_latency_pdus(),
         }
+    }
+
+    /// The counters of a controller's side: one-shot is the host's way of
+    /// mapping its buffers, and a controller has none to map.
+    pub fn controller(
+        caps: ulp_ddp::Caps,
+        nic: ulp_ddp::Stats,
+        ulp: nvme_tcp::UlpStats,
+        tx: nvme_tcp::wire::TxStats,
+    ) -> Self {
+        Self::new(caps.without(ulp_ddp::Caps::NVME_TCP_ONESHOT), nic, ulp, tx)
     }
 
     /// A few lines for people.

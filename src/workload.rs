@@ -146,10 +146,11 @@ pub struct Workload {
     issued_bytes: u64,
     started: Option<Instant>,
     finished: Option<Instant>,
-    hist: Histogram<u64>,
+    /// Latencies of reads and of writes (all of them together when
+    /// summarized), and the counts of each.
+    hist: [Histogram<u64>; 2],
+    by_kind: [IoStats; 2],
     stats: IoStats,
-    /// The same, for reads and for writes apart (when `rw` mixes them).
-    by_kind: [(Histogram<u64>, IoStats); 2],
     first_error: Option<String>,
     stopped: bool,
 }
@@ -212,8 +213,8 @@ impl Workload {
             issued_bytes: 0,
             started: None,
             finished: None,
-            by_kind: [(hist.clone(), IoStats::default()), (hist.clone(), IoStats::default())],
-            hist,
+            hist: [hist.clone(), hist],
+            by_kind: Default::default(),
             stats: IoStats::default(),
             first_error: None,
             stopped: false,
@@ -236,15 +237,23 @@ impl Workload {
 
     /// The share of the byte or time budget spent, 0 to 1.
     pub fn done_fraction(&self, now: Instant) -> f64 {
-        let budget = match self.spec.limit {
-            Limit::Bytes(n) => n as f64,
-            Limit::Namespace => (self.units * u64::from(self.spec.bs)) as f64,
+        let share = match self.spec.limit {
             Limit::Time(d) => {
                 let spent = self.started.map_or(0.0, |s| now.saturating_since(s).as_secs_f64());
-                return (spent / d.as_secs_f64().max(1e-9)).min(1.0);
+                spent / d.as_secs_f64().max(1e-9)
             }
+            _ => self.stats.bytes as f64 / self.byte_budget().unwrap_or(1).max(1) as f64,
         };
-        (self.stats.bytes as f64 / budget.max(1.0)).min(1.0)
+        share.min(1.0)
+    }
+
+    /// The bytes to transfer, unless time limits the workload.
+    fn byte_budget(&self) -> Option<u64> {
+        match self.spec.limit {
+            Limit::Bytes(n) => Some(n),
+            Limit::Namespace => Some(self.units * u64::from(self.spec.bs)),
+            Limit::Time(_) => None,
+        }
     }
 
     fn more(&self, now: Instant) -> bool {
@@ -252,9 +261,8 @@ impl Workload {
             return false;
         }
         match self.spec.limit {
-            Limit::Bytes(n) => self.issued_bytes < n,
             Limit::Time(d) => self.started.is_none_or(|s| now < s + d),
-            Limit::Namespace => self.issued_bytes < self.units * u64::from(self.spec.bs),
+            _ => self.issued_bytes < self.byte_budget().unwrap_or(0),
         }
     }
 
@@ -416,24 +424,20 @@ impl Workload {
         self.free.push(index);
         self.inflight[usize::from(slot.qid)] -= 1;
         let us = now.saturating_since(slot.start).as_micros() as u64;
-        let _ = self.hist.record(us.max(1));
+        let k = usize::from(slot.kind == IoKind::Write);
+        let _ = self.hist[k].record(us.max(1));
         self.stats.ios += 1;
+        self.by_kind[k].ios += 1;
         self.finished = Some(now);
-        let (kind_hist, kind) = &mut self.by_kind[usize::from(slot.kind == IoKind::Write)];
-        let _ = kind_hist.record(us.max(1));
-        kind.ios += 1;
-        if slot.failed.is_some() {
-            kind.errors += 1;
-        } else {
-            kind.bytes += u64::from(self.spec.bs);
-        }
         if let Some(status) = slot.failed {
             self.stats.errors += 1;
+            self.by_kind[k].errors += 1;
             self.first_error.get_or_insert_with(|| {
                 format!("{:?} of LBA {} failed: {status}", slot.kind, slot.lba)
             });
         } else {
             self.stats.bytes += u64::from(self.spec.bs);
+            self.by_kind[k].bytes += u64::from(self.spec.bs);
             let unit = slot.lba / u64::from(self.blocks_per_io);
             match slot.kind {
                 IoKind::Write => self.written[(unit / 64) as usize] |= 1 << (unit % 64),
@@ -466,17 +470,19 @@ impl Workload {
     }
 
     pub fn stats(&self) -> IoStats {
-        let mut s = self.summarize(&self.stats, &self.hist);
+        let [reads, writes] = &self.hist;
+        let mut all = reads.clone();
+        let _ = all.add(writes);
+        let mut s = self.summarize(&self.stats, &all);
         if self.spec.rw == Rw::Rw {
-            let [(rh, r), (wh, w)] = &self.by_kind;
-            s.read = Some(Box::new(self.summarize(r, rh)));
-            s.write = Some(Box::new(self.summarize(w, wh)));
+            s.read = Some(Box::new(self.summarize(&self.by_kind[0], reads)));
+            s.write = Some(Box::new(self.summarize(&self.by_kind[1], writes)));
         }
         s
     }
 
     /// Rates and latencies of `counts` over the workload's time.
-    fn summarize(&self, counts: &IoStats, hist: &Histogram<u64>) -> IoStats {
+    fn summarize(&self, counts: &IoStats, h: &Histogram<u64>) -> IoStats {
         let mut s = counts.clone();
         let elapsed = match (self.started, self.finished) {
             (Some(a), Some(b)) => b.saturating_since(a).as_secs_f64(),
@@ -487,8 +493,7 @@ impl Workload {
             s.iops = s.ios as f64 / elapsed;
             s.bytes_per_sec = s.bytes as f64 / elapsed;
         }
-        if !hist.is_empty() {
-            let h = hist;
+        if !h.is_empty() {
             s.lat_mean_us = h.mean();
             s.lat_stdev_us = h.stdev();
             s.lat_p50_us = h.value_at_quantile(0.5);

@@ -174,8 +174,7 @@ impl Placed {
     /// Ranges that do not fit are left out: the stack copies them too,
     /// which the ULP never reads, and which is always correct.
     pub fn push(&mut self, start: u64, end: u64) -> bool {
-        let (Ok(a), Ok(b)) = (u16::try_from(start - self.base), u16::try_from(end - self.base))
-        else {
+        let Some((a, b)) = self.in_segment(start, end) else {
             debug_assert!(false, "a segment payload is shorter than 64 KiB");
             return false;
         };
@@ -185,15 +184,17 @@ impl Placed {
     /// Stream bytes `[start, end)` of this segment, in place of the placed
     /// ranges inside them, were consumed whole and the ULP was told so.
     pub fn consume(&mut self, start: u64, end: u64) -> bool {
-        let (Some(a), Some(b)) = (start.checked_sub(self.base), end.checked_sub(self.base)) else {
+        let Some((a, b)) = self.in_segment(start, end).filter(|_| self.zero_copy) else {
             return false;
         };
-        let (Ok(a), Ok(b)) = (u16::try_from(a), u16::try_from(b)) else { return false };
-        if !self.zero_copy {
-            return false;
-        }
         self.ranges.truncate_from(a);
         self.ranges.push(a, b)
+    }
+
+    /// Stream bytes `[start, end)` as offsets into this segment's payload.
+    fn in_segment(&self, start: u64, end: u64) -> Option<(u16, u16)> {
+        let at = |x: u64| x.checked_sub(self.base).and_then(|d| u16::try_from(d).ok());
+        Some((at(start)?, at(end)?))
     }
 }
 

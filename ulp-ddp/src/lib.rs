@@ -61,22 +61,25 @@ impl Caps {
 
     /// Every offload but one-shot: mappings set up and torn down (RDMA:
     /// STags registered and invalidated) by calls of their own.
-    pub const CLASSIC: Caps = Caps(0x7);
+    pub const CLASSIC: Caps = Caps::ALL.without(Caps::NVME_TCP_ONESHOT);
     /// Data digest offload both ways (on an iWARP socket, the MPA CRC).
-    pub const CRC: Caps = Caps(0x6);
+    pub const CRC: Caps = Caps::NVME_TCP_DDGST_RX.union(Caps::NVME_TCP_DDGST_TX);
 
-    /// Names as the command line writes them: sets first, so that a set
-    /// prints as its shortest name.
-    const NAMES: [(Caps, &'static str); 8] = [
-        (Caps::NONE, "none"),
-        (Caps::ALL, "all"),
-        (Caps::CLASSIC, "classic"),
+    /// Names as the command line writes them: whole sets, which print as
+    /// their own name, then the parts other sets print as, joined by `+`.
+    const SETS: [(Caps, &'static str); 3] =
+        [(Caps::NONE, "none"), (Caps::ALL, "all"), (Caps::CLASSIC, "classic")];
+    const PARTS: [(Caps, &'static str); 5] = [
         (Caps::NVME_TCP, "ddp"),
         (Caps::CRC, "crc"),
         (Caps::NVME_TCP_DDGST_RX, "crc-rx"),
         (Caps::NVME_TCP_DDGST_TX, "crc-tx"),
         (Caps::NVME_TCP_ONESHOT, "oneshot"),
     ];
+
+    fn names() -> impl Iterator<Item = &'static (Caps, &'static str)> {
+        Caps::SETS.iter().chain(&Caps::PARTS)
+    }
 
     pub const fn bits(self) -> u32 {
         self.0
@@ -119,7 +122,7 @@ impl Caps {
             ));
         }
         s.split('+').map(str::trim).try_fold(Caps::NONE, |caps, word| {
-            let one = Caps::NAMES.iter().find(|(_, n)| *n == word).map(|(c, _)| *c);
+            let one = Caps::names().find(|(_, n)| *n == word).map(|(c, _)| *c);
             one.map(|c| caps.union(c)).ok_or_else(|| {
                 format!(
                     "unknown offload {word:?} (use none, all, classic, crc, ddp, crc-rx, crc-tx, oneshot, joined by '+')"
@@ -133,12 +136,12 @@ impl Caps {
 /// joined by `+`.
 impl fmt::Display for Caps {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some((_, name)) = Caps::NAMES.iter().find(|(c, _)| c == self) {
+        if let Some((_, name)) = Caps::names().find(|(c, _)| c == self) {
             return f.write_str(name);
         }
         let mut rest = *self;
         let mut names = Vec::new();
-        for (c, name) in &Caps::NAMES[3..] {
+        for (c, name) in &Caps::PARTS {
             if rest.contains(*c) {
                 names.push(*name);
                 rest = rest.without(*c);

@@ -83,10 +83,11 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     let tap = a.tap.clone();
     // Fail on a path that cannot be written before the matrix runs, not after.
     let mut json = match &a.json {
-        Some(path) => Some(
+        Some(path) => Some((
             std::fs::File::create(path)
                 .with_context(|| format!("cannot write {}", path.display()))?,
-        ),
+            path,
+        )),
         None => None,
     };
     if !(a.time > 0.0 && a.warmup >= 0.0) {
@@ -239,7 +240,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             );
         }
     }
-    if let (Some(file), Some(path)) = (&mut json, &a.json) {
+    if let Some((file, path)) = &mut json {
         file.write_all(serde_json::to_string_pretty(&report)?.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }

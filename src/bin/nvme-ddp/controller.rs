@@ -14,7 +14,6 @@ use smoltcp_glue::Stack;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use ulp_ddp::Caps;
 
 use crate::args::{NsSpec, parse_block_size, parse_bytes, parse_listen, parse_nqn, parse_ns};
 use crate::progress::interrupt_flag;
@@ -127,9 +126,9 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
         tracing::info!(tap = ?a.tap.tap, ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = a.transport.name(), "listening on smoltcp");
         userspace::serve(&mut side, &clock, &stop);
         let (ulp, tx) = side.stats();
-        // One-shot is the host's way of mapping its buffers; a controller has none.
-        let caps = nic.caps().1.without(Caps::NVME_TCP_ONESHOT);
-        for line in OffloadReport::new(caps, nic.stats(), ulp, tx).lines("controller") {
+        for line in
+            OffloadReport::controller(nic.caps().1, nic.stats(), ulp, tx).lines("controller")
+        {
             tracing::info!("{line}");
         }
         return Ok(());

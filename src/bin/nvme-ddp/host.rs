@@ -276,10 +276,8 @@ fn io_run(a: &HostArgs, io: &IoArgs) -> Result<()> {
     let t0 = std::time::Instant::now();
     let result = run_app(a, host_config(a, nqn), &mut app, Duration::from_secs(30 * 24 * 3600));
     let (cpu1, wall) = (cpu_times(), t0.elapsed().as_secs_f64().max(1e-9));
-    let cpu = serde_json::json!({
-        "user_pct": (cpu1.0 - cpu0.0).as_secs_f64() / wall * 100.0,
-        "sys_pct": (cpu1.1 - cpu0.1).as_secs_f64() / wall * 100.0,
-    });
+    let share = |a: Duration, b: Duration| (b - a).as_secs_f64() / wall * 100.0;
+    let (user_pct, sys_pct) = (share(cpu0.0, cpu1.0), share(cpu0.1, cpu1.1));
     let offload = result.as_ref().ok().cloned().flatten();
     let reports: Vec<PhaseReport> = app
         .results
@@ -288,7 +286,8 @@ fn io_run(a: &HostArgs, io: &IoArgs) -> Result<()> {
         .collect();
     if a.json {
         let j = serde_json::json!({
-            "phases": reports, "offload": offload, "cpu": cpu, "interrupted": app.interrupted,
+            "phases": reports, "offload": offload, "interrupted": app.interrupted,
+            "cpu": { "user_pct": user_pct, "sys_pct": sys_pct },
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else if !reports.is_empty() {
@@ -308,11 +307,7 @@ fn io_run(a: &HostArgs, io: &IoArgs) -> Result<()> {
                 println!("{line}");
             }
         }
-        println!(
-            "  cpu: usr {:.1}%, sys {:.1}% of one core",
-            cpu["user_pct"].as_f64().unwrap_or(0.0),
-            cpu["sys_pct"].as_f64().unwrap_or(0.0)
-        );
+        println!("  cpu: usr {user_pct:.1}%, sys {sys_pct:.1}% of one core");
         for line in offload.iter().flat_map(|o| o.lines("host")) {
             println!("  {line}");
         }
