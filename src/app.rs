@@ -7,6 +7,8 @@ use nvme_tcp::Instant;
 use nvme_tcp::host::{Host, HostError, HostEvent, NamespaceInfo};
 use nvme_tcp::nvme::identify::IdentifyController;
 use nvme_tcp::nvme::log::DiscoveryEntry;
+use nvme_tcp::nvme::{Sqe, Status};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// A host-side program driven by a transport driver.
@@ -21,19 +23,45 @@ pub trait HostApp {
     fn error(&self) -> Option<String>;
 }
 
-/// Bring up, read the controller's identity and namespaces, shut down.
+/// Bring up, read the controller's identity and namespaces, run admin
+/// commands (Identify, Get Log Page) one after another, shut down.
 #[derive(Default)]
-pub struct IdentifyApp {
+pub struct AdminApp {
     pub controller: Option<IdentifyController>,
     pub namespaces: Vec<NamespaceInfo>,
     pub io_queues: u16,
     pub queue_depth: usize,
     pub version: u32,
+    /// The commands to run, chosen once the controller is known.
+    plan: Option<Plan>,
+    /// Each command still to run and the bytes it reads.
+    commands: VecDeque<(Sqe, usize)>,
+    /// Each command's status and the data it returned, in order.
+    pub replies: Vec<(Status, Vec<u8>)>,
     done: bool,
-    error: Option<HostError>,
+    error: Option<String>,
 }
 
-impl HostApp for IdentifyApp {
+/// Chooses an [`AdminApp`]'s commands, and the bytes each reads, from what
+/// bring-up found (the namespaces, the controller's identity).
+pub type Plan = Box<dyn FnOnce(&Host) -> Vec<(Sqe, usize)> + Send>;
+
+impl AdminApp {
+    pub fn new(plan: impl FnOnce(&Host) -> Vec<(Sqe, usize)> + Send + 'static) -> Self {
+        Self { plan: Some(Box::new(plan)), ..Self::default() }
+    }
+
+    /// Submit the next command, or shut down after the last.
+    fn next(&mut self, host: &mut Host, now: Instant) {
+        let Some((sqe, len)) = self.commands.pop_front() else { return host.shutdown(now) };
+        if let Err(e) = host.submit_admin(sqe, len, self.replies.len() as u64, now) {
+            self.error = Some(format!("admin command {:#04x}: {e}", sqe.opcode));
+            host.shutdown(now);
+        }
+    }
+}
+
+impl HostApp for AdminApp {
     fn on_event(&mut self, host: &mut Host, event: HostEvent, now: Instant) {
         match event {
             HostEvent::Ready => {
@@ -42,11 +70,16 @@ impl HostApp for IdentifyApp {
                 self.io_queues = host.io_queues();
                 self.queue_depth = host.queue_depth();
                 self.version = host.version();
-                host.shutdown(now);
+                self.commands = self.plan.take().map(|plan| plan(host)).unwrap_or_default().into();
+                self.next(host, now);
+            }
+            HostEvent::Completion { qid: 0, status, buf, .. } => {
+                self.replies.push((status, buf.map(|b| b.to_vec()).unwrap_or_default()));
+                self.next(host, now);
             }
             HostEvent::Closed => self.done = true,
             HostEvent::Failed(e) => {
-                self.error = Some(e);
+                self.error.get_or_insert_with(|| e.to_string());
                 self.done = true;
             }
             _ => {}
@@ -58,7 +91,7 @@ impl HostApp for IdentifyApp {
     }
 
     fn error(&self) -> Option<String> {
-        self.error.as_ref().map(ToString::to_string)
+        self.error.clone()
     }
 }
 
@@ -111,7 +144,7 @@ pub type Watch = Box<dyn FnMut(&Progress) -> bool + Send>;
 /// Run workloads one after another (a write pass, then a verified read
 /// pass, say), then shut down.
 pub struct IoApp {
-    phases: std::collections::VecDeque<WorkloadSpec>,
+    phases: VecDeque<WorkloadSpec>,
     watch: Option<Watch>,
     next_watch: Instant,
     /// The run was interrupted: the results are of what ran till then.

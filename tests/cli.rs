@@ -248,6 +248,63 @@ fn io_reports_reads_and_writes_apart_in_the_units_typed() {
     assert!(!out.contains(" MB") && !out.contains(" /s"), "{out}");
 }
 
+/// Succeeds; stdout.
+#[track_caller]
+fn ok(args: &[&str]) -> String {
+    let o = nvme_ddp(args);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{args:?}:\n{out}{err}");
+    out
+}
+
+#[track_caller]
+fn json(args: &[&str]) -> serde_json::Value {
+    serde_json::from_str(&ok(args)).expect("JSON")
+}
+
+#[test]
+fn nvme_cli_verbs_list_identify_and_read_logs() {
+    let c = Controller::start(&["--ns", "ram:16M"]);
+    let a = c.addr.as_str();
+    let host = |verb: &[&'static str]| [&["host", "--connect", a][..], verb].concat();
+
+    let list = ok(&host(&["list"]));
+    let rows: Vec<&str> = list.lines().filter(|l| l.starts_with("nqn.")).collect();
+    assert_eq!(rows.len(), 2, "a row per namespace:\n{list}");
+    assert!(rows[0].contains("64 MiB / 64 MiB") && rows[1].contains("16 MiB / 16 MiB"), "{list}");
+    assert!(list.starts_with("Subsystem") && list.contains("512 B + 0 B"), "{list}");
+    let devices = json(&host(&["list", "--json"]))["Devices"].clone();
+    assert_eq!(devices[1]["NameSpace"], 2);
+    assert_eq!(devices[1]["PhysicalSize"], 16 << 20);
+
+    let id = ok(&host(&["id-ctrl"]));
+    for line in ["mn        : nvme-ddp", "nn        : 2", "ver       : 0x10300", "subnqn    : nqn."] {
+        assert!(id.contains(line), "no {line:?} in\n{id}");
+    }
+    assert_eq!(json(&host(&["id-ctrl", "--json"]))["cntrltype"], 1);
+    let ns = json(&host(&["id-ns", "--nsid", "2", "--json"]));
+    assert_eq!((ns["nsze"].as_u64(), ns["nuse"].as_u64()), (Some(32768), Some(32768)), "{ns}");
+    assert!(ok(&host(&["id-ns"])).contains("lbaf 0 : ms:0 lbads:9 rp:0 (in use)"));
+
+    ok(&host(&["io", "--rw", "write", "--bs", "4k", "--size", "1M"]));
+    let smart = json(&host(&["get-log", "smart", "--json"]));
+    assert_eq!(smart["host_write_commands"], 256, "{smart}");
+    assert!(ok(&host(&["get-log", "smart"])).contains("temperature               : 27 °C (300 K)"));
+    // Errors are logged per controller, so a new association has none.
+    assert!(ok(&host(&["get-log", "error"])).starts_with("Error Log Entries: 0 logged"));
+    let disc = ok(&host(&["get-log", "discovery"]));
+    assert!(disc.starts_with("Discovery Log Number of Records 1"), "{disc}");
+    assert!(disc.contains("subtype : nvme subsystem"), "{disc}");
+    assert_eq!(disc, ok(&host(&["discover"])), "discover is get-log discovery");
+    let raw = ok(&host(&["get-log", "0x05", "--log-len", "32"]));
+    assert_eq!(raw.lines().count(), 2, "two rows of 16 bytes:\n{raw}");
+
+    refused(&host(&["id-ns", "--nsid", "9"]), "Identify Namespace 9 failed: Invalid Namespace");
+    refused(&host(&["get-log", "0x99"]), "Get Log Page 0x99 failed: Invalid Field");
+    refused(&host(&["get-log", "health"]), "unknown log page \"health\"");
+    refused(&host(&["get-log", "5", "--log-len", "6"]), "--log-len must be a multiple of 4");
+}
+
 #[test]
 fn ctrl_c_ends_io_with_the_results_so_far_and_sigterm_stops_the_controller() {
     let mut c = Controller::start(&[]);

@@ -4,7 +4,7 @@
 //! a file-backed namespace, and the error paths (malformed PDU, bad
 //! command, keep alive expiry) with the controller serving on regardless.
 
-use nvme_ddp::app::{IdentifyApp, IoApp};
+use nvme_ddp::app::{AdminApp, IoApp};
 use nvme_ddp::kernel_tcp::{ControllerServer, run_host};
 use nvme_ddp::transport::{Listener, Transport};
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec, check_pattern};
@@ -249,7 +249,7 @@ fn malformed_pdu_gets_a_term_req_and_others_are_still_served() {
     let mut rest = Vec::new();
     assert_eq!(s.read_to_end(&mut rest).unwrap(), 0, "then the controller closes");
 
-    let mut id = IdentifyApp::default();
+    let mut id = AdminApp::default();
     run_host(addr, &mut nvme_tcp::host::new(host_cfg(Digests::NONE, 1, 4)), &mut id, LIMIT)
         .unwrap();
     assert_eq!(id.namespaces.len(), 1, "other hosts are still served");
@@ -285,4 +285,44 @@ fn keep_alive_expiry_tears_down_the_association() {
         "the controller closes the expired association"
     );
     assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+/// Admin commands after bring-up, in one association: a failed Identify
+/// lands in the Error Information log as the spec lays it out (count,
+/// queue, command, status, NSID, transport), and the SMART log counts
+/// the I/O the controller served.
+#[test]
+fn admin_commands_read_the_error_and_smart_logs() {
+    use nvme_tcp::nvme::identify::{self, IDENTIFY_LEN, cns};
+    use nvme_tcp::nvme::log::{ErrorLogEntry, GetLogPage, SmartLog, TRTYPE_TCP, lid};
+    let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));
+    write_then_read(addr, host_cfg(Digests::NONE, 1, 4), 4096, 1 << 20);
+    let log = |lid, len: usize| {
+        let sqe = GetLogPage { lid, lsp: 0, rae: false, len: len as u64, lpo: 0 }.to_sqe();
+        (sqe, len)
+    };
+    let mut app = AdminApp::new(move |host: &Host| {
+        assert_eq!(host.namespaces().len(), 1);
+        vec![
+            (identify::command(cns::NAMESPACE, 99), IDENTIFY_LEN),
+            log(lid::ERROR_INFO, 4 * ErrorLogEntry::LEN),
+            log(lid::SMART, SmartLog::LEN),
+        ]
+    });
+    run_host(addr, &mut nvme_tcp::host::new(host_cfg(Digests::NONE, 1, 4)), &mut app, LIMIT)
+        .unwrap();
+    assert_eq!(nvme_ddp::app::HostApp::error(&app), None);
+    let statuses: Vec<Status> = app.replies.iter().map(|r| r.0).collect();
+    assert_eq!(statuses, [Status::INVALID_NAMESPACE, Status::SUCCESS, Status::SUCCESS]);
+    let entries: Vec<ErrorLogEntry> =
+        app.replies[1].1.chunks(ErrorLogEntry::LEN).filter_map(ErrorLogEntry::parse).collect();
+    assert_eq!(entries.len(), 4);
+    let e = entries[0];
+    assert_eq!((e.error_count, e.sqid, e.nsid, e.trtype), (1, 0, 99, TRTYPE_TCP), "{e:?}");
+    assert_eq!(Status::from_field(e.status), Status::INVALID_NAMESPACE);
+    assert!(entries[1..].iter().all(|e| e.error_count == 0), "one error logged");
+    let smart = SmartLog::parse(&app.replies[2].1).unwrap();
+    // The write pass and the verified read pass, 256 commands each.
+    assert_eq!((smart.host_reads, smart.host_writes), (256, 256), "{smart:?}");
+    assert_eq!((smart.data_units_read, smart.error_log_entries), (3, 1), "{smart:?}");
 }

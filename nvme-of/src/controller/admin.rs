@@ -426,6 +426,7 @@ impl CtrlQueue {
                     power_cycles: 1,
                     media_errors: c.media_errors.load(Ordering::Relaxed),
                     error_log_entries,
+                    ..SmartLog::default()
                 };
                 let mut p = vec![0u8; SmartLog::LEN];
                 smart.emit(&mut p);

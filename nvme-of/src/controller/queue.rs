@@ -205,6 +205,7 @@ impl CtrlQueue {
                     status: status.to_field(),
                     nsid: sqe.nsid,
                     lba: sqe.slba(),
+                    trtype: self.binding.trtype,
                     ..Default::default()
                 };
                 lock(&q.assoc).record_error(entry);

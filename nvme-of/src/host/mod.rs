@@ -141,7 +141,9 @@ pub enum HostError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NamespaceInfo {
     pub nsid: u32,
+    /// Size (NSZE) and blocks in use (NUSE).
     pub blocks: u64,
+    pub used: u64,
     pub block_size: u32,
 }
 
@@ -569,6 +571,25 @@ impl Host {
         q.submit(Owner::Io(io.tag), sqe, data, deadline).map(drop).ok_or(SubmitError::QueueFull)
     }
 
+    /// Submit an admin command (Identify, Get Log Page, ...) that reads
+    /// `len` bytes from the controller, or none. It completes as a
+    /// [`HostEvent::Completion`] on queue 0 with `tag`, the data in `buf`.
+    pub fn submit_admin(
+        &mut self,
+        sqe: Sqe,
+        len: usize,
+        tag: u64,
+        now: Instant,
+    ) -> Result<(), SubmitError> {
+        self.now = self.now.max(now);
+        if self.state != State::Ready {
+            return Err(SubmitError::NotReady);
+        }
+        let data = (len > 0).then(|| (IoBuf::new(len), len, Dir::FromController));
+        let deadline = now + self.cfg.command_timeout;
+        self.queues[0].submit(Owner::Io(tag), sqe, data, deadline).map(drop).ok_or(SubmitError::QueueFull)
+    }
+
     fn admin_cmd(
         &mut self,
         owner: Owner,
@@ -604,15 +625,13 @@ impl Host {
     }
 
     fn identify(&mut self, step: Step, cns: u8, nsid: u32, now: Instant) {
-        let mut sqe = Sqe::new(admin::IDENTIFY, nsid, Default::default());
-        sqe.cdw10 = u32::from(cns);
+        let sqe = identify::command(cns, nsid);
         let buf = IoBuf::new(identify::IDENTIFY_LEN);
         self.step(step, sqe, Some((buf, identify::IDENTIFY_LEN, Dir::FromController)), now);
     }
 
     fn get_log(&mut self, step: Step, lid: u8, lpo: u64, len: usize, now: Instant) {
-        let mut sqe = Sqe::new(admin::GET_LOG_PAGE, 0, Default::default());
-        GetLogPage { lid, lsp: 0, rae: false, len: len as u64, lpo }.fill(&mut sqe);
+        let sqe = GetLogPage { lid, lsp: 0, rae: false, len: len as u64, lpo }.to_sqe();
         self.step(step, sqe, Some((IoBuf::new(len), len, Dir::FromController)), now);
     }
 
@@ -822,7 +841,12 @@ impl Host {
                     && (512..=65536).contains(&ns.block_size())
                 {
                     let block_size = ns.block_size() as u32;
-                    self.namespaces.push(NamespaceInfo { nsid, blocks: ns.nsze, block_size });
+                    self.namespaces.push(NamespaceInfo {
+                        nsid,
+                        blocks: ns.nsze,
+                        used: ns.nuse,
+                        block_size,
+                    });
                 }
                 self.next_namespace(now);
             }

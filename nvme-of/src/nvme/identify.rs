@@ -20,6 +20,13 @@ pub mod cns {
 /// Every Identify data structure is 4096 bytes.
 pub const IDENTIFY_LEN: usize = 4096;
 
+/// An Identify command for `cns` (of the NVM command set) about `nsid`.
+pub fn command(cns: u8, nsid: u32) -> super::Sqe {
+    let mut sqe = super::Sqe::new(super::admin::IDENTIFY, nsid, Default::default());
+    sqe.cdw10 = u32::from(cns);
+    sqe
+}
+
 /// Controller type (CNTRLTYPE, byte 111).
 pub const CNTRLTYPE_IO: u8 = 1;
 pub const CNTRLTYPE_DISCOVERY: u8 = 2;

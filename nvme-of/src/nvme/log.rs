@@ -2,7 +2,7 @@
 //! implementation serves, including the discovery log.
 
 use super::Sqe;
-use crate::bytes::{get_str, get_u16, get_u64, put_str, put_u16, put_u32, put_u64};
+use crate::bytes::{get_str, get_u16, get_u32, get_u64, put_str, put_u16, put_u32, put_u64};
 
 /// Log page identifiers.
 pub mod lid {
@@ -40,8 +40,9 @@ impl GetLogPage {
         }
     }
 
-    /// Fill an SQE's log fields; `len` must be a non-zero multiple of 4.
-    pub fn fill(&self, sqe: &mut Sqe) {
+    /// The command; `len` must be a non-zero multiple of 4.
+    pub fn to_sqe(&self) -> Sqe {
+        let mut sqe = Sqe::new(super::admin::GET_LOG_PAGE, 0, Default::default());
         let numd = (self.len / 4).saturating_sub(1);
         sqe.cdw10 = u32::from(self.lid)
             | (u32::from(self.lsp & 0x7f) << 8)
@@ -50,16 +51,20 @@ impl GetLogPage {
         sqe.cdw11 = (numd >> 16) as u32 & 0xffff;
         sqe.cdw12 = self.lpo as u32;
         sqe.cdw13 = (self.lpo >> 32) as u32;
+        sqe
     }
 }
 
 /// SMART / Health Information, 512 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SmartLog {
+    pub critical_warning: u8,
     /// Composite temperature in kelvins.
     pub temperature: u16,
     pub available_spare: u8,
     pub spare_threshold: u8,
+    /// Estimate of the life used, in percent.
+    pub percentage_used: u8,
     /// Data units (1000 blocks of 512 bytes) read and written.
     pub data_units_read: u64,
     pub data_units_written: u64,
@@ -76,9 +81,11 @@ impl SmartLog {
     pub fn emit(&self, b: &mut [u8]) {
         let b = &mut b[..Self::LEN];
         b.fill(0);
+        b[0] = self.critical_warning;
         put_u16(b, 1, self.temperature);
         b[3] = self.available_spare;
         b[4] = self.spare_threshold;
+        b[5] = self.percentage_used;
         // The counters are 128-bit; the high halves stay zero.
         put_u64(b, 32, self.data_units_read);
         put_u64(b, 48, self.data_units_written);
@@ -92,9 +99,11 @@ impl SmartLog {
     pub fn parse(b: &[u8]) -> Option<Self> {
         let b = b.get(..Self::LEN)?;
         Some(Self {
+            critical_warning: b[0],
             temperature: get_u16(b, 1),
             available_spare: b[3],
             spare_threshold: b[4],
+            percentage_used: b[5],
             data_units_read: get_u64(b, 32),
             data_units_written: get_u64(b, 48),
             host_reads: get_u64(b, 64),
@@ -118,6 +127,8 @@ pub struct ErrorLogEntry {
     pub param_loc: u16,
     pub lba: u64,
     pub nsid: u32,
+    /// Transport type of the queue the command came on (TRTYPE).
+    pub trtype: u8,
 }
 
 impl ErrorLogEntry {
@@ -133,8 +144,21 @@ impl ErrorLogEntry {
         put_u16(b, 14, self.param_loc);
         put_u64(b, 16, self.lba);
         put_u32(b, 24, self.nsid);
-        // Transport type: TCP.
-        b[29] = 3;
+        b[29] = self.trtype;
+    }
+
+    pub fn parse(b: &[u8]) -> Option<Self> {
+        let b = b.get(..Self::LEN)?;
+        Some(Self {
+            error_count: get_u64(b, 0),
+            sqid: get_u16(b, 8),
+            cid: get_u16(b, 10),
+            status: get_u16(b, 12),
+            param_loc: get_u16(b, 14),
+            lba: get_u64(b, 16),
+            nsid: get_u32(b, 24),
+            trtype: b[29],
+        })
     }
 }
 
@@ -240,9 +264,9 @@ mod tests {
 
     #[test]
     fn get_log_page_fields() {
-        let mut sqe = Sqe::default();
         let g = GetLogPage { lid: lid::DISCOVERY, lsp: 0, rae: true, len: 4096, lpo: 1024 };
-        g.fill(&mut sqe);
+        let sqe = g.to_sqe();
+        assert_eq!(sqe.opcode, crate::nvme::admin::GET_LOG_PAGE);
         assert_eq!(sqe.cdw10, 0x03ff_8070);
         assert_eq!((sqe.cdw11, sqe.cdw12), (0, 1024));
         assert_eq!(GetLogPage::parse(&sqe), g);

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{ArgAction, Args, Subcommand};
-use nvme_ddp::app::{DiscoverApp, HostApp, IdentifyApp, IoApp};
+use nvme_ddp::app::{AdminApp, HostApp, IoApp};
 use nvme_ddp::clock::Clock;
 use nvme_ddp::kernel_tcp::run_host;
 use nvme_ddp::report::{OffloadReport, PhaseReport, human_bytes};
@@ -11,14 +11,13 @@ use nvme_ddp::transport::Transport;
 use nvme_ddp::userspace;
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
 use nvme_tcp::host::HostConfig;
-use nvme_tcp::nvme::DISCOVERY_NQN;
-use nvme_tcp::nvme::log::{SUBTYPE_NVME, TRTYPE_RDMA, TRTYPE_TCP};
 use nvme_tcp::wire::Digests;
 use smoltcp_glue::Stack;
 use std::net::SocketAddr;
 use std::time::Duration;
 use ulp_ddp::Caps;
 
+use crate::admin::{self, GetLogArgs, IdNsArgs, resolve_nqn};
 use crate::args::{parse_bytes, parse_nqn, parse_on_off, parse_qd, parse_queues};
 use crate::progress::{Eta, cpu_times, interrupt_flag, watch};
 use crate::tap::{KERNEL_TCP_MTU, TapArgs, fresh_stack_config, ip_mtu};
@@ -34,7 +33,7 @@ pub(crate) struct HostArgs {
     transport: Transport,
     /// Subsystem NQN; without it, the first subsystem discovery lists.
     #[arg(long, global = true, value_parser = parse_nqn)]
-    nqn: Option<String>,
+    pub(crate) nqn: Option<String>,
     /// Host NQN.
     #[arg(
         long,
@@ -60,7 +59,7 @@ pub(crate) struct HostArgs {
     kato: u64,
     /// Print a machine-readable JSON report.
     #[arg(long, global = true)]
-    json: bool,
+    pub(crate) json: bool,
     /// Progress line: auto (on a terminal), always, never.
     #[arg(long, global = true, value_enum, default_value = "auto")]
     eta: Eta,
@@ -72,10 +71,19 @@ pub(crate) struct HostArgs {
 
 #[derive(Subcommand, Debug)]
 enum HostAction {
-    /// Print the controller's identity and namespaces.
+    /// Print the controller's identity and namespaces in brief.
     Identify,
-    /// Print the discovery log.
+    /// Print the discovery log (as `get-log discovery`).
     Discover,
+    /// List the namespaces of the subsystem, or of every subsystem
+    /// discovery lists (as `nvme list`).
+    List,
+    /// Print the Identify Controller data (as `nvme id-ctrl`).
+    IdCtrl,
+    /// Print a namespace's Identify Namespace data (as `nvme id-ns`).
+    IdNs(IdNsArgs),
+    /// Print a log page: error, smart, discovery, or one by identifier.
+    GetLog(GetLogArgs),
     /// Run an I/O workload and print IOPS, throughput and latency.
     Io(IoArgs),
 }
@@ -111,7 +119,7 @@ impl HostArgs {
     }
 }
 
-fn host_config(a: &HostArgs, subnqn: String) -> HostConfig {
+pub(crate) fn host_config(a: &HostArgs, subnqn: String) -> HostConfig {
     HostConfig {
         subnqn,
         hostnqn: a.hostnqn.clone(),
@@ -125,7 +133,7 @@ fn host_config(a: &HostArgs, subnqn: String) -> HostConfig {
 }
 
 /// Run `app` on a host; over smoltcp, also report what the NIC did.
-fn run_app(
+pub(crate) fn run_app(
     a: &HostArgs,
     cfg: HostConfig,
     app: &mut dyn HostApp,
@@ -158,53 +166,16 @@ fn run_app(
     }
 }
 
-/// The subsystem to use: the one given, or the first one discovery lists.
-fn resolve_nqn(a: &HostArgs) -> Result<String> {
-    if let Some(nqn) = &a.nqn {
-        return Ok(nqn.clone());
-    }
-    let mut app = DiscoverApp::default();
-    run_app(a, host_config(a, DISCOVERY_NQN.into()), &mut app, Duration::from_secs(60))?;
-    let entries = app.entries.unwrap_or_default();
-    let e = entries
-        .iter()
-        .find(|e| e.subtype == SUBTYPE_NVME)
-        .context("discovery lists no NVM subsystem (give --nqn)")?;
-    Ok(e.subnqn.clone())
-}
-
 pub(crate) fn run(a: HostArgs) -> Result<()> {
     match &a.action {
-        HostAction::Discover => {
-            let mut app = DiscoverApp::default();
-            run_app(&a, host_config(&a, DISCOVERY_NQN.into()), &mut app, Duration::from_secs(60))?;
-            let entries = app.entries.unwrap_or_default();
-            if a.json {
-                let v: Vec<_> = entries
-                    .iter()
-                    .map(|e| serde_json::json!({"trtype": e.trtype, "adrfam": e.adrfam, "subtype": e.subtype, "treq": e.treq, "portid": e.portid, "trsvcid": e.trsvcid, "subnqn": e.subnqn, "traddr": e.traddr}))
-                    .collect();
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                println!("Discovery log: {} record(s)", entries.len());
-                for (i, e) in entries.iter().enumerate() {
-                    let kind =
-                        if e.subtype == SUBTYPE_NVME { "nvme subsystem" } else { "discovery" };
-                    let trtype = match e.trtype {
-                        TRTYPE_TCP => "tcp".to_string(),
-                        TRTYPE_RDMA => "rdma".to_string(),
-                        t => format!("trtype {t}"),
-                    };
-                    println!(
-                        "  {i}: {kind} {} at {trtype} {}:{} (port {}, treq {:#x})",
-                        e.subnqn, e.traddr, e.trsvcid, e.portid, e.treq
-                    );
-                }
-            }
-        }
+        HostAction::Discover => admin::print_discovery(&a)?,
+        HostAction::List => admin::list(&a)?,
+        HostAction::IdCtrl => admin::id_ctrl(&a)?,
+        HostAction::IdNs(args) => admin::id_ns(&a, args)?,
+        HostAction::GetLog(args) => admin::get_log(&a, args)?,
         HostAction::Identify => {
             let nqn = resolve_nqn(&a)?;
-            let mut app = IdentifyApp::default();
+            let mut app = AdminApp::default();
             run_app(&a, host_config(&a, nqn), &mut app, Duration::from_secs(60))?;
             let c = app.controller.context("no Identify Controller data")?;
             let v = app.version;

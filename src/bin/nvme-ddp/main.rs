@@ -1,6 +1,7 @@
 //! `nvme-ddp`: an NVMe/TCP host and controller on a software NIC that models
 //! ULP DDP offload.
 
+mod admin;
 mod args;
 mod bench;
 mod controller;
