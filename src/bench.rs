@@ -95,7 +95,7 @@ impl Default for BenchOptions {
 }
 
 /// One point of the matrix: what ran and the medians of what it did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Point {
     pub transport: &'static str,
     pub bs: u32,
@@ -133,6 +133,10 @@ pub struct Point {
     pub offload_share: f64,
     pub resync_latency_pdus: f64,
     pub reps: usize,
+    /// [min, max] over the repetitions.
+    pub iops_range: [f64; 2],
+    pub bytes_per_sec_range: [f64; 2],
+    pub host_cpu_ns_per_io_range: [f64; 2],
     /// (max - min) / median over the repetitions.
     pub bytes_per_sec_spread: f64,
     pub host_cpu_spread: f64,
@@ -678,6 +682,9 @@ pub fn run_point(
         tick();
     }
     let m = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
+    let range = |f: fn(&Sample) -> f64| {
+        samples.iter().map(f).fold([f64::MAX, f64::MIN], |[lo, hi], x| [lo.min(x), hi.max(x)])
+    };
     let thr: Vec<f64> = samples.iter().map(|s| s.bytes_per_sec).collect();
     let cpu: Vec<f64> = samples.iter().map(|s| s.host_cpu_ns_per_io).collect();
     let nic: Vec<f64> = samples.iter().map(|s| s.nic_cpu_ns_per_io).collect();
@@ -708,6 +715,9 @@ pub fn run_point(
         offload_share: m(|s| s.offload_share),
         resync_latency_pdus: m(|s| s.resync_latency_pdus),
         reps: samples.len(),
+        iops_range: range(|s| s.iops),
+        bytes_per_sec_range: range(|s| s.bytes_per_sec),
+        host_cpu_ns_per_io_range: range(|s| s.host_cpu_ns_per_io),
         bytes_per_sec_spread,
         host_cpu_spread,
         nic_cpu_spread: spread(&nic),
@@ -925,27 +935,15 @@ mod tests {
             offload: offload.into(),
             iops: 1.0,
             bytes_per_sec: 1e9,
-            lat_p50_us: 0.0,
-            lat_p99_us: 0.0,
             host_cpu_ns_per_io: cpu,
             nic_cpu_ns_per_io: 1.0,
             controller_cpu_ns_per_io: 1.0,
-            harness_cpu_ns_per_io: 0.0,
             process_cpu_ns_per_io: 1.0,
-            host_copy_bytes_per_io: 0.0,
-            host_crc_bytes_per_io: 0.0,
-            nic_placed_bytes_per_io: 0.0,
-            nic_crc_bytes_per_io: 0.0,
-            control_calls_per_io: 0.0,
-            raw_tcp_bytes_per_sec: 0.0,
-            offload_share: 0.0,
-            resync_latency_pdus: 0.0,
             reps: 5,
             bytes_per_sec_spread: 0.01,
             host_cpu_spread: spread,
-            nic_cpu_spread: 0.0,
-            raw_tcp_spread: 0.0,
             steady: spread <= SPREAD_LIMIT,
+            ..Point::default()
         }
     }
 

@@ -101,6 +101,11 @@ fn a_small_matrix_gives_json_charts_and_a_table() {
         assert!(num("lat_p99_us") >= num("lat_p50_us"), "{p}");
         assert!(num("host_cpu_ns_per_io") > 0.0 && num("raw_tcp_bytes_per_sec") > 0.0, "{p}");
         let steady = num("bytes_per_sec_spread") <= 0.1 && num("host_cpu_spread") <= 0.1;
+        for f in ["iops", "bytes_per_sec", "host_cpu_ns_per_io"] {
+            let r = &p[format!("{f}_range")];
+            let (lo, hi) = (r[0].as_f64().unwrap(), r[1].as_f64().unwrap());
+            assert!(lo <= num(f) && num(f) <= hi, "{f} within its range: {p}");
+        }
         assert_eq!(p["steady"].as_bool(), Some(steady), "{p}");
         match (rw, offload) {
             ("read", "none") | ("write", "none") => {
@@ -127,6 +132,11 @@ fn a_small_matrix_gives_json_charts_and_a_table() {
     {
         let svg = std::fs::read_to_string(plots.join(format!("{name}.svg"))).unwrap();
         assert!(svg.contains("<svg") && svg.contains("all") && svg.contains("none"), "{name}.svg");
+        // The panel says what it holds, and each block size is labelled once.
+        assert!(svg.contains("qd 4, MTU 9000, data digest on"), "{name}.svg");
+        for label in ["\n4k\n", "\n128k\n"] {
+            assert_eq!(svg.matches(label).count(), 1, "{label:?} in {name}.svg");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

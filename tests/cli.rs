@@ -278,7 +278,8 @@ fn nvme_cli_verbs_list_identify_and_read_logs() {
     assert_eq!(devices[1]["PhysicalSize"], 16 << 20);
 
     let id = ok(&host(&["id-ctrl"]));
-    for line in ["mn        : nvme-ddp", "nn        : 2", "ver       : 0x10300", "subnqn    : nqn."] {
+    for line in ["mn        : nvme-ddp", "nn        : 2", "ver       : 0x10300", "subnqn    : nqn."]
+    {
         assert!(id.contains(line), "no {line:?} in\n{id}");
     }
     assert_eq!(json(&host(&["id-ctrl", "--json"]))["cntrltype"], 1);

@@ -587,7 +587,10 @@ impl Host {
         }
         let data = (len > 0).then(|| (IoBuf::new(len), len, Dir::FromController));
         let deadline = now + self.cfg.command_timeout;
-        self.queues[0].submit(Owner::Io(tag), sqe, data, deadline).map(drop).ok_or(SubmitError::QueueFull)
+        self.queues[0]
+            .submit(Owner::Io(tag), sqe, data, deadline)
+            .map(drop)
+            .ok_or(SubmitError::QueueFull)
     }
 
     fn admin_cmd(
