@@ -3,8 +3,9 @@
 //! then a verified read pass, then a report.
 
 use crate::app::{HostApp, IoApp, Watch};
+use crate::bench::{self, BenchOptions, Point, Spec};
 use crate::clock::Clock;
-use crate::report::{OffloadReport, PhaseReport};
+use crate::report::{OffloadReport, PhaseReport, human_bytes};
 use crate::transport::Transport;
 use crate::userspace::{
     Chain, ControllerSide, HostSide, RunError, chain, run_host, run_simulated, serve, to_smol,
@@ -57,6 +58,8 @@ pub struct DemoOptions {
     pub io_timeout: Duration,
     /// NVMe/TCP, or NVMe/RDMA over iWARP.
     pub transport: Transport,
+    /// Also measure what the offloads save against a software-only run.
+    pub baseline: bool,
 }
 
 impl DemoOptions {
@@ -85,6 +88,7 @@ impl Default for DemoOptions {
             kato: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
             transport: Transport::Tcp,
+            baseline: false,
         }
     }
 }
@@ -140,6 +144,8 @@ pub struct DemoReport {
     /// The controller side's (its "host_*" counters count the controller's
     /// own copy and digest work).
     pub controller_offload: OffloadReport,
+    /// What the offloads saved, if asked for and there were any.
+    pub savings: Option<Savings>,
     /// The run was cut short (Ctrl-C): the phases are what ran till then.
     pub interrupted: bool,
     #[serde(skip)]
@@ -264,7 +270,7 @@ pub fn run(o: &DemoOptions, watch: Option<Watch>) -> Result<DemoReport, DemoErro
         .iter()
         .map(|(spec, stats)| PhaseReport::new(spec, stats.clone(), app.io_queues, app.queue_depth))
         .collect();
-    Ok(DemoReport {
+    let mut report = DemoReport {
         transport: o.transport,
         size: o.size,
         mtu: o.mtu,
@@ -289,7 +295,78 @@ pub fn run(o: &DemoOptions, watch: Option<Watch>) -> Result<DemoReport, DemoErro
             let (ulp, tx) = ctrl.stats();
             OffloadReport::controller(ctrl_nic.caps().1, ctrl_nic.stats(), ulp, tx)
         },
+        savings: None,
         interrupted: app.interrupted,
         error: app.error(),
-    })
+    };
+    if o.baseline && o.offload != Caps::NONE && !report.interrupted && report.error.is_none() {
+        report.savings = Some(savings(o).map_err(DemoError::Setup)?);
+    }
+    Ok(report)
+}
+
+/// What the offloads saved: the demo's I/O (half reads, half writes, at
+/// its block size, queue depth, MTU and data digest) measured as the
+/// bench measures, with the demo's offloads and with none, one after the
+/// other on fresh stacks over a clean wire.
+#[derive(Debug, Clone, Serialize)]
+pub struct Savings {
+    pub offloaded: Point,
+    pub software: Point,
+}
+
+impl Savings {
+    /// Runs of each, and how long each measures.
+    const REPS: usize = 3;
+    const TIME: Duration = Duration::from_millis(300);
+
+    /// One line: host CPU, copies and CRC per I/O, with and without.
+    pub fn line(&self) -> String {
+        let (a, b) = (&self.offloaded, &self.software);
+        let us = |p: &Point| p.host_cpu_ns_per_io / 1e3;
+        let change = match us(b) {
+            0.0 => String::new(),
+            base => format!(" ({:+.0}%)", (us(a) / base - 1.0) * 100.0),
+        };
+        let cpu = |p: &Point| format!("{:.1} us", us(p));
+        let bytes = |n: f64| human_bytes(n.round());
+        format!(
+            "offloads saved: host CPU {} -> {} per I/O{change}, copies {} -> {}, CRC {} -> {} per I/O (against no offload, measured alongside: {} {}, {} runs each, spread {:.0}%/{:.0}%)",
+            cpu(b),
+            cpu(a),
+            bytes(b.host_copy_bytes_per_io),
+            bytes(a.host_copy_bytes_per_io),
+            bytes(b.host_crc_bytes_per_io),
+            bytes(a.host_crc_bytes_per_io),
+            b.rw,
+            crate::size::format_size(u64::from(b.bs)),
+            b.reps,
+            b.host_cpu_spread * 100.0,
+            a.host_cpu_spread * 100.0,
+        ) + match b.host_cpu_spread.max(a.host_cpu_spread) > bench::SPREAD_LIMIT {
+            true => "; too noisy for the CPU figures to be relied on",
+            false => "",
+        }
+    }
+}
+
+/// Measure [`Savings`] for the demo's settings.
+pub fn savings(o: &DemoOptions) -> Result<Savings, String> {
+    let bench = BenchOptions {
+        reps: Savings::REPS,
+        warmup: Duration::from_millis(100),
+        duration: Savings::TIME,
+        ..BenchOptions::default()
+    };
+    let spec = |offload| Spec {
+        transport: o.transport,
+        bs: o.bs,
+        rw: Rw::Rw,
+        qd: o.qd,
+        mtu: o.mtu,
+        ddgst: o.digests.data,
+        offload,
+    };
+    let point = |offload| bench::run_point(&spec(offload), &bench, (0.0, 0.0), || {});
+    Ok(Savings { offloaded: point(o.offload)?, software: point(Caps::NONE)? })
 }

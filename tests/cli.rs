@@ -348,10 +348,26 @@ fn demo_shows_progress_digests_by_default_and_says_what_off_means() {
         ),
         "{out}"
     );
+    assert!(!out.contains("offloads saved"), "nothing to compare with: {out}");
     // One-shot is a host thing: the controller does not list it.
-    let o = nvme_ddp(&["demo", "--size", "4M"]);
-    let (out, _) = text(&o);
+    let out = ok(&["demo", "--size", "4M"]);
     assert!(out.contains("controller offload [classic]"), "{out}");
+    // What the offloads saved, against a software-only run measured too.
+    assert!(out.contains("  offloads saved: host CPU "), "{out}");
+    assert!(out.contains("(against no offload, measured alongside: rw 128k, 3 runs"), "{out}");
+    let report = json(&["demo", "--size", "4M", "--offload", "crc", "--json"]);
+    let (with, without) = (&report["savings"]["offloaded"], &report["savings"]["software"]);
+    let num = |p: &serde_json::Value, f: &str| p[f].as_f64().unwrap();
+    assert_eq!(
+        (with["offload"].as_str(), without["offload"].as_str()),
+        (Some("crc"), Some("none"))
+    );
+    assert_eq!(num(without, "host_crc_bytes_per_io"), 131072.0, "{without}");
+    assert_eq!(num(with, "host_crc_bytes_per_io"), 0.0, "the NIC digests: {with}");
+    assert_eq!(num(with, "host_copy_bytes_per_io"), 131072.0, "crc alone places nothing");
+    assert!(num(with, "host_cpu_ns_per_io") > 0.0 && num(without, "host_cpu_ns_per_io") > 0.0);
+    let report = json(&["demo", "--size", "4M", "--baseline", "off", "--json"]);
+    assert!(report["savings"].is_null(), "{report}");
 }
 
 #[test]

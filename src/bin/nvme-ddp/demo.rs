@@ -83,6 +83,10 @@ pub(crate) struct DemoArgs {
     /// Seconds a command may take (default 30, or 120 with impairments).
     #[arg(long)]
     io_timeout: Option<u64>,
+    /// Then measure the same I/O with no offload and say what the
+    /// offloads saved (host CPU, copies, CRC per I/O): on or off.
+    #[arg(long, default_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
+    baseline: bool,
     /// Print a machine-readable JSON report.
     #[arg(long)]
     json: bool,
@@ -115,6 +119,7 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
         kato: Duration::ZERO,
         io_timeout: Duration::ZERO,
         transport: a.transport,
+        baseline: a.baseline,
     };
     let impaired = !o.impair.is_clean();
     let o = run_demo::DemoOptions {
@@ -169,6 +174,9 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
             .chain(report.controller_offload.lines("  controller"))
         {
             println!("{line}");
+        }
+        if let Some(s) = &report.savings {
+            println!("  {}", s.line());
         }
         for (dir, s) in
             [("host->controller", &report.impaired_h2c), ("controller->host", &report.impaired_c2h)]
