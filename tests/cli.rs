@@ -370,6 +370,31 @@ fn demo_shows_progress_digests_by_default_and_says_what_off_means() {
     assert!(report["savings"].is_null(), "{report}");
 }
 
+/// The VM scripts name their network namespace from a prefix a user (or
+/// CI) may set, and refuse one that is no namespace name before doing
+/// anything.
+#[test]
+fn vm_scripts_take_their_namespace_prefix_from_the_environment() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vm");
+    for script in ["interop.sh", "selftest.sh"] {
+        let o = Command::new("bash")
+            .arg(format!("{dir}/{script}"))
+            .env("NVME_DDP_NETNS_PREFIX", "no/such name")
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{script}: {out}{err}");
+        assert_eq!(
+            err.trim(),
+            format!(
+                "{script}: NVME_DDP_NETNS_PREFIX=\"no/such name\" is no namespace name: \
+                 use 1 to 40 letters, digits, '.', '_' or '-'"
+            ),
+            "{script}"
+        );
+    }
+}
+
 #[test]
 fn net_says_what_exists() {
     let ns = format!("nvmeddp-cli-{}", std::process::id());

@@ -4,8 +4,9 @@
 # Our NVMe/TCP and NVMe/RDMA hosts and controllers against the Linux
 # kernel's, in a VM (NVMe/RDMA through soft-iWARP, siw, in the guest):
 #
-#   - a network namespace nvmeddp-io-$$ with bridge br0 (198.18.0.1/24) and
-#     TAPs tap0 (the guest), tap1 (our smoltcp NVMe/TCP controller,
+#   - a network namespace PREFIX-PID (PREFIX is $NVME_DDP_NETNS_PREFIX, or
+#     nvmeddp-io; tests/vm/netns.sh) with bridge br0 (198.18.0.1/24) and TAPs
+#     tap0 (the guest), tap1 (our smoltcp NVMe/TCP controller,
 #     198.18.0.2), tap2 (our smoltcp host, 198.18.0.3) and tap3 (our smoltcp
 #     NVMe/RDMA controller, 198.18.0.4); torn down on exit
 #   - our controller four times, each with a 128 MiB RAM namespace:
@@ -36,7 +37,8 @@ CACHE_DIR=${NVME_DDP_VM_CACHE:-/var/cache/nvme-ddp-vm}
 BIN=${NVME_DDP_BIN:-$ROOT/target/release/nvme-ddp}
 TIMEOUT=${INTEROP_TIMEOUT:-1200}
 
-NS=nvmeddp-io-$$
+. "$HERE/netns.sh"
+netns_name nvmeddp-io
 BRIDGE_IP=198.18.0.1
 SMOL_CTRL_IP=198.18.0.2
 SMOL_HOST_IP=198.18.0.3
@@ -57,12 +59,8 @@ command -v ip >/dev/null || skip "ip (iproute2) not installed"
 command -v tshark >/dev/null || skip "tshark not installed"
 [[ -c /dev/net/tun ]] || skip "/dev/net/tun missing"
 
-# Namespaces of earlier runs that were killed: remove them once their
-# creator is gone and nothing runs in them.
-for old in $(ip netns list | awk '$1 ~ /^nvmeddp-io-[0-9]+$/ {print $1}'); do
-	kill -0 "${old##*-}" 2>/dev/null && continue
-	[[ -z $(ip netns pids "$old" 2>/dev/null) ]] && ip netns del "$old" 2>/dev/null || true
-done
+netns_sweep
+say "network namespace $NS"
 
 start=$SECONDS
 TMP=$(mktemp -d /tmp/nvme-ddp-interop.XXXXXX)

@@ -2,8 +2,9 @@
 # selftest.sh [-v] [CACHE_DIR]
 #
 # Self-test / demo of the VM test infrastructure:
-#   - creates network namespace nvmeddp-vm-$$ with bridge br0 (198.18.0.1/24)
-#     and TAP tap0 enslaved to it (all torn down again on exit)
+#   - creates network namespace PREFIX-PID (PREFIX is $NVME_DDP_NETNS_PREFIX,
+#     or nvmeddp-vm; tests/vm/netns.sh) with bridge br0 (198.18.0.1/24) and
+#     TAP tap0 enslaved to it (all torn down again on exit)
 #   - builds (or reuses) the cached guest (build-guest.sh)
 #   - boots it with run-guest.sh at 198.18.0.10/24 running guest/selftest-guest.sh,
 #     which exports a RAM-backed null_blk through the kernel NVMe/TCP target on
@@ -22,7 +23,8 @@ VERBOSE=0
 if [[ ${1:-} == -v ]]; then VERBOSE=1; shift; fi
 CACHE_DIR=${1:-${NVME_DDP_VM_CACHE:-/var/cache/nvme-ddp-vm}}
 
-NS=nvmeddp-vm-$$
+. "$HERE/netns.sh"
+netns_name nvmeddp-vm
 HOST_IP=198.18.0.1/24
 GUEST_IP=198.18.0.10/24
 GUEST_ADDR=${GUEST_IP%/*}
@@ -38,13 +40,7 @@ command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 not install
 command -v ip >/dev/null || skip "ip (iproute2) not installed"
 [[ -c /dev/net/tun ]] || skip "/dev/net/tun missing"
 
-# Namespaces left behind by an earlier run that was SIGKILLed: remove them if
-# their creator is gone and nothing runs inside them any more.
-for old in $(ip netns list | awk '$1 ~ /^nvmeddp-vm-[0-9]+$/ {print $1}'); do
-	pid=${old##*-}
-	kill -0 "$pid" 2>/dev/null && continue
-	[[ -z $(ip netns pids "$old" 2>/dev/null) ]] && ip netns del "$old" 2>/dev/null || true
-done
+netns_sweep
 
 start=$SECONDS
 TMP=$(mktemp -d /tmp/nvme-ddp-selftest.XXXXXX)
