@@ -362,7 +362,7 @@ fn treq(t: u8) -> &'static str {
 /// (by identifier) `get-log` print it.
 pub(crate) fn get_log(a: &HostArgs, args: &GetLogArgs) -> Result<()> {
     let len = args.log_len;
-    if len == 0 || len % 4 != 0 || len > 1 << 20 {
+    if len == 0 || !len.is_multiple_of(4) || len > 1 << 20 {
         bail!("--log-len must be a multiple of 4 up to 1M");
     }
     let (id, len) = match args.page {
