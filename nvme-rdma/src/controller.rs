@@ -129,7 +129,8 @@ impl Connection {
 
     pub fn poll_timeout(&self) -> Option<Instant> {
         let qp = self.qp.poll_timeout().map(instant);
-        nvme_of::earliest(qp, self.core.poll_timeout())
+        let core = if self.close.is_none() { self.core.poll_timeout() } else { None };
+        nvme_of::earliest(qp, core)
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {

@@ -256,6 +256,9 @@ impl Connection {
 
     /// When [`handle_timeout`](Self::handle_timeout) should next run.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.phase == Phase::Closing {
+            return None;
+        }
         self.core.poll_timeout()
     }
 

@@ -30,6 +30,9 @@ struct Pair {
     c2h_filter: Option<Filter>,
     /// Bytes per transfer: small values exercise arbitrary segmentation.
     chunk: usize,
+    /// Each queue whose connection closed, in order, and why the
+    /// controller's side closed (None: the host closed first).
+    closed: Vec<(u16, Option<CloseReason>)>,
 }
 
 fn target(cfg: TargetConfig, size: u64, block: u32) -> Arc<Target> {
@@ -48,6 +51,7 @@ impl Pair {
             h2c_filter: None,
             c2h_filter: None,
             chunk: 64 * 1024,
+            closed: Vec::new(),
         }
     }
 
@@ -100,9 +104,12 @@ impl Pair {
                 if n > 0 && !closed_ctrl {
                     self.conns.get_mut(&qid).unwrap().handle_input(&buf[..n], self.now);
                 }
-                self.conns.get_mut(&qid).unwrap().transport_closed();
+                let conn = self.conns.get_mut(&qid).unwrap();
+                let reason = conn.close_reason().filter(|_| closed_ctrl).cloned();
+                conn.transport_closed();
                 self.host.transport_closed(qid, self.now);
                 self.conns.remove(&qid);
+                self.closed.push((qid, reason));
                 moved = true;
             }
         }
@@ -509,4 +516,124 @@ fn keep_alive_keeps_the_association_and_its_absence_kills_it() {
     assert!(p.conns.values().all(Connection::is_closed));
     assert_eq!(p.conns[&0].close_reason(), Some(&CloseReason::KeepAliveExpired));
     assert_eq!(p.target.stats().controllers, 0);
+}
+
+/// RAM behind a write cache, as a file is: counts what makes writes durable.
+struct Cached {
+    ram: RamNamespace,
+    flushes: std::sync::atomic::AtomicUsize,
+}
+
+impl Namespace for Cached {
+    fn block_size(&self) -> u32 {
+        self.ram.block_size()
+    }
+    fn size(&self) -> u64 {
+        self.ram.size()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.ram.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.ram.write_at(offset, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.flushes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.ram.write_zeroes(offset, len)
+    }
+    fn volatile_write_cache(&self) -> bool {
+        true
+    }
+}
+
+/// Behind a volatile write cache, a Write with FUA (CDW12 bit 30) is made
+/// durable before it completes; a plain Write waits for a Flush.
+#[test]
+fn a_fua_write_is_durable_when_it_completes() {
+    let ns = Arc::new(Cached {
+        ram: RamNamespace::new(1 << 20, 512).unwrap(),
+        flushes: Default::default(),
+    });
+    let target =
+        Target::new(TargetConfig { subnqn: SUBNQN.into(), ..Default::default() }, vec![ns.clone()])
+            .unwrap();
+    let mut p = Pair::new(HostConfig { subnqn: SUBNQN.into(), ..Default::default() }, target);
+    p.ready();
+    assert_eq!(p.host.controller().unwrap().vwc, 1, "Identify says writes are cached");
+    let flushes = || ns.flushes.load(std::sync::atomic::Ordering::SeqCst);
+    let buf = IoBuf::from_vec(pattern(4096, 7));
+    assert_eq!(p.io(1, IoKind::Write, 0, 8, Some(buf.clone())), Status::SUCCESS);
+    assert_eq!(flushes(), 0, "a plain write stays in the cache");
+    assert_eq!(p.io(1, IoKind::WriteFua, 8, 8, Some(buf.clone())), Status::SUCCESS);
+    assert_eq!(flushes(), 1, "FUA: durable before the completion");
+    assert_eq!(p.io(1, IoKind::Flush, 0, 0, None), Status::SUCCESS);
+    assert_eq!(flushes(), 2);
+    let back = IoBuf::new(4096);
+    assert_eq!(p.io(1, IoKind::Read, 8, 8, Some(back.clone())), Status::SUCCESS);
+    assert_eq!(back.to_vec(), buf.to_vec());
+}
+
+/// An empty HOSTNQN is let in when the subsystem allows any host, as
+/// Linux nvmet and SPDK do; one too long for its field (no NUL within 256
+/// bytes) is Connect Invalid Parameters pointing at HOSTNQN.
+#[test]
+fn an_empty_host_nqn_connects_and_an_overlong_one_is_refused() {
+    let mut p = Pair::nvm(HostConfig { hostnqn: String::new(), ..Default::default() });
+    p.ready();
+    let buf = IoBuf::from_vec(pattern(512, 3));
+    assert_eq!(p.io(1, IoKind::Write, 0, 1, Some(buf)), Status::SUCCESS, "I/O queues too");
+
+    let long = format!("nqn.2014-08.org.nvmexpress:uuid:{}", "a".repeat(230));
+    let mut p = Pair::nvm(HostConfig { hostnqn: long, ..Default::default() });
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Failed(_))));
+    match p.failure() {
+        Some(HostError::Refused { step: "Connect", status }) => {
+            assert_eq!(*status, Status::CONNECT_INVALID_PARAMETERS)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Clearing CC.EN resets the controller: its I/O queues are deleted, so
+/// their connections close (and a command on one is aborted), while the
+/// admin queue stays.
+#[test]
+fn clearing_cc_en_deletes_the_io_queues() {
+    use nvme_tcp::nvme::{FabricsCommand, PropertySize, property};
+    let mut p = Pair::nvm(HostConfig { io_queues: 2, ..Default::default() });
+    p.ready();
+    assert_eq!(p.conns.keys().copied().collect::<Vec<_>>(), [0, 1, 2]);
+    let cc = |value| {
+        let set =
+            FabricsCommand::PropertySet { size: PropertySize::Four, offset: property::CC, value };
+        set.to_sqe(Default::default())
+    };
+    p.host.submit_admin(cc(0), 0, 7, p.now).unwrap();
+    // A read on an I/O queue reaches the controller just after the reset.
+    let read =
+        Io { kind: IoKind::Read, nsid: 1, slba: 0, nlb: 1, buf: Some(IoBuf::new(512)), tag: 8 };
+    p.host.submit(1, read, p.now).unwrap();
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Failed(_))));
+    assert!(
+        p.events.iter().any(|e| matches!(e,
+            HostEvent::Completion { qid: 0, tag: 7, status, .. } if status.is_success())),
+        "{:?}",
+        p.events
+    );
+    assert!(
+        p.events.iter().any(|e| matches!(e,
+            HostEvent::Completion { qid: 1, tag: 8, status, .. }
+                if *status == Status::ABORTED_SQ_DELETION)),
+        "{:?}",
+        p.events
+    );
+    // The controller closed both I/O queues; the host, having lost them,
+    // then closed the admin queue.
+    let gone = Some(CloseReason::ControllerGone);
+    assert_eq!(p.closed[..2], [(1, gone.clone()), (2, gone)], "{:?}", p.closed);
+    assert_eq!(p.closed.get(2), Some(&(0, None)), "{:?}", p.closed);
+    assert!(matches!(p.failure(), Some(HostError::Queue { qid: 1 | 2, .. })), "{:?}", p.failure());
 }

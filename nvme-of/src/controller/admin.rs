@@ -97,8 +97,11 @@ impl CtrlQueue {
         if !discovery && d.subnqn != self.target.subnqn() {
             return invalid_param(true, ConnectData::OFFSET_SUBNQN);
         }
-        if d.hostnqn.is_empty() || d.hostnqn.len() > NQN_MAX_LEN {
-            return Outcome::status(Status::CONNECT_INVALID_HOST);
+        // Every host is allowed in, so an empty HOSTNQN is too (as Linux
+        // nvmet and SPDK let it in when any host may connect); one that does
+        // not end within its field is malformed.
+        if d.hostnqn.len() > NQN_MAX_LEN {
+            return invalid_param(true, ConnectData::OFFSET_HOSTNQN);
         }
         let size = u32::from(sqsize) + 1;
         let max = u32::from(self.queue_size(discovery));
@@ -153,13 +156,13 @@ impl CtrlQueue {
             drop(a);
             assoc
         };
-        let cntlid = {
+        let (cntlid, generation) = {
             let mut a = lock(&assoc);
             a.connected.insert(qid);
-            a.cntlid
+            (a.cntlid, a.generation)
         };
         tracing::debug!(cntlid, qid, hostnqn = %d.hostnqn, subnqn = %d.subnqn, size, "queue connected");
-        self.bind(Queue { assoc, qid, size, sq_flow_control, sqhd: 0, cntlid });
+        self.bind(Queue { assoc, qid, size, sq_flow_control, sqhd: 0, cntlid, generation });
         result(u64::from(cntlid))
     }
 
@@ -214,7 +217,13 @@ impl CtrlQueue {
                 a.csts = property::CSTS_CFS;
             }
         } else if new & property::CC_EN == 0 && old & property::CC_EN != 0 {
+            // Controller reset: the I/O queues are deleted (their
+            // connections close) and must be connected again, after
+            // Number of Queues is set again.
             a.csts &= !(property::CSTS_RDY | property::CSTS_SHST_MASK);
+            a.connected.retain(|&qid| qid == 0);
+            a.io_queues = 0;
+            a.generation = a.generation.wrapping_add(1);
         }
         if new & property::CC_SHN_MASK != 0 && old & property::CC_SHN_MASK == 0 {
             a.csts = (a.csts & !property::CSTS_SHST_MASK) | property::CSTS_SHST_COMPLETE;

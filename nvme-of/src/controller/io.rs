@@ -7,12 +7,21 @@ use crate::nvme::{Sqe, Status, io};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+/// Make a write durable before it completes where it must be: with FUA,
+/// or with the volatile write cache turned off.
+fn durable(sqe: &Sqe, ns: &dyn Namespace, vwc: bool) -> std::io::Result<()> {
+    if vwc && !sqe.fua() { Ok(()) } else { ns.flush() }
+}
+
 /// Dataset Management range: context attributes, length in blocks, start.
 const DSM_RANGE_LEN: usize = 16;
 
 impl CtrlQueue {
     /// Commands of an I/O queue, after Connect.
     pub(super) fn io(&mut self, sqe: &Sqe, data: Data) -> Outcome {
+        if self.deleted() {
+            return Outcome::status(Status::ABORTED_SQ_DELETION);
+        }
         let Some(q) = &self.queue else { return Outcome::status(Status::COMMAND_SEQUENCE_ERROR) };
         let vwc = {
             let a = lock(&q.assoc);
@@ -33,7 +42,10 @@ impl CtrlQueue {
             io::READ => self.read(sqe, &ns, data),
             io::WRITE => self.write(sqe, &ns, data, vwc),
             io::WRITE_ZEROES => match block_range(&*ns, sqe.slba(), u64::from(sqe.nlb())) {
-                Ok((offset, len)) => media(ns.write_zeroes(offset, len), Status::WRITE_FAULT),
+                Ok((offset, len)) => {
+                    let zeroed = ns.write_zeroes(offset, len);
+                    media(zeroed.and_then(|()| durable(sqe, &*ns, vwc)), Status::WRITE_FAULT)
+                }
                 Err(s) => Outcome::status(s),
             },
             _ => self.dataset_management(sqe, &ns, data),
@@ -90,7 +102,7 @@ impl CtrlQueue {
             Err(s) => return Outcome::status(s),
         };
         let written = ns.write_at(offset, &buf.lock()[..len]);
-        let written = written.and_then(|()| if vwc { Ok(()) } else { ns.flush() });
+        let written = written.and_then(|()| durable(sqe, &**ns, vwc));
         if let Err(e) = written {
             tracing::warn!(error = %e, offset, len, "namespace write failed");
             self.target.counters.media_errors.fetch_add(1, Ordering::Relaxed);

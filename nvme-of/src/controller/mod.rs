@@ -263,6 +263,8 @@ pub(crate) struct Association {
     pub plain_features: HashMap<u8, u32>,
     pub errors: VecDeque<ErrorLogEntry>,
     pub error_count: u64,
+    /// Controller resets (CC.EN 1 to 0) so far.
+    pub generation: u32,
     /// The admin queue is gone or the keep alive timer expired: every queue
     /// of this controller closes.
     pub dead: bool,

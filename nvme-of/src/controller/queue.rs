@@ -24,6 +24,9 @@ pub(crate) struct Queue {
     pub sq_flow_control: bool,
     pub sqhd: u16,
     pub cntlid: u16,
+    /// The controller's reset count when this queue connected: an I/O
+    /// queue from before a reset is deleted.
+    pub generation: u32,
 }
 
 /// Data that came with a command: a buffer and how many bytes of it.
@@ -262,10 +265,20 @@ impl CtrlQueue {
         }
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) should next run.
+    /// An I/O queue whose controller was reset (CC.EN cleared) since it
+    /// connected: its state is gone, and its connection is to close.
+    pub(crate) fn deleted(&self) -> bool {
+        self.queue.as_ref().is_some_and(|q| q.qid > 0 && lock(&q.assoc).generation != q.generation)
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) should next run: at
+    /// once for a deleted queue, else at the keep alive deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let q = self.queue.as_ref()?;
-        lock(&q.assoc).ka_deadline
+        match self.deleted() {
+            true => Some(Instant::ZERO),
+            false => lock(&q.assoc).ka_deadline,
+        }
     }
 
     /// Enforce the keep alive timeout of this queue's controller: once it
@@ -273,6 +286,10 @@ impl CtrlQueue {
     /// admin queue.
     pub fn handle_timeout(&mut self, now: Instant) -> Option<bool> {
         let q = self.queue.as_ref()?;
+        if self.deleted() {
+            tracing::debug!(cntlid = q.cntlid, qid = q.qid, "controller reset; I/O queue deleted");
+            return Some(false);
+        }
         let (expired, cntlid) = {
             let mut a = lock(&q.assoc);
             (a.expired(now), a.cntlid)
@@ -294,7 +311,9 @@ impl CtrlQueue {
     pub fn transport_closed(&mut self) {
         if let Some(q) = &self.queue {
             let mut a = lock(&q.assoc);
-            a.connected.remove(&q.qid);
+            if a.generation == q.generation {
+                a.connected.remove(&q.qid);
+            }
             if q.qid == 0 {
                 a.dead = true;
                 self.target.remove_association(a.cntlid);

@@ -169,6 +169,8 @@ pub enum HostEvent {
 pub enum IoKind {
     Read,
     Write,
+    /// A Write with Force Unit Access: durable when it completes.
+    WriteFua,
     Flush,
     WriteZeroes,
     /// Dataset Management with the Deallocate attribute, one range.
@@ -530,7 +532,7 @@ impl Host {
         let len = u64::from(io.nlb) * u64::from(ns.block_size);
         let mut sqe = Sqe::rw(io::READ, io.nsid, io.slba, io.nlb, Default::default());
         let data = match io.kind {
-            IoKind::Read | IoKind::Write => {
+            IoKind::Read | IoKind::Write | IoKind::WriteFua => {
                 if self.max_transfer().is_some_and(|m| len > m) {
                     return Err(SubmitError::TooLarge(len));
                 }
@@ -543,6 +545,9 @@ impl Host {
                     _ => (io::WRITE, Dir::ToController),
                 };
                 sqe.opcode = opcode;
+                if io.kind == IoKind::WriteFua {
+                    sqe.cdw12 |= Sqe::FUA;
+                }
                 Some((buf, len as usize, dir))
             }
             IoKind::Flush => {

@@ -96,6 +96,14 @@ impl Sqe {
         (self.cdw12 & 0xffff) + 1
     }
 
+    /// Force Unit Access (CDW12 bit 30) of a Read, Write or Write Zeroes:
+    /// a write completes only once its data is on non-volatile media.
+    pub const FUA: u32 = 1 << 30;
+
+    pub fn fua(&self) -> bool {
+        self.cdw12 & Self::FUA != 0
+    }
+
     /// FCTYPE of a Fabrics command.
     pub fn fctype(&self) -> u8 {
         self.nsid as u8
