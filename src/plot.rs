@@ -122,14 +122,20 @@ impl<'a> Figure<'a> {
         (cols, n.div_ceil(cols))
     }
 
-    fn size(&self) -> (u32, u32) {
+    /// The panels' area, then the whole figure's with title and legend.
+    fn panels_size(&self) -> (u32, u32) {
         let (cols, rows) = self.grid();
-        (PANEL.0 * cols as u32, 40 + self.legend_rows() * LEGEND_ROW + PANEL.1 * rows as u32)
+        (PANEL.0 * cols as u32, PANEL.1 * rows as u32)
+    }
+
+    fn size(&self) -> (u32, u32) {
+        let (w, h) = self.panels_size();
+        (w, 40 + self.legend_rows() * LEGEND_ROW + h)
     }
 
     /// Legend entries placed left to right, wrapping: (row, x) of each.
     fn legend(&self) -> Vec<(u32, u32)> {
-        let width = self.size_without_legend().0;
+        let width = self.panels_size().0;
         let (mut row, mut x) = (0, 16);
         self.lines
             .iter()
@@ -143,11 +149,6 @@ impl<'a> Figure<'a> {
                 at
             })
             .collect()
-    }
-
-    fn size_without_legend(&self) -> (u32, u32) {
-        let (cols, rows) = self.grid();
-        (PANEL.0 * cols as u32, PANEL.1 * rows as u32)
     }
 
     fn legend_rows(&self) -> u32 {

@@ -29,6 +29,20 @@ fn refused(args: &[&str], what: &str) {
     assert!(out.is_empty(), "{args:?} printed results before failing:\n{out}");
 }
 
+/// Succeeds; stdout.
+#[track_caller]
+fn ok(args: &[&str]) -> String {
+    let o = nvme_ddp(args);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{args:?}:\n{out}{err}");
+    out
+}
+
+#[track_caller]
+fn json(args: &[&str]) -> serde_json::Value {
+    serde_json::from_str(&ok(args)).expect("JSON")
+}
+
 /// A loopback port nothing listens on.
 fn closed_port() -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -171,7 +185,7 @@ fn bad_numbers_and_names_fail_before_any_work() {
 fn one_offload_vocabulary() {
     refused(&["demo", "--offload", "ddp,crc"], "join offloads with '+'");
     refused(&["demo", "--offload", "dpp"], "unknown offload");
-    let o = nvme_ddp(&[
+    let out = ok(&[
         "bench",
         "--offload",
         "none,ddp+crc-rx",
@@ -193,8 +207,6 @@ fn one_offload_vocabulary() {
         "0",
         "--no-raw",
     ]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}{err}");
     assert!(out.lines().any(|l| l.contains(" ddp+crc-rx |")), "{out}");
 }
 
@@ -217,7 +229,7 @@ fn the_controller_takes_its_own_example_and_the_host_names_what_is_missing() {
 #[test]
 fn io_reports_reads_and_writes_apart_in_the_units_typed() {
     let c = Controller::start(&[]);
-    let o = nvme_ddp(&[
+    let out = ok(&[
         "host",
         "--connect",
         &c.addr,
@@ -230,8 +242,6 @@ fn io_reports_reads_and_writes_apart_in_the_units_typed() {
         "16M",
         "--verify",
     ]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}{err}");
     assert!(out.starts_with("rw bs=64k queues=1 qd=32: "), "{out}");
     assert!(out.contains(", 16 MiB in "), "{out}");
     for what in [
@@ -246,20 +256,6 @@ fn io_reports_reads_and_writes_apart_in_the_units_typed() {
         assert!(out.contains(what), "no {what:?} in\n{out}");
     }
     assert!(!out.contains(" MB") && !out.contains(" /s"), "{out}");
-}
-
-/// Succeeds; stdout.
-#[track_caller]
-fn ok(args: &[&str]) -> String {
-    let o = nvme_ddp(args);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{args:?}:\n{out}{err}");
-    out
-}
-
-#[track_caller]
-fn json(args: &[&str]) -> serde_json::Value {
-    serde_json::from_str(&ok(args)).expect("JSON")
 }
 
 #[test]
@@ -398,9 +394,7 @@ fn vm_scripts_take_their_namespace_prefix_from_the_environment() {
 #[test]
 fn net_says_what_exists() {
     let ns = format!("nvmeddp-cli-{}", std::process::id());
-    let o = nvme_ddp(&["net", "down", "--netns", &ns]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}{err}");
+    let out = ok(&["net", "down", "--netns", &ns]);
     assert!(out.contains("does not exist"), "{out}");
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {

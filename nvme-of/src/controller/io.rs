@@ -19,12 +19,12 @@ const DSM_RANGE_LEN: usize = 16;
 impl CtrlQueue {
     /// Commands of an I/O queue, after Connect.
     pub(super) fn io(&mut self, sqe: &Sqe, data: Data) -> Outcome {
-        if self.deleted() {
-            return Outcome::status(Status::ABORTED_SQ_DELETION);
-        }
         let Some(q) = &self.queue else { return Outcome::status(Status::COMMAND_SEQUENCE_ERROR) };
         let vwc = {
             let a = lock(&q.assoc);
+            if q.deleted(&a) {
+                return Outcome::status(Status::ABORTED_SQ_DELETION);
+            }
             if !a.ready() {
                 return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
             }

@@ -3,7 +3,7 @@
 //! leads to. The transport binding receives capsules, fetches host data
 //! when asked ([`Action::Fetch`]) and sends what [`Action::Respond`] says.
 
-use super::{AssocRef, Target, lock};
+use super::{AssocRef, Association, Target, lock};
 use crate::Binding;
 use crate::binding::DataSgl;
 use crate::nvme::log::ErrorLogEntry;
@@ -27,6 +27,14 @@ pub(crate) struct Queue {
     /// The controller's reset count when this queue connected: an I/O
     /// queue from before a reset is deleted.
     pub generation: u32,
+}
+
+impl Queue {
+    /// An I/O queue whose controller `a` was reset (CC.EN cleared) since
+    /// it connected: its state is gone, and its connection is to close.
+    pub fn deleted(&self, a: &Association) -> bool {
+        self.qid > 0 && a.generation != self.generation
+    }
 }
 
 /// Data that came with a command: a buffer and how many bytes of it.
@@ -265,20 +273,12 @@ impl CtrlQueue {
         }
     }
 
-    /// An I/O queue whose controller was reset (CC.EN cleared) since it
-    /// connected: its state is gone, and its connection is to close.
-    pub(crate) fn deleted(&self) -> bool {
-        self.queue.as_ref().is_some_and(|q| q.qid > 0 && lock(&q.assoc).generation != q.generation)
-    }
-
     /// When [`handle_timeout`](Self::handle_timeout) should next run: at
     /// once for a deleted queue, else at the keep alive deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let q = self.queue.as_ref()?;
-        match self.deleted() {
-            true => Some(Instant::ZERO),
-            false => lock(&q.assoc).ka_deadline,
-        }
+        let a = lock(&q.assoc);
+        if q.deleted(&a) { Some(Instant::ZERO) } else { a.ka_deadline }
     }
 
     /// Enforce the keep alive timeout of this queue's controller: once it
@@ -286,12 +286,16 @@ impl CtrlQueue {
     /// admin queue.
     pub fn handle_timeout(&mut self, now: Instant) -> Option<bool> {
         let q = self.queue.as_ref()?;
-        if self.deleted() {
-            tracing::debug!(cntlid = q.cntlid, qid = q.qid, "controller reset; I/O queue deleted");
-            return Some(false);
-        }
         let (expired, cntlid) = {
             let mut a = lock(&q.assoc);
+            if q.deleted(&a) {
+                tracing::debug!(
+                    cntlid = q.cntlid,
+                    qid = q.qid,
+                    "controller reset; I/O queue deleted"
+                );
+                return Some(false);
+            }
             (a.expired(now), a.cntlid)
         };
         if !expired {

@@ -105,7 +105,7 @@ fn print_fields(fields: &[(&str, F)], json: bool) -> Result<()> {
 /// Bring an association up with subsystem `nqn`, run the commands `plan`
 /// picks, and return what it learned; a failed command is an error
 /// naming `what`.
-fn admin(
+pub(crate) fn admin(
     a: &HostArgs,
     nqn: String,
     plan: impl FnOnce(&Host) -> Vec<(Sqe, usize)> + Send + 'static,

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{ArgAction, Args, Subcommand};
-use nvme_ddp::app::{AdminApp, HostApp, IoApp};
+use nvme_ddp::app::{HostApp, IoApp};
 use nvme_ddp::clock::Clock;
 use nvme_ddp::kernel_tcp::run_host;
 use nvme_ddp::report::{OffloadReport, PhaseReport, human_bytes};
@@ -174,9 +174,7 @@ pub(crate) fn run(a: HostArgs) -> Result<()> {
         HostAction::IdNs(args) => admin::id_ns(&a, args)?,
         HostAction::GetLog(args) => admin::get_log(&a, args)?,
         HostAction::Identify => {
-            let nqn = resolve_nqn(&a)?;
-            let mut app = AdminApp::default();
-            run_app(&a, host_config(&a, nqn), &mut app, Duration::from_secs(60))?;
+            let app = admin::admin(&a, resolve_nqn(&a)?, |_| Vec::new(), "Identify")?;
             let c = app.controller.context("no Identify Controller data")?;
             let v = app.version;
             if a.json {
