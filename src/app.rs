@@ -268,7 +268,12 @@ impl HostApp for IoApp {
                 self.error.get_or_insert_with(|| e.to_string());
                 self.done = true;
             }
-            HostEvent::Discovered(_) | HostEvent::AsyncEvent(_) => {}
+            // Commands that did not complete are the host's to submit
+            // again; new ones wait until the association is back.
+            HostEvent::Reconnected => self.pump(host, now),
+            HostEvent::Reconnecting { .. }
+            | HostEvent::Discovered(_)
+            | HostEvent::AsyncEvent(_) => {}
         }
     }
 

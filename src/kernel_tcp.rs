@@ -22,6 +22,8 @@ use tracing::{debug, info, warn};
 const BUF: usize = 256 * 1024;
 /// The longest the loop sleeps before looking at its stop flag.
 const TICK: Duration = Duration::from_millis(50);
+/// How long a host waits for a TCP connection to its controller.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One end of a byte stream with what is waiting to go in and out.
 pub(crate) struct Pipe {
@@ -318,8 +320,19 @@ pub fn run_host(
             return Err(HostRunError::Timeout(limit));
         }
         while let Some(qid) = host.poll_connect() {
-            let std_sock = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-                .map_err(|error| HostRunError::Connect { addr, error })?;
+            // A socket left from a lost association goes (dropped, closed).
+            socks.remove(&qid);
+            let std_sock = match std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                Ok(s) => s,
+                // While reconnecting, a refused connect is one more failed
+                // attempt for the host to retry; at first it is the answer.
+                Err(error) if host.is_reconnecting() => {
+                    debug!(qid, %error, "reconnect attempt failed");
+                    host.transport_closed(qid, now);
+                    continue;
+                }
+                Err(error) => return Err(HostRunError::Connect { addr, error }),
+            };
             std_sock.set_nodelay(true).map_err(|error| HostRunError::Io { qid, error })?;
             std_sock.set_nonblocking(true).map_err(|error| HostRunError::Io { qid, error })?;
             let mut sock = TcpStream::from_std(std_sock);

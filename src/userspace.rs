@@ -80,6 +80,8 @@ pub struct HostSide<D: Medium> {
     pub host: Host,
     remote: SocketAddrV4,
     queues: BTreeMap<u16, QueueConn>,
+    /// Connections reset, to forget after the next poll.
+    retired: Vec<TcpConn>,
     ddp: Option<Arc<dyn DdpDevice>>,
 }
 
@@ -90,7 +92,7 @@ impl<D: Medium> HostSide<D> {
         remote: SocketAddrV4,
         ddp: Option<Arc<dyn DdpDevice>>,
     ) -> Self {
-        Self { stack, host, remote, queues: BTreeMap::new(), ddp }
+        Self { stack, host, remote, queues: BTreeMap::new(), retired: Vec::new(), ddp }
     }
 
     /// The TCP connection of queue `qid`, once opened.
@@ -103,9 +105,18 @@ impl<D: Medium> HostSide<D> {
     pub fn step(&mut self, app: &mut dyn HostApp, now: SmolInstant) -> Result<bool, RunError> {
         let t = to_nvme(now);
         let mut progress = self.stack.poll(now);
+        for conn in self.retired.drain(..) {
+            self.stack.release(conn);
+        }
         while let Some(qid) = self.host.poll_connect() {
             let conn = self.stack.connect(self.remote)?;
-            self.queues.insert(qid, QueueConn { conn, up: false, closed: false });
+            let old = self.queues.insert(qid, QueueConn { conn, up: false, closed: false });
+            // A connection left from a lost association: reset it, and
+            // forget it once the reset is out.
+            if let Some(old) = old {
+                self.stack.abort(&old.conn);
+                self.retired.push(old.conn);
+            }
             progress = true;
         }
         if self.host.poll_timeout().is_some_and(|d| t >= d) {

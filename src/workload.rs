@@ -278,6 +278,10 @@ impl Workload {
     /// Submit I/O until every queue is at depth or the budget is spent.
     pub fn fill(&mut self, host: &mut Host, now: Instant) -> Result<(), SubmitError> {
         self.started.get_or_insert(now);
+        if !host.is_ready() {
+            // Reconnecting: what is in flight waits in the host.
+            return Ok(());
+        }
         let depth = self.spec.qd.max(1);
         for qid in 1..=self.queues {
             let q = usize::from(qid);

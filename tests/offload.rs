@@ -10,7 +10,9 @@ use nvme_ddp::demo::{self, Demo, DemoOptions};
 use nvme_ddp::userspace::{Peer, run_simulated, to_nvme};
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
 use nvme_tcp::controller::{Connection, Target, TargetConfig};
-use nvme_tcp::host::{Host, HostError, HostEvent, Io, IoKind, QueueError, TcpError};
+use nvme_tcp::host::{
+    Host, HostError, HostEvent, Io, IoKind, MAX_RETRIES, QueueError, Recovery, TcpError,
+};
 use nvme_tcp::namespace::{Namespace, RamNamespace};
 use nvme_tcp::nvme::Status;
 use nvme_tcp::wire::{Digests, Direction, Event, Fes, Framer, Framing, Header, PduRepr, PduType};
@@ -292,6 +294,8 @@ fn rebuild_host(
         digests: o.digests,
         io_queues: o.queues,
         queue_depth: o.qd,
+        // These tests look at what the first association does.
+        ctrl_loss_tmo: Some(std::time::Duration::ZERO),
         ..Default::default()
     };
     nvme_ddp::userspace::HostSide::new(host.stack, nvme_tcp::host::new(host_cfg), remote, Some(dev))
@@ -304,13 +308,22 @@ struct Script {
     completions: Vec<(u64, Status)>,
     failure: Option<HostError>,
     done: bool,
+    /// What the host's recovery did, at the end.
+    recovery: Recovery,
     /// Called once the I/Os are submitted.
     after_submit: Option<Box<dyn FnMut()>>,
 }
 
 impl Script {
     fn new(ios: Vec<Io>) -> Self {
-        Self { ios, completions: Vec::new(), failure: None, done: false, after_submit: None }
+        Self {
+            ios,
+            completions: Vec::new(),
+            failure: None,
+            done: false,
+            recovery: Recovery::default(),
+            after_submit: None,
+        }
     }
 }
 
@@ -336,9 +349,13 @@ impl HostApp for Script {
             }
             HostEvent::Failed(e) => {
                 self.failure = Some(e);
+                self.recovery = host.recovery();
                 self.done = true;
             }
-            HostEvent::Closed => self.done = true,
+            HostEvent::Closed => {
+                self.recovery = host.recovery();
+                self.done = true;
+            }
             _ => {}
         }
     }
@@ -372,8 +389,11 @@ fn a_nic_that_places_wrong_bytes_without_vouching_fails_the_read() {
     let mut app = Script::new(vec![read(0, 256, &buf, 1)]);
     run_simulated(&mut d.host, &mut d.ctrl, &mut app, LIMIT).unwrap();
     assert_eq!(app.failure, None, "a data digest error is not fatal");
+    // Retried (DNR clear) as often as Linux would, failing each time.
     assert_eq!(app.completions, vec![(1, Status::TRANSIENT_TRANSPORT_ERROR)]);
-    assert_eq!(faulty.stats().nic_placed_bytes, 128 << 10, "the NIC claimed the bytes");
+    assert_eq!(app.recovery.retried, u64::from(MAX_RETRIES));
+    let tries = 1 + u64::from(MAX_RETRIES);
+    assert_eq!(faulty.stats().nic_placed_bytes, tries * (128 << 10), "the NIC claimed the bytes");
 }
 
 #[test]
@@ -396,7 +416,11 @@ fn a_one_shot_free_the_host_did_not_expect_is_fatal() {
         }) => {}
         other => panic!("expected a one-shot mismatch, got {other:?}"),
     }
-    assert!(app.completions.is_empty(), "the read does not complete as if nothing happened");
+    assert_eq!(
+        app.completions,
+        [(1, Status::HOST_PATH_ERROR)],
+        "the read does not complete as if nothing happened"
+    );
 }
 
 #[test]
@@ -587,6 +611,8 @@ fn against_hostile(
         digests: o.digests,
         io_queues: 1,
         queue_depth: o.qd,
+        // A lying controller is not worth reconnecting to.
+        ctrl_loss_tmo: Some(std::time::Duration::ZERO),
         ..Default::default()
     };
     let remote = std::net::SocketAddrV4::new(demo::CONTROLLER_IP, demo::PORT);
@@ -710,7 +736,7 @@ fn c2h_data_forged_for_a_write_is_refused_and_placed_nowhere() {
 }
 
 #[test]
-fn a_corrupted_data_byte_fails_the_read_with_offload_on() {
+fn a_corrupted_data_byte_fails_the_digest_and_the_read_is_retried_with_offload_on() {
     let buf = guarded(128 << 10);
     let mut app =
         Script::new(vec![read(0, 256, &buf, 1), read(256, 256, &IoBuf::new(128 << 10), 2)]);
@@ -733,8 +759,12 @@ fn a_corrupted_data_byte_fails_the_read_with_offload_on() {
         &mut app,
     );
     assert_eq!(app.failure, None, "a data digest error is not fatal");
+    // The failed read is retried (DNR clear) and the retry is clean.
     app.completions.sort_by_key(|c| c.0);
-    assert_eq!(app.completions, vec![(1, Status::TRANSIENT_TRANSPORT_ERROR), (2, Status::SUCCESS)]);
+    assert_eq!(app.completions, vec![(1, Status::SUCCESS), (2, Status::SUCCESS)]);
+    assert_eq!(app.recovery.retried, 1);
     let s = nic.stats();
-    assert_eq!(s.nic_placed_bytes, 256 << 10, "placed, but the digest did not vouch for it");
+    // Both reads and the retry: the first was placed, but the digest did
+    // not vouch for it.
+    assert_eq!(s.nic_placed_bytes, 3 * (128 << 10));
 }

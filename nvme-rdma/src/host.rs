@@ -15,7 +15,7 @@ use iwarp::{
     Access, Device, Event, Pd, Qp, QpConfig, QpState, RecvWr, SendOp, SendWr, Stag, WcOpcode,
     WcStatus,
 };
-use nvme_of::nvme::{Cqe, SglDescriptor, Sqe};
+use nvme_of::nvme::{Cqe, SglDescriptor, Sqe, Status};
 use nvme_of::{Binding, Instant, TxStats, UlpStats};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -281,7 +281,8 @@ impl HostQueue for Queue {
             _ => (None, 0, Dir::None),
         };
         let x = RdmaCmd { stag: None };
-        let cmd = Cmd { owner, buf: buf.clone(), len, dir, deadline, status: None, done: None, x };
+        let cmd =
+            Cmd { owner, sqe, buf: buf.clone(), len, dir, deadline, status: None, done: None, x };
         let cid = self.cmds.insert(cmd)?;
         let slot = usize::from(cid);
         sqe.cid = cid;
@@ -409,8 +410,12 @@ impl HostQueue for Queue {
         &self.cmds
     }
 
-    fn abort_all(&mut self) {
-        self.cmds.clear();
+    fn commands_mut(&mut self) -> &mut dyn Commands {
+        &mut self.cmds
+    }
+
+    fn abort_all(&mut self) -> Vec<(Command, Option<(Status, Cqe)>)> {
+        self.cmds.take_all()
     }
 }
 

@@ -152,6 +152,8 @@ impl Queue {
             let quoted = self.framer.header_bytes();
             let hlen = quoted.get(2).map_or(8, |&h| usize::from(h)).min(quoted.len());
             let quoted = quoted[..hlen].to_vec();
+            // Nothing queued before matters now; the TermReq goes alone.
+            self.tx.clear();
             self.tx
                 .push_inline(Header::H2cTermReq(TermReq { fes: pe.fes(), fei: pe.fei() }), &quoted);
         }
@@ -438,7 +440,8 @@ impl HostQueue for Queue {
             requested: if in_capsule { len as u32 } else { 0 },
             mapped: Mapped::No,
         };
-        let cmd = Cmd { owner, buf: buf.clone(), len, dir, deadline, status: None, done: None, x };
+        let cmd =
+            Cmd { owner, sqe, buf: buf.clone(), len, dir, deadline, status: None, done: None, x };
         let cid = self.cmds.insert(cmd)?;
         sqe.cid = cid;
         sqe.flags = (sqe.flags & 0x3f) | Sqe::FLAGS_SGL;
@@ -537,7 +540,17 @@ impl HostQueue for Queue {
         &self.cmds
     }
 
-    fn abort_all(&mut self) {
-        self.cmds.clear();
+    fn commands_mut(&mut self) -> &mut dyn Commands {
+        &mut self.cmds
+    }
+
+    fn abort_all(&mut self) -> Vec<(Command, Option<(Status, Cqe)>)> {
+        // Unsent capsules must not reach the controller after their
+        // commands are handed back; a TermReq of a queue that already
+        // stopped itself still goes.
+        if self.phase != Phase::Closing {
+            self.tx.clear();
+        }
+        self.cmds.take_all()
     }
 }

@@ -33,6 +33,8 @@ struct Pair {
     /// Each queue whose connection closed, in order, and why the
     /// controller's side closed (None: the host closed first).
     closed: Vec<(u16, Option<CloseReason>)>,
+    /// No controller listens: every transport connect is refused.
+    refuse: bool,
 }
 
 fn target(cfg: TargetConfig, size: u64, block: u32) -> Arc<Target> {
@@ -52,6 +54,7 @@ impl Pair {
             c2h_filter: None,
             chunk: 64 * 1024,
             closed: Vec::new(),
+            refuse: false,
         }
     }
 
@@ -63,10 +66,21 @@ impl Pair {
     /// Move bytes both ways until nothing moves; returns whether anything did.
     fn step(&mut self) -> bool {
         let mut moved = false;
+        // Controller timers that are due (a deleted queue closes at once).
+        for c in self.conns.values_mut() {
+            if c.poll_timeout().is_some_and(|t| self.now >= t) {
+                c.handle_timeout(self.now);
+                moved = true;
+            }
+        }
         while let Some(qid) = self.host.poll_connect() {
+            moved = true;
+            if self.refuse {
+                self.host.transport_closed(qid, self.now);
+                continue;
+            }
             self.conns.insert(qid, Connection::new(self.target.clone(), None));
             self.host.connected(qid, self.now);
-            moved = true;
         }
         let qids: Vec<u16> = self.conns.keys().copied().collect();
         let mut buf = vec![0u8; self.chunk];
@@ -178,6 +192,31 @@ impl Pair {
 
     fn failure(&self) -> Option<&HostError> {
         self.events.iter().find_map(|e| if let HostEvent::Failed(e) = e { Some(e) } else { None })
+    }
+
+    /// Why the first association was lost (the host then reconnects).
+    fn loss(&self) -> Option<&HostError> {
+        self.events.iter().find_map(|e| match e {
+            HostEvent::Reconnecting { error: Some(e), .. } | HostEvent::Failed(e) => Some(e),
+            _ => None,
+        })
+    }
+
+    /// Cut queue `qid`'s transport, as a dead link or peer does.
+    fn cut(&mut self, qid: u16) {
+        self.conns.remove(&qid);
+        self.host.transport_closed(qid, self.now);
+    }
+
+    /// Every completion of `tag` so far.
+    fn completions(&self, tag: u64) -> Vec<Status> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                HostEvent::Completion { tag: t, status, .. } if *t == tag => Some(*status),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Submit one I/O and run until it completes.
@@ -449,12 +488,12 @@ fn malformed_pdu_from_the_host_gets_a_term_req() {
     p.host
         .submit(1, Io { kind: IoKind::Flush, nsid: 1, slba: 0, nlb: 0, buf: None, tag }, p.now)
         .unwrap();
-    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Failed(_))));
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Reconnecting { .. })));
     let bytes = term.lock().unwrap().clone().expect("a C2HTermReq");
     assert_eq!(bytes.len(), 24 + 8, "quotes the 8 header bytes it could read");
     assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 1, "FES: invalid header field");
     assert_eq!(u32::from_le_bytes([bytes[10], bytes[11], bytes[12], bytes[13]]), 2, "FEI: HLEN");
-    match p.failure() {
+    match p.loss() {
         Some(HostError::Queue { qid: 1, error }) => assert_eq!(
             error.downcast_ref::<TcpError>(),
             Some(&TcpError::Terminated { fes: Fes::InvalidHeaderField, fei: 2 })
@@ -485,10 +524,10 @@ fn malformed_pdu_from_the_controller_gets_an_h2c_term_req() {
     p.host
         .submit(1, Io { kind: IoKind::Flush, nsid: 1, slba: 0, nlb: 0, buf: None, tag: 1 }, p.now)
         .unwrap();
-    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Failed(_))));
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Reconnecting { .. })));
     let bytes = seen.lock().unwrap().clone().expect("an H2CTermReq");
     assert_eq!((bytes[8], bytes[10]), (0x01, 0x00), "FES 1, FEI 0 (PDU-Type)");
-    match p.failure() {
+    match p.loss() {
         Some(HostError::Queue { qid: 1, error }) => {
             assert!(matches!(error.downcast_ref::<TcpError>(), Some(TcpError::Protocol(_))))
         }
@@ -599,13 +638,23 @@ fn an_empty_host_nqn_connects_and_an_overlong_one_is_refused() {
 
 /// Clearing CC.EN resets the controller: its I/O queues are deleted, so
 /// their connections close (and a command on one is aborted), while the
-/// admin queue stays.
+/// admin queue stays. The host, having lost its I/O queues, makes a new
+/// association and the read completes there.
 #[test]
 fn clearing_cc_en_deletes_the_io_queues() {
     use nvme_tcp::nvme::{FabricsCommand, PropertySize, property};
-    let mut p = Pair::nvm(HostConfig { io_queues: 2, ..Default::default() });
+    let host = HostConfig { io_queues: 2, reconnect_delay: Duration::ZERO, ..Default::default() };
+    let mut p = Pair::nvm(host);
     p.ready();
     assert_eq!(p.conns.keys().copied().collect::<Vec<_>>(), [0, 1, 2]);
+    // The statuses of CapsuleResps on queue 1, as the controller sent them.
+    let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = sent.clone();
+    p.c2h_filter = Some(Box::new(move |qid, bytes| {
+        if qid == 1 && bytes.len() >= 24 && bytes[0] == 0x05 {
+            s.lock().unwrap().push(Status::from_field(u16::from_le_bytes([bytes[22], bytes[23]])));
+        }
+    }));
     let cc = |value| {
         let set =
             FabricsCommand::PropertySet { size: PropertySize::Four, offset: property::CC, value };
@@ -613,27 +662,258 @@ fn clearing_cc_en_deletes_the_io_queues() {
     };
     p.host.submit_admin(cc(0), 0, 7, p.now).unwrap();
     // A read on an I/O queue reaches the controller just after the reset.
-    let read =
-        Io { kind: IoKind::Read, nsid: 1, slba: 0, nlb: 1, buf: Some(IoBuf::new(512)), tag: 8 };
+    let buf = IoBuf::new(512);
+    let read = Io { kind: IoKind::Read, nsid: 1, slba: 0, nlb: 1, buf: Some(buf), tag: 8 };
     p.host.submit(1, read, p.now).unwrap();
-    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Failed(_))));
-    assert!(
-        p.events.iter().any(|e| matches!(e,
-            HostEvent::Completion { qid: 0, tag: 7, status, .. } if status.is_success())),
-        "{:?}",
-        p.events
-    );
-    assert!(
-        p.events.iter().any(|e| matches!(e,
-            HostEvent::Completion { qid: 1, tag: 8, status, .. }
-                if *status == Status::ABORTED_SQ_DELETION)),
-        "{:?}",
-        p.events
-    );
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Reconnecting { .. })));
+    assert_eq!(p.completions(7), [Status::SUCCESS], "{:?}", p.events);
+    assert_eq!(sent.lock().unwrap()[..], [Status::ABORTED_SQ_DELETION]);
     // The controller closed both I/O queues; the host, having lost them,
     // then closed the admin queue.
     let gone = Some(CloseReason::ControllerGone);
     assert_eq!(p.closed[..2], [(1, gone.clone()), (2, gone)], "{:?}", p.closed);
     assert_eq!(p.closed.get(2), Some(&(0, None)), "{:?}", p.closed);
-    assert!(matches!(p.failure(), Some(HostError::Queue { qid: 1 | 2, .. })), "{:?}", p.failure());
+    assert!(matches!(p.loss(), Some(HostError::Queue { qid: 1 | 2, .. })), "{:?}", p.loss());
+    // The read, aborted by the reset, completes on the new association.
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Completion { tag: 8, .. })));
+    assert_eq!(p.completions(8), [Status::SUCCESS], "{:?}", p.events);
+    assert!(p.host.is_ready() && p.failure().is_none());
+}
+
+/// Submit writes of a pattern to LBAs 0, 8, 16... on I/O queue 1, tagged
+/// by index, without running the pair; returns their data.
+fn submit_writes(p: &mut Pair, n: u64, seed: u64) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let data = pattern(4096, seed + i);
+            let buf = Some(IoBuf::from_vec(data.clone()));
+            let io = Io { kind: IoKind::Write, nsid: 1, slba: i * 8, nlb: 8, buf, tag: i };
+            p.host.submit(1, io, p.now).unwrap();
+            data
+        })
+        .collect()
+}
+
+/// Read back what `submit_writes` wrote and compare.
+fn read_back(p: &mut Pair, written: &[Vec<u8>]) {
+    for (i, data) in written.iter().enumerate() {
+        let buf = IoBuf::new(4096);
+        assert_eq!(p.io(1, IoKind::Read, i as u64 * 8, 8, Some(buf.clone())), Status::SUCCESS);
+        assert!(buf.to_vec() == *data, "LBA {} differs", i * 8);
+    }
+}
+
+/// A dead link under in-flight writes: the host tears the association
+/// down, reconnects after reconnect-delay, submits what did not complete
+/// again, and every write completes exactly once and reads back.
+#[test]
+fn a_lost_connection_reconnects_and_retries_what_did_not_complete() {
+    let delay = Duration::from_secs(1);
+    let host = HostConfig { io_queues: 2, reconnect_delay: delay, ..Default::default() };
+    let mut p = Pair::nvm(host);
+    p.ready();
+    let written = submit_writes(&mut p, 8, 100);
+    let lost = p.now;
+    p.cut(1);
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Reconnected)));
+    assert!(p.now >= lost + delay, "waited reconnect-delay");
+    match p.loss() {
+        Some(HostError::Queue { qid: 1, error }) => {
+            assert_eq!(error.to_string(), "transport closed")
+        }
+        other => panic!("{other:?}"),
+    }
+    p.run_until(|ev| {
+        (0..8)
+            .all(|t| ev.iter().any(|e| matches!(e, HostEvent::Completion { tag, .. } if *tag == t)))
+    });
+    for tag in 0..8 {
+        assert_eq!(p.completions(tag), [Status::SUCCESS], "tag {tag}");
+    }
+    let r = p.host.recovery();
+    assert_eq!((r.reconnects, r.retried, r.aborts), (1, 8, 0));
+    assert_eq!(p.host.io_queues(), 2);
+    read_back(&mut p, &written);
+    // One controller: the old association's was removed with its queues.
+    assert_eq!(p.target.stats().controllers, 1);
+}
+
+/// With ctrl-loss-tmo 0 the first loss is final: what was in flight
+/// completes with an error before the failure is reported.
+#[test]
+fn ctrl_loss_tmo_zero_fails_at_once_and_completes_what_was_in_flight() {
+    let host = HostConfig { ctrl_loss_tmo: Some(Duration::ZERO), ..Default::default() };
+    let mut p = Pair::nvm(host);
+    p.ready();
+    submit_writes(&mut p, 2, 1);
+    p.cut(1);
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Failed(_))));
+    assert!(!p.events.iter().any(|e| matches!(e, HostEvent::Reconnecting { .. })));
+    let failed_at = p.events.iter().position(|e| matches!(e, HostEvent::Failed(_))).unwrap();
+    for tag in 0..2 {
+        assert_eq!(p.completions(tag), [Status::HOST_PATH_ERROR]);
+        let at = p
+            .events
+            .iter()
+            .position(|e| matches!(e, HostEvent::Completion { tag: t, .. } if *t == tag));
+        assert!(at.unwrap() < failed_at, "completions come before the failure");
+    }
+}
+
+/// A controller that stays away: attempts every reconnect-delay until
+/// ctrl-loss-tmo, then the waiting commands fail (Host Pathing Error) and
+/// the host reports the controller lost.
+#[test]
+fn a_controller_that_stays_away_is_given_up_after_ctrl_loss_tmo() {
+    let (delay, tmo) = (Duration::from_secs(2), Duration::from_secs(10));
+    let host =
+        HostConfig { reconnect_delay: delay, ctrl_loss_tmo: Some(tmo), ..Default::default() };
+    let mut p = Pair::nvm(host);
+    p.ready();
+    submit_writes(&mut p, 1, 1);
+    let lost = p.now;
+    p.refuse = true;
+    p.cut(1);
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Failed(_))));
+    let waited = p.now.saturating_since(lost);
+    assert!(waited >= tmo && waited <= tmo + delay, "gave up after {waited:?}");
+    let attempts = p.events.iter().filter(|e| matches!(e, HostEvent::Reconnecting { .. })).count();
+    assert_eq!(attempts, 5, "the loss, then attempts at 2, 4, 6 and 8 s; at 10 s it gives up");
+    assert_eq!(p.completions(0), [Status::HOST_PATH_ERROR]);
+    match p.failure() {
+        Some(HostError::ControllerLost { after, last }) => {
+            assert!(*after >= tmo);
+            assert_eq!(last.to_string(), "queue 0: transport closed");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.host.recovery().reconnects, 0);
+}
+
+/// A command the controller never sees times out: the host first sends
+/// an Abort for it (and gives it another timeout), then resets the
+/// association, and the command completes on the new one.
+#[test]
+fn a_timed_out_command_is_aborted_before_the_association_is_reset() {
+    let timeout = Duration::from_secs(3);
+    let host = HostConfig {
+        command_timeout: timeout,
+        reconnect_delay: Duration::ZERO,
+        kato: Duration::ZERO,
+        ..Default::default()
+    };
+    let mut p = Pair::nvm(host);
+    p.ready();
+    // Swallow the next capsule on queue 1; note Aborts on the admin queue.
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let a = armed.clone();
+    let aborts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let ab = aborts.clone();
+    p.h2c_filter = Some(Box::new(move |qid, bytes| {
+        if qid == 1 && bytes[0] == 0x04 && a.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            bytes.clear();
+        }
+        if qid == 0 && bytes[0] == 0x04 && bytes[8] == 0x08 {
+            ab.lock()
+                .unwrap()
+                .push(u32::from_le_bytes([bytes[48], bytes[49], bytes[50], bytes[51]]));
+        }
+    }));
+    let sent = p.now;
+    p.host
+        .submit(1, Io { kind: IoKind::Flush, nsid: 1, slba: 0, nlb: 0, buf: None, tag: 5 }, p.now)
+        .unwrap();
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Reconnecting { .. })));
+    // CDW10: SQID 1, CID 0 (the flush was the queue's first command).
+    assert_eq!(aborts.lock().unwrap()[..], [1]);
+    assert_eq!(p.now.saturating_since(sent), 2 * timeout, "aborted, then waited once more");
+    assert!(matches!(p.loss(), Some(HostError::Timeout("a command completion"))), "{:?}", p.loss());
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Completion { tag: 5, .. })));
+    assert_eq!(p.completions(5), [Status::SUCCESS]);
+    let r = p.host.recovery();
+    assert_eq!((r.aborts, r.reconnects, r.retried), (1, 1, 1));
+}
+
+/// A controller that goes silent is found dead by the unanswered keep
+/// alive within KATO and a half, on any medium; once it answers again
+/// the host is back.
+#[test]
+fn keep_alive_detects_a_silent_controller_within_kato() {
+    let kato = Duration::from_secs(4);
+    let host = HostConfig { kato, reconnect_delay: Duration::from_secs(1), ..Default::default() };
+    let mut p = Pair::nvm(host);
+    p.ready();
+    let silent = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let s = silent.clone();
+    p.c2h_filter = Some(Box::new(move |_, bytes| {
+        if s.load(std::sync::atomic::Ordering::Relaxed) {
+            bytes.clear();
+        }
+    }));
+    let since = p.now;
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Reconnecting { .. })));
+    let found = p.now.saturating_since(since);
+    assert!(found <= kato + kato / 2, "found dead after {found:?}");
+    assert!(matches!(p.loss(), Some(HostError::Timeout("a keep alive"))), "{:?}", p.loss());
+    silent.store(false, std::sync::atomic::Ordering::Relaxed);
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Reconnected)));
+    assert!(p.host.is_ready());
+}
+
+/// `nvme reset` in the middle of a workload: what was in flight completes
+/// exactly once, on the new association, and I/O goes on.
+#[test]
+fn a_reset_from_the_host_mid_workload_resumes_without_stale_completions() {
+    let mut p = Pair::nvm(HostConfig { io_queues: 1, ..Default::default() });
+    p.ready();
+    let first = p.host.cntlid();
+    // Some writes reach the controller before the reset, some in part,
+    // some not at all.
+    p.chunk = 6000;
+    let written = submit_writes(&mut p, 6, 40);
+    p.step();
+    assert!(p.host.reset_controller(p.now));
+    p.run_until(|ev| {
+        (0..6)
+            .all(|t| ev.iter().any(|e| matches!(e, HostEvent::Completion { tag, .. } if *tag == t)))
+    });
+    while p.step() {}
+    for tag in 0..6 {
+        assert_eq!(p.completions(tag), [Status::SUCCESS], "tag {tag}: {:?}", p.events);
+    }
+    let reset = p.events.iter().position(
+        |e| matches!(e, HostEvent::Reconnecting { error: None, delay } if delay.is_zero()),
+    );
+    let back = p.events.iter().position(|e| matches!(e, HostEvent::Reconnected));
+    assert!(reset.is_some() && back > reset, "{:?}", p.events);
+    assert_ne!(p.host.cntlid(), first, "a new controller");
+    read_back(&mut p, &written);
+    assert_eq!(p.host.recovery().reconnects, 1);
+}
+
+/// An error the controller lets the host retry (DNR clear: a data digest
+/// error) is submitted again; one with DNR set is not.
+#[test]
+fn a_retryable_error_is_retried_and_a_dnr_error_is_not() {
+    let digests = Digests { header: false, data: true };
+    let mut p = Pair::nvm(HostConfig { digests, ..Default::default() });
+    p.ready();
+    let data = pattern(4096, 9);
+    assert_eq!(p.io(1, IoKind::Write, 0, 8, Some(IoBuf::from_vec(data.clone()))), Status::SUCCESS);
+    // Flip a data byte of the next C2HData: its digest no longer matches.
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let a = armed.clone();
+    p.c2h_filter = Some(Box::new(move |qid, bytes| {
+        if qid == 1 && bytes[0] == 0x07 && a.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            bytes[30] ^= 1;
+        }
+    }));
+    let buf = IoBuf::new(4096);
+    assert_eq!(p.io(1, IoKind::Read, 0, 8, Some(buf.clone())), Status::SUCCESS);
+    assert_eq!(buf.to_vec(), data);
+    assert_eq!(p.host.recovery().retried, 1);
+    let blocks = p.host.namespaces()[0].blocks;
+    assert_eq!(p.io(1, IoKind::Read, blocks, 1, Some(buf)), Status::LBA_OUT_OF_RANGE);
+    assert_eq!(p.host.recovery().retried, 1, "DNR: not retried");
+    assert_eq!(p.host.recovery().reconnects, 0);
 }

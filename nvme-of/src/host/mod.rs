@@ -14,17 +14,19 @@
 mod queue;
 
 pub use queue::{
-    Cmd, CmdData, CommandTable, Commands, Dir, HostQueue, Owner, QueueError, QueueEvent, Transport,
+    Cmd, CmdData, Command, CommandTable, Commands, Dir, HostQueue, Owner, QueueError, QueueEvent,
+    Transport,
 };
 
 use crate::nvme::identify::{self, IdentifyController, IdentifyNamespace, cns};
 use crate::nvme::log::{DiscoveryEntry, GetLogPage, lid};
 use crate::nvme::{
-    ConnectData, DISCOVERY_NQN, FabricsCommand, PropertySize, Sqe, Status, admin, fid, io, property,
+    ConnectData, Cqe, DISCOVERY_NQN, FabricsCommand, PropertySize, Sqe, Status, admin, fid, io,
+    property,
 };
 use crate::stats::{Digests, TxStats, UlpStats};
 use crate::time::{Instant, earliest};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn};
@@ -45,8 +47,16 @@ pub struct HostConfig {
     pub queue_depth: u16,
     /// Keep alive timeout; zero for none.
     pub kato: Duration,
-    /// How long a command may take before the association is given up.
+    /// How long a command may take before it is aborted, and then the
+    /// association reset.
     pub command_timeout: Duration,
+    /// How long to wait before each attempt to reconnect a lost
+    /// association (Linux's `reconnect_delay`).
+    pub reconnect_delay: Duration,
+    /// How long a lost association is retried before its commands fail;
+    /// zero fails at once, `None` retries forever (Linux's
+    /// `ctrl_loss_tmo`, -1 for forever).
+    pub ctrl_loss_tmo: Option<Duration>,
     /// R2Ts the controller may have outstanding per command, 0-based
     /// (NVMe/TCP).
     pub maxr2t: u32,
@@ -68,6 +78,8 @@ impl Default for HostConfig {
             queue_depth: 32,
             kato: Duration::from_secs(5),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            reconnect_delay: DEFAULT_RECONNECT_DELAY,
+            ctrl_loss_tmo: Some(DEFAULT_CTRL_LOSS_TMO),
             maxr2t: 0,
             disable_sq_flow_control: false,
             ddp_threshold: None,
@@ -75,8 +87,15 @@ impl Default for HostConfig {
     }
 }
 
-/// Default time a command may take before the association is failed.
+/// Default time a command may take before it is aborted (Linux's
+/// `io_timeout`).
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+/// Linux's defaults for reconnecting a lost association.
+pub const DEFAULT_RECONNECT_DELAY: Duration = Duration::from_secs(10);
+pub const DEFAULT_CTRL_LOSS_TMO: Duration = Duration::from_secs(600);
+/// Times a command is submitted again before its failure stands (Linux's
+/// `nvme_core.max_retries`).
+pub const MAX_RETRIES: u8 = 5;
 
 /// Steps of bring-up, discovery and shutdown, each one admin command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +115,8 @@ pub enum Step {
     DiscoveryEntries,
     Shutdown,
     PollShutdown,
+    /// CC.EN cleared for a reset the host asked for.
+    Disable,
 }
 
 impl Step {
@@ -113,6 +134,7 @@ impl Step {
             Step::IdentifyNs(_) => "Identify Namespace",
             Step::DiscoveryHeader | Step::DiscoveryEntries => "Get Log Page (Discovery)",
             Step::Shutdown => "Property Set CC.SHN",
+            Step::Disable => "Property Set CC.EN=0",
         }
     }
 }
@@ -135,6 +157,9 @@ pub enum HostError {
     Incompatible(String),
     #[error("timed out waiting for {0}")]
     Timeout(&'static str),
+    /// Reconnecting failed for ctrl-loss-tmo; the last attempt's error.
+    #[error("controller lost: no association for {after:?} (ctrl-loss-tmo); last error: {last}")]
+    ControllerLost { after: Duration, last: Box<HostError> },
 }
 
 /// A namespace the host found.
@@ -158,7 +183,14 @@ pub enum HostEvent {
     Completion { qid: u16, tag: u64, status: Status, buf: Option<IoBuf> },
     /// An Asynchronous Event Request completed with this DW0.
     AsyncEvent(u32),
-    /// The association failed; outstanding I/O is lost.
+    /// The association was lost (`error`), or reset as asked (`None`);
+    /// the host makes a new one after `delay` and submits the commands that
+    /// did not complete again there.
+    Reconnecting { error: Option<HostError>, delay: Duration },
+    /// A new association is up, with the same namespaces.
+    Reconnected,
+    /// The association failed for good. Every command that had not
+    /// completed has completed first, with an error status.
     Failed(HostError),
     /// Shutdown finished; every queue is closed.
     Closed,
@@ -207,10 +239,26 @@ pub enum SubmitError {
     BufferTooSmall,
 }
 
+/// How often recovery ran, for users to see.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// New associations made after one was lost.
+    pub reconnects: u64,
+    /// Commands submitted again: after a lost association, or after an
+    /// error the controller allowed to be retried (DNR clear).
+    pub retried: u64,
+    /// Abort commands sent for commands that timed out.
+    pub aborts: u64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     BringUp,
     Ready,
+    /// Lost: waiting to reconnect.
+    Resetting,
+    /// A reset the host asked for: I/O queues gone, CC.EN being cleared.
+    Disabling,
     ShuttingDown,
     Failed,
     Closed,
@@ -239,9 +287,34 @@ pub struct Host {
     repoll: Option<(Instant, Step)>,
     poll_deadline: Option<Instant>,
     keep_alive: Option<(Instant, Duration)>,
+    /// Bring-up must finish by then (a transport connect has no command
+    /// deadline of its own).
+    bring_up_deadline: Option<Instant>,
+    /// Since when the controller is lost, while reconnecting.
+    lost_at: Option<Instant>,
+    last_error: Option<HostError>,
+    reconnect_at: Option<Instant>,
+    /// Commands waiting to be submitted again, with their queue and how
+    /// often they were.
+    retry: VecDeque<Retry>,
+    /// Tries of the commands submitted again and still outstanding, by
+    /// queue and tag.
+    tries: HashMap<(u16, u64), u8>,
+    /// Commands an Abort was sent for, by queue and CID.
+    aborted: Vec<(u16, u16)>,
+    recovery: Recovery,
     /// The latest time passed in.
     now: Instant,
     span: tracing::Span,
+}
+
+/// A command to submit again.
+#[derive(Debug)]
+struct Retry {
+    qid: u16,
+    tag: u64,
+    cmd: Command,
+    tries: u8,
 }
 
 /// The admin queue's size (Linux: 32).
@@ -278,6 +351,14 @@ impl Host {
             repoll: None,
             poll_deadline: None,
             keep_alive: None,
+            bring_up_deadline: None,
+            lost_at: None,
+            last_error: None,
+            reconnect_at: None,
+            retry: VecDeque::new(),
+            tries: HashMap::new(),
+            aborted: Vec::new(),
+            recovery: Recovery::default(),
             now: Instant::ZERO,
             span,
         }
@@ -287,9 +368,18 @@ impl Host {
         &self.cfg
     }
 
-    /// A queue that needs a transport connection to the controller.
+    /// A queue that needs a transport connection to the controller. A
+    /// driver still holding a transport for that queue closes it: it
+    /// belonged to an association that was lost.
     pub fn poll_connect(&mut self) -> Option<u16> {
-        self.connect_pending.pop_front()
+        let qid = self.connect_pending.pop_front()?;
+        if qid == 0 && self.lost_at.is_some() {
+            // A new association: the old queues go now, when the driver
+            // replaces their transports, so no old byte reaches a new queue.
+            let binding = self.transport.binding();
+            self.queues = vec![self.transport.queue(0, ADMIN_QUEUE_SIZE, binding.admin_inline)];
+        }
+        Some(qid)
     }
 
     /// The transport of queue `qid` is up.
@@ -372,11 +462,14 @@ impl Host {
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if matches!(self.state, State::Failed | State::Closed) {
-            return None;
+        match self.state {
+            State::Failed | State::Closed => return None,
+            State::Resetting => return self.reconnect_at,
+            _ => {}
         }
         let mut t = self.repoll.map(|(t, _)| t);
         t = earliest(t, self.keep_alive.map(|(t, _)| t));
+        t = earliest(t, self.bring_up_deadline);
         for q in &self.queues {
             t = earliest(t, q.commands().deadline());
             t = earliest(t, q.poll_timeout());
@@ -386,8 +479,18 @@ impl Host {
 
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = self.now.max(now);
-        if matches!(self.state, State::Failed | State::Closed) {
-            return;
+        match self.state {
+            State::Failed | State::Closed => return,
+            State::Resetting => {
+                if self.reconnect_at.is_some_and(|t| now >= t) {
+                    self.reconnect(now);
+                }
+                return;
+            }
+            _ => {}
+        }
+        if self.bring_up_deadline.is_some_and(|t| now >= t) {
+            return self.fail(HostError::Timeout("the association to come up"));
         }
         for qid in 0..self.queues.len() as u16 {
             if self.queues[usize::from(qid)].poll_timeout().is_some_and(|t| now >= t) {
@@ -413,20 +516,43 @@ impl Host {
         {
             self.keep_alive = Some((now + period, period));
             if !self.queues[0].commands().has_owner(Owner::KeepAlive) {
-                self.admin_cmd(
-                    Owner::KeepAlive,
-                    Sqe::new(admin::KEEP_ALIVE, 0, Default::default()),
-                    None,
-                    now,
-                );
+                // Unanswered within KATO, the controller is taken for dead
+                // (Linux times the keep alive out after KATO too).
+                let sqe = Sqe::new(admin::KEEP_ALIVE, 0, Default::default());
+                self.admin_cmd_until(Owner::KeepAlive, sqe, None, now + self.cfg.kato);
             }
         }
-        let overdue =
-            self.queues.iter().position(|q| q.commands().deadline().is_some_and(|d| now >= d));
-        if let Some(qid) = overdue {
-            warn!(parent: &self.span, qid, "command timed out");
-            self.fail(HostError::Timeout("a command completion"));
+        let overdue = (0..self.queues.len() as u16).find_map(|qid| {
+            let (cid, owner) = self.queues[usize::from(qid)].commands().overdue(now)?;
+            Some((qid, cid, owner))
+        });
+        if let Some((qid, cid, owner)) = overdue {
+            self.timed_out(qid, cid, owner, now);
         }
+    }
+
+    /// Command `cid` on queue `qid` did not complete in time. An I/O is
+    /// aborted first and given another command timeout; anything else,
+    /// or an I/O already aborted, resets the association.
+    fn timed_out(&mut self, qid: u16, cid: u16, owner: Owner, now: Instant) {
+        let abortable = qid > 0
+            && matches!(owner, Owner::Io(_))
+            && self.state == State::Ready
+            && !self.aborted.contains(&(qid, cid));
+        if !abortable {
+            warn!(parent: &self.span, qid, cid, ?owner, "command timed out");
+            return self.fail(HostError::Timeout(match owner {
+                Owner::KeepAlive => "a keep alive",
+                _ => "a command completion",
+            }));
+        }
+        warn!(parent: &self.span, qid, cid, "command timed out, aborting it");
+        self.aborted.push((qid, cid));
+        self.recovery.aborts += 1;
+        let mut sqe = Sqe::new(admin::ABORT, 0, Default::default());
+        sqe.cdw10 = u32::from(qid) | u32::from(cid) << 16;
+        self.admin_cmd(Owner::Abort, sqe, None, now);
+        self.queues[usize::from(qid)].commands_mut().extend(cid, now + self.cfg.command_timeout);
     }
 
     /// Shut the association down: close the I/O queues, then CC.SHN on the
@@ -448,8 +574,37 @@ impl Host {
         }
     }
 
+    /// Reset the controller, as `nvme reset` does: the I/O queues go (what
+    /// is in flight waits), CC.EN is cleared, the admin queue goes, and a
+    /// new association is made at once; the waiting commands are then
+    /// submitted again. Returns false unless the host is ready.
+    pub fn reset_controller(&mut self, now: Instant) -> bool {
+        self.now = self.now.max(now);
+        if self.state != State::Ready {
+            return false;
+        }
+        info!(parent: &self.span, "resetting the controller");
+        self.keep_alive = None;
+        for qid in 1..self.queues.len() as u16 {
+            self.stop_queue(qid);
+        }
+        self.state = State::Disabling;
+        self.property_set(Step::Disable, property::CC, self.cc & !property::CC_EN, now);
+        true
+    }
+
     pub fn is_ready(&self) -> bool {
         self.state == State::Ready
+    }
+
+    /// Whether a lost association is being made again.
+    pub fn is_reconnecting(&self) -> bool {
+        self.lost_at.is_some() && !matches!(self.state, State::Failed | State::Closed)
+    }
+
+    /// How often the host recovered, and what it did to.
+    pub fn recovery(&self) -> Recovery {
+        self.recovery
     }
 
     /// Identify Controller data, once read.
@@ -605,7 +760,10 @@ impl Host {
         data: Option<(IoBuf, usize, Dir)>,
         now: Instant,
     ) {
-        let deadline = now + self.cfg.command_timeout;
+        self.admin_cmd_until(owner, sqe, data, now + self.cfg.command_timeout);
+    }
+
+    fn admin_cmd_until(&mut self, owner: Owner, sqe: Sqe, data: CmdData, deadline: Instant) {
         if self.queues[0].submit(owner, sqe, data, deadline).is_none() {
             self.fail(HostError::Incompatible("admin queue full".into()));
         }
@@ -680,9 +838,16 @@ impl Host {
                     let size = if qid == 0 { ADMIN_QUEUE_SIZE } else { self.io_queue_size };
                     self.connect(qid, size - 1, now);
                 }
-                QueueEvent::Completion { owner, status, cqe, buf } => match owner {
-                    Owner::Io(tag) => {
-                        self.events.push_back(HostEvent::Completion { qid, tag, status, buf })
+                QueueEvent::Completion { cmd, status, cqe } => match cmd.owner {
+                    Owner::Io(tag) => self.completed(qid, tag, cmd, status, cqe, now),
+                    // The host's own commands of an association that is gone.
+                    _ if matches!(self.state, State::Resetting | State::Failed | State::Closed) => {
+                    }
+                    Owner::Abort => {
+                        // DW0 bit 0 clear: the command was aborted and
+                        // completes (Abort Requested) on its own queue.
+                        let aborted = status.is_success() && cqe.dw0 & 1 == 0;
+                        debug!(parent: &self.span, %status, aborted, "abort completed");
                     }
                     Owner::Aer => {
                         if status.is_success() {
@@ -701,7 +866,8 @@ impl Host {
                         }
                     }
                     Owner::Admin(step) => {
-                        if let Err(e) = self.advance(qid, step, status, cqe.result64(), buf, now) {
+                        let result = cqe.result64();
+                        if let Err(e) = self.advance(qid, step, status, result, cmd.buf(), now) {
                             self.fail(e);
                         }
                     }
@@ -714,6 +880,54 @@ impl Host {
                     }
                 }
             }
+        }
+    }
+
+    /// I/O `tag` completed on queue `qid`. An error the controller lets us
+    /// retry (DNR clear) is submitted again, up to [`MAX_RETRIES`] times,
+    /// as Linux does.
+    fn completed(
+        &mut self,
+        qid: u16,
+        tag: u64,
+        cmd: Command,
+        status: Status,
+        cqe: Cqe,
+        now: Instant,
+    ) {
+        if !self.aborted.is_empty() {
+            self.aborted.retain(|&(q, c)| (q, c) != (qid, cqe.cid));
+        }
+        let tries =
+            if self.tries.is_empty() { 0 } else { self.tries.remove(&(qid, tag)).unwrap_or(0) };
+        let retry = qid > 0 && !status.is_success() && !status.is_dnr() && tries < MAX_RETRIES;
+        if retry && self.state == State::Ready {
+            debug!(parent: &self.span, qid, %status, tries, "retrying a failed command");
+            self.retry.push_back(Retry { qid, tag, cmd, tries: tries + 1 });
+        } else {
+            self.events.push_back(HostEvent::Completion { qid, tag, status, buf: cmd.buf() });
+        }
+        if !self.retry.is_empty() && self.state == State::Ready {
+            self.resubmit(now);
+        }
+    }
+
+    /// Submit waiting retries while their queues have room.
+    fn resubmit(&mut self, now: Instant) {
+        let io_queues = self.io_queues();
+        while let Some(r) = self.retry.pop_front() {
+            // The new association may have fewer I/O queues.
+            let qid = if r.qid == 0 || io_queues == 0 { 0 } else { (r.qid - 1) % io_queues + 1 };
+            let Command { owner, sqe, data } = r.cmd;
+            let q = &mut self.queues[usize::from(qid)];
+            let deadline = now + self.cfg.command_timeout;
+            if q.submit(owner, sqe, data.clone(), deadline).is_none() {
+                // Full: the next completion makes room.
+                self.retry.push_front(Retry { cmd: Command { owner, sqe, data }, ..r });
+                return;
+            }
+            self.tries.insert((qid, r.tag), r.tries);
+            self.recovery.retried += 1;
         }
     }
 
@@ -883,6 +1097,7 @@ impl Host {
                 self.events.push_back(HostEvent::Discovered(entries));
                 self.shutdown(now);
             }
+            Step::Disable => self.begin_reconnect(None, Duration::ZERO),
             Step::Shutdown => {
                 self.poll_deadline = Some(now + SHUTDOWN_TIMEOUT);
                 self.property_get(Step::PollShutdown, property::CSTS, PropertySize::Four, now);
@@ -905,7 +1120,15 @@ impl Host {
             None => {
                 info!(parent: &self.span, cntlid = self.cntlid, queues = self.io_queues(), namespaces = self.namespaces.len(), "ready");
                 self.state = State::Ready;
-                self.events.push_back(HostEvent::Ready);
+                self.bring_up_deadline = None;
+                if self.lost_at.take().is_some() {
+                    self.recovery.reconnects += 1;
+                    self.last_error = None;
+                    self.events.push_back(HostEvent::Reconnected);
+                    self.resubmit(now);
+                } else {
+                    self.events.push_back(HostEvent::Ready);
+                }
             }
         }
     }
@@ -938,28 +1161,114 @@ impl Host {
         Ok(())
     }
 
+    /// The association failed. Once it has been up, it is reset and made
+    /// again (until ctrl-loss-tmo); a first bring-up fails for good, as a
+    /// Linux `nvme connect` does.
     fn fail(&mut self, e: HostError) {
+        let live_once =
+            self.lost_at.is_some() || matches!(self.state, State::Ready | State::Disabling);
+        match self.state {
+            State::Failed | State::Closed | State::Resetting => {}
+            State::BringUp | State::Ready | State::Disabling
+                if live_once && self.cfg.ctrl_loss_tmo != Some(Duration::ZERO) =>
+            {
+                warn!(parent: &self.span, error = %e, "association lost");
+                self.last_error = Some(e.clone());
+                self.begin_reconnect(Some(e), self.cfg.reconnect_delay);
+            }
+            _ => self.give_up(e),
+        }
+    }
+
+    /// Tear the association down and make a new one after `delay`;
+    /// commands that did not complete wait to be submitted again.
+    fn begin_reconnect(&mut self, error: Option<HostError>, delay: Duration) {
+        let now = self.now;
+        self.lost_at.get_or_insert(now);
+        debug!(parent: &self.span, ?delay, "reconnecting");
+        self.stop_queues();
+        self.state = State::Resetting;
+        self.reconnect_at = Some(now + delay);
+        self.events.push_back(HostEvent::Reconnecting { error, delay });
+    }
+
+    /// Stop every queue and forget the association's timers.
+    fn stop_queues(&mut self) {
+        self.repoll = None;
+        self.poll_deadline = None;
+        self.keep_alive = None;
+        self.bring_up_deadline = None;
+        self.connect_pending.clear();
+        self.aborted.clear();
+        for qid in 0..self.queues.len() as u16 {
+            self.stop_queue(qid);
+        }
+        self.tries.clear();
+    }
+
+    /// Abort queue `qid` and close its transport. I/O that did not
+    /// complete waits for a new association (past its retries it fails);
+    /// the host's own commands are made again by bring-up.
+    fn stop_queue(&mut self, qid: u16) {
+        let q = &mut self.queues[usize::from(qid)];
+        let cmds = q.abort_all();
+        q.close();
+        for (cmd, answered) in cmds {
+            let Owner::Io(tag) = cmd.owner else { continue };
+            let tries = self.tries.remove(&(qid, tag)).unwrap_or(0);
+            if answered.is_none() && qid > 0 && tries < MAX_RETRIES {
+                self.retry.push_back(Retry { qid, tag, cmd, tries: tries + 1 });
+            } else {
+                let status = answered.map_or(Status::HOST_ABORTED, |(s, _)| s);
+                let buf = cmd.buf();
+                self.events.push_back(HostEvent::Completion { qid, tag, status, buf });
+            }
+        }
+    }
+
+    /// Time to try a new association, unless ctrl-loss-tmo has passed.
+    fn reconnect(&mut self, now: Instant) {
+        self.reconnect_at = None;
+        let lost = now.saturating_since(self.lost_at.unwrap_or(now));
+        if self.cfg.ctrl_loss_tmo.is_some_and(|tmo| lost >= tmo) {
+            let last = Box::new(self.last_error.take().unwrap_or(HostError::Timeout("reconnect")));
+            return self.give_up(HostError::ControllerLost { after: lost, last });
+        }
+        info!(parent: &self.span, ?lost, "reconnecting");
+        self.connect_pending = VecDeque::from([0]);
+        self.cntlid = 0;
+        self.io_connected = 0;
+        self.namespaces.clear();
+        self.ns_pending.clear();
+        self.state = State::BringUp;
+        self.bring_up_deadline = Some(now + self.cfg.command_timeout);
+    }
+
+    /// Fail for good: every command not yet completed completes with an
+    /// error first.
+    fn give_up(&mut self, e: HostError) {
         if matches!(self.state, State::Failed | State::Closed) {
             return;
         }
         info!(parent: &self.span, error = %e, "association failed");
+        self.stop_queues();
+        self.fail_retries();
         self.state = State::Failed;
-        self.repoll = None;
-        self.keep_alive = None;
-        for q in &mut self.queues {
-            q.abort_all();
-            q.close();
-        }
         self.events.push_back(HostEvent::Failed(e));
     }
 
-    fn close_all(&mut self) {
-        for q in &mut self.queues {
-            q.abort_all();
-            q.close();
+    fn fail_retries(&mut self) {
+        for r in std::mem::take(&mut self.retry) {
+            let buf = r.cmd.buf();
+            let (qid, tag, status) = (r.qid, r.tag, Status::HOST_PATH_ERROR);
+            self.events.push_back(HostEvent::Completion { qid, tag, status, buf });
         }
-        self.repoll = None;
-        self.keep_alive = None;
+    }
+
+    fn close_all(&mut self) {
+        self.stop_queues();
+        self.fail_retries();
+        self.reconnect_at = None;
         self.state = State::Closed;
         self.events.push_back(HostEvent::Closed);
     }

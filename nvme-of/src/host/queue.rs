@@ -28,6 +28,8 @@ pub enum Owner {
     Admin(super::Step),
     KeepAlive,
     Aer,
+    /// An Abort of a command that timed out.
+    Abort,
     Io(u64),
 }
 
@@ -82,10 +84,9 @@ pub enum QueueEvent {
     /// The transport-level connection is up: the host may Connect.
     Established,
     Completion {
-        owner: Owner,
+        cmd: Command,
         status: Status,
         cqe: Cqe,
-        buf: Option<IoBuf>,
     },
     Failed(QueueError),
 }
@@ -129,8 +130,11 @@ pub trait HostQueue: Send {
     /// Work done on received and sent data.
     fn stats(&self) -> (UlpStats, TxStats);
     fn commands(&self) -> &dyn Commands;
-    /// Forget every outstanding command (the association is going away).
-    fn abort_all(&mut self);
+    fn commands_mut(&mut self) -> &mut dyn Commands;
+    /// The association is going away: drop what is queued to send, and
+    /// hand back every outstanding command with the answer it had, if it
+    /// had one (a device still holding its buffer).
+    fn abort_all(&mut self) -> Vec<(Command, Option<(Status, Cqe)>)>;
 }
 
 /// A binding that makes queues for a host.
@@ -148,12 +152,34 @@ pub trait Commands {
     /// The earliest deadline of a command still waiting for its response.
     fn deadline(&self) -> Option<Instant>;
     fn has_owner(&self, owner: Owner) -> bool;
+    /// A command still waiting for its response at `now` past its
+    /// deadline: its CID and owner.
+    fn overdue(&self, now: Instant) -> Option<(u16, Owner)>;
+    /// Give command `cid` until `deadline`.
+    fn extend(&mut self, cid: u16, deadline: Instant);
+}
+
+/// A command as it was submitted: enough to submit it again.
+#[derive(Debug)]
+pub struct Command {
+    pub owner: Owner,
+    pub sqe: Sqe,
+    pub data: CmdData,
+}
+
+impl Command {
+    /// The buffer, given back with the completion.
+    pub fn buf(self) -> Option<IoBuf> {
+        self.data.map(|(b, _, _)| b)
+    }
 }
 
 /// One outstanding command, with the binding's own state `X`.
 #[derive(Debug)]
 pub struct Cmd<X> {
     pub owner: Owner,
+    /// As submitted, to submit again on a new association.
+    pub sqe: Sqe,
     pub buf: Option<IoBuf>,
     pub len: usize,
     pub dir: Dir,
@@ -163,6 +189,13 @@ pub struct Cmd<X> {
     /// Answered, waiting for the device to let go before the CID is free.
     pub done: Option<(Status, Cqe)>,
     pub x: X,
+}
+
+impl<X> Cmd<X> {
+    fn into_command(self) -> Command {
+        let data = self.buf.map(|b| (b, self.len, self.dir));
+        Command { owner: self.owner, sqe: self.sqe, data }
+    }
 }
 
 /// Commands by CID; a queue of `size` entries has at most `size - 1`
@@ -202,16 +235,20 @@ impl<X> CommandTable<X> {
     pub fn complete(&mut self, cid: u16, status: Status, cqe: Cqe) -> Option<QueueEvent> {
         let cmd = self.slots.get_mut(usize::from(cid)).and_then(Option::take)?;
         self.free.push(cid);
-        Some(QueueEvent::Completion { owner: cmd.owner, status, cqe, buf: cmd.buf })
+        Some(QueueEvent::Completion { cmd: cmd.into_command(), status, cqe })
     }
 
-    /// Forget every command.
-    pub fn clear(&mut self) {
+    /// Forget every command, handing each back with its answer, if any.
+    pub fn take_all(&mut self) -> Vec<(Command, Option<(Status, Cqe)>)> {
+        let mut all = Vec::new();
         for (cid, slot) in self.slots.iter_mut().enumerate() {
-            if slot.take().is_some() {
+            if let Some(c) = slot.take() {
                 self.free.push(cid as u16);
+                let done = c.done;
+                all.push((c.into_command(), done));
             }
         }
+        all
     }
 }
 
@@ -235,5 +272,18 @@ impl<X> Commands for CommandTable<X> {
 
     fn has_owner(&self, owner: Owner) -> bool {
         self.slots.iter().flatten().any(|c| c.owner == owner)
+    }
+
+    fn overdue(&self, now: Instant) -> Option<(u16, Owner)> {
+        let waiting = |c: &Cmd<X>| c.owner != Owner::Aer && c.done.is_none() && now >= c.deadline;
+        self.slots.iter().enumerate().find_map(|(cid, slot)| {
+            slot.as_ref().filter(|c| waiting(c)).map(|c| (cid as u16, c.owner))
+        })
+    }
+
+    fn extend(&mut self, cid: u16, deadline: Instant) {
+        if let Some(c) = self.pending_mut(cid) {
+            c.deadline = deadline;
+        }
     }
 }

@@ -50,6 +50,10 @@ impl Status {
 
     pub const WRITE_FAULT: Status = Status::new(Status::SCT_MEDIA, 0x80);
     pub const UNRECOVERED_READ_ERROR: Status = Status::new(Status::SCT_MEDIA, 0x81);
+    /// Path related statuses the host itself reports: its association is
+    /// gone for good, or it gave up on the command.
+    pub const HOST_PATH_ERROR: Status = Status::new(Status::SCT_PATH, 0x70).dnr();
+    pub const HOST_ABORTED: Status = Status::new(Status::SCT_PATH, 0x71).dnr();
 
     const DNR: u16 = 1 << 15;
     const MORE: u16 = 1 << 14;
@@ -144,6 +148,8 @@ impl Status {
             (1, 0x85) => "Invalid Queue Type",
             (2, 0x80) => "Write Fault",
             (2, 0x81) => "Unrecovered Read Error",
+            (3, 0x70) => "Host Pathing Error",
+            (3, 0x71) => "Command Aborted By Host",
             _ => return None,
         })
     }
