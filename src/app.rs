@@ -2,6 +2,7 @@
 //! run workloads. The same apps run over kernel TCP and over smoltcp; the
 //! drivers only move bytes and time.
 
+use crate::report::RecoveryReport;
 use crate::workload::{IoStats, Workload, WorkloadSpec};
 use nvme_tcp::Instant;
 use nvme_tcp::host::{Host, HostError, HostEvent, NamespaceInfo};
@@ -154,6 +155,8 @@ pub struct IoApp {
     pub namespace: Option<NamespaceInfo>,
     pub io_queues: u16,
     pub queue_depth: usize,
+    /// What the host's error recovery did so far.
+    pub recovery: RecoveryReport,
     done: bool,
     error: Option<String>,
 }
@@ -170,6 +173,7 @@ impl IoApp {
             namespace: None,
             io_queues: 0,
             queue_depth: 0,
+            recovery: RecoveryReport::default(),
             done: false,
             error: None,
         }
@@ -250,6 +254,7 @@ impl IoApp {
 
 impl HostApp for IoApp {
     fn on_event(&mut self, host: &mut Host, event: HostEvent, now: Instant) {
+        self.recovery = host.recovery().into();
         match event {
             HostEvent::Ready => {
                 self.namespace = host.namespaces().first().copied();

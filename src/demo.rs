@@ -5,7 +5,7 @@
 use crate::app::{HostApp, IoApp, Watch};
 use crate::bench::{self, BenchOptions, Point, Spec};
 use crate::clock::Clock;
-use crate::report::{OffloadReport, PhaseReport, human_bytes};
+use crate::report::{OffloadReport, PhaseReport, RecoveryReport, human_bytes};
 use crate::transport::Transport;
 use crate::userspace::{
     Chain, ControllerSide, HostSide, RunError, chain, run_host, run_simulated, serve, to_smol,
@@ -146,6 +146,9 @@ pub struct DemoReport {
     pub controller_offload: OffloadReport,
     /// What the offloads saved, if asked for and there were any.
     pub savings: Option<Savings>,
+    /// What the host's error recovery did (all zero when no fault was
+    /// fatal).
+    pub recovery: RecoveryReport,
     /// The run was cut short (Ctrl-C): the phases are what ran till then.
     pub interrupted: bool,
     #[serde(skip)]
@@ -296,6 +299,7 @@ pub fn run(o: &DemoOptions, watch: Option<Watch>) -> Result<DemoReport, DemoErro
             OffloadReport::controller(ctrl_nic.caps().1, ctrl_nic.stats(), ulp, tx)
         },
         savings: None,
+        recovery: app.recovery,
         interrupted: app.interrupted,
         error: app.error(),
     };

@@ -262,3 +262,30 @@ impl OffloadReport {
         ]
     }
 }
+
+/// What the host's error recovery did: new associations after a loss,
+/// commands submitted again, Aborts sent for commands that timed out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RecoveryReport {
+    pub reconnects: u64,
+    pub retried: u64,
+    pub aborts: u64,
+}
+
+impl From<nvme_tcp::host::Recovery> for RecoveryReport {
+    fn from(r: nvme_tcp::host::Recovery) -> Self {
+        Self { reconnects: r.reconnects, retried: r.retried, aborts: r.aborts }
+    }
+}
+
+impl RecoveryReport {
+    pub fn line(&self) -> String {
+        let n = |k: u64, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
+        format!(
+            "recovery: {}, {}, {}",
+            n(self.reconnects, "reconnect", "reconnects"),
+            n(self.retried, "command retried", "commands retried"),
+            n(self.aborts, "abort", "aborts"),
+        )
+    }
+}

@@ -20,6 +20,7 @@ fn check(report: &demo::DemoReport, size: u64) {
     assert_eq!((w.bytes, w.errors), (size, 0));
     assert_eq!((r.bytes, r.errors, r.verify_failures), (size, 0, 0));
     assert_eq!(r.verified_bytes, size, "every byte read back matched what was written");
+    assert_eq!(report.recovery.reconnects, 0, "no fault here is fatal");
 }
 
 #[test]
@@ -115,6 +116,40 @@ fn everything_at_once_with_delay() {
         jitter: Duration::from_micros(50),
     };
     impaired(p, 15);
+}
+
+/// Each impairment from 0.1% to 5% of frames, with every offload and
+/// with none: every byte reads back, and no association is lost (the
+/// keep alive and command timeouts are the demo's for impaired runs,
+/// which allow for smoltcp's retransmission back-off).
+#[test]
+fn impairment_sweep_keeps_every_byte_without_a_reconnect() {
+    use ulp_ddp::Caps;
+    let kinds: [fn(f64) -> Profile; 4] = [
+        |p| Profile { loss: p, ..Profile::default() },
+        |p| Profile { reorder: p, ..Profile::default() },
+        |p| Profile { duplicate: p, ..Profile::default() },
+        |p| Profile { corrupt: p, ..Profile::default() },
+    ];
+    for (k, kind) in kinds.iter().enumerate() {
+        for rate in [0.001, 0.05] {
+            for offload in [Caps::ALL, Caps::NONE] {
+                let o = DemoOptions {
+                    size: 4 << 20,
+                    impair: kind(rate),
+                    offload,
+                    seed: 20 + k as u64,
+                    simulated: true,
+                    kato: std::time::Duration::from_secs(30),
+                    io_timeout: std::time::Duration::from_secs(120),
+                    digests: Digests { header: true, data: true },
+                    ..small(DemoOptions::default())
+                };
+                let report = demo::run(&o, None).unwrap();
+                check(&report, o.size);
+            }
+        }
+    }
 }
 
 #[test]

@@ -18,6 +18,12 @@
 #     four, NVMe/TCP without and with digests: discover, connect, list,
 #     id-ctrl, fio verified writes (4 jobs x 16 MiB at QD 32, 4 KiB and
 #     128 KiB), disconnect, a clean kernel log
+#   - recovery, the Linux host against our NVMe/TCP controller on a file
+#     namespace (198.18.0.1:4422), connected with --reconnect-delay=1
+#     --ctrl-loss-tmo=30: fio writes, `nvme reset` and the writes verified
+#     again; then the guest asks for the controller to be killed (SIGKILL)
+#     and started again on the same file and address, the Linux host
+#     reconnects, and the writes are verified once more
 #   - then it exports a RAM-backed namespace through nvmet-tcp (4420) and
 #     nvmet-rdma (4421), and our host on tap2, over both transports with
 #     offloads and digests (MPA CRCs) on and off, identifies it, writes,
@@ -46,6 +52,7 @@ SMOL_RDMA_IP=198.18.0.4
 GUEST_IP=198.18.0.10
 PORT=4420
 RDMA_PORT=4421
+RESTART_PORT=4422
 SIGNAL_PORT=7777
 NQN=nqn.2026-11.io.nvme-ddp:interop
 TARGET_NQN=nqn.2026-11.org.linux:nvmet-ram
@@ -121,7 +128,16 @@ ip netns exec "$NS" "$BIN" controller --transport rdma --tap tap3 --ip "$SMOL_RD
 	--listen "0.0.0.0:$PORT" --ns ram:128M --nqn "$NQN" --offload all \
 	--pcap "$TMP/ctrl-smoltcp-rdma.pcap" >"$TMP/ctrl-smoltcp-rdma.log" 2>&1 &
 PIDS+=($!)
-CTRLS="kernel-tcp smoltcp kernel-tcp-rdma smoltcp-rdma"
+# The one the guest has killed and started again, on a file namespace.
+truncate -s 64M "$TMP/restart.img"
+restart_ctrl() {
+	ip netns exec "$NS" "$BIN" controller --listen "$BRIDGE_IP:$RESTART_PORT" \
+		--ns "file:$TMP/restart.img" --nqn "$NQN" >>"$TMP/ctrl-restart.log" 2>&1 &
+	RESTART_PID=$!
+	PIDS+=("$RESTART_PID")
+}
+restart_ctrl
+CTRLS="kernel-tcp smoltcp kernel-tcp-rdma smoltcp-rdma restart"
 for _ in $(seq 50); do
 	up=1
 	for c in $CTRLS; do grep -q listening "$TMP/ctrl-$c.log" || up=0; done
@@ -137,6 +153,7 @@ done
 	--script "$HERE/guest/interop-guest.sh" --timeout "$TIMEOUT" \
 	--env "NQN=$NQN" --env "TARGET_NQN=$TARGET_NQN" --env "PORT=$PORT" \
 	--env "RDMA_PORT=$RDMA_PORT" --env "SIGNAL_PORT=$SIGNAL_PORT" --env "SIGNAL_TIMEOUT=$TIMEOUT" \
+	--env "RESTART_TARGET=$BRIDGE_IP:$RESTART_PORT" \
 	--env "TARGETS=kernel-tcp=tcp:$BRIDGE_IP:$PORT smoltcp=tcp:$SMOL_CTRL_IP:$PORT kernel-tcp-rdma-crc=rdma:$BRIDGE_IP:$RDMA_PORT smoltcp-rdma=rdma:$SMOL_RDMA_IP:$PORT" \
 	--log "$TMP/guest-console.log" >"$TMP/guest.out" 2>"$TMP/guest.err" &
 GUEST_PID=$!
@@ -157,8 +174,21 @@ relay() {
 	fi
 }
 ready=0
+restarted=0
 while guest_alive && ((SECONDS - start < TIMEOUT)); do
 	relay
+	# The guest asks for its controller to die under it and come back.
+	if ((!restarted)) && grep -aq GUEST-RESTART-CTRL "$TMP/guest-console.log" 2>/dev/null; then
+		restarted=1
+		kill -KILL "$RESTART_PID"
+		wait "$RESTART_PID" 2>/dev/null || true
+		alive=()
+		for p in "${PIDS[@]}"; do [[ $p == "$RESTART_PID" ]] || alive+=("$p"); done
+		PIDS=("${alive[@]}")
+		sleep 2
+		restart_ctrl
+		say "ok   our controller on $BRIDGE_IP:$RESTART_PORT killed (SIGKILL) and started again"
+	fi
 	if grep -aq GUEST-TARGET-READY "$TMP/guest-console.log" 2>/dev/null; then
 		ready=1
 		break
@@ -221,7 +251,8 @@ guest_rc=0
 wait "$GUEST_PID" || guest_rc=$?
 GUEST_PID=
 relay
-# Both controllers must have outlived everything thrown at them.
+# Every controller must have outlived everything thrown at it (but the
+# one killed on purpose, which was started again).
 for p in "${PIDS[@]}"; do
 	kill -0 "$p" 2>/dev/null || { say "FAIL: a controller died (see its log)"; exit 1; }
 done
@@ -282,4 +313,5 @@ fi
 ((ready)) || { cat "$TMP/guest.out" "$TMP/guest.err" >&2; say "FAIL: the guest never got to its target (status $guest_rc)"; exit 1; }
 ((guest_rc == 0)) || { cat "$TMP/guest.err" >&2; say "FAIL: guest status $guest_rc"; exit 1; }
 ((host_failures == 0)) || { say "FAIL: $host_failures checks of our host failed"; exit 1; }
+((restarted)) || { say "FAIL: the guest never asked for the controller restart"; exit 1; }
 say "OK: Linux $(cat "$CACHE_DIR/kernel-release") host and target interoperate with ours ($((SECONDS - start)) s)"

@@ -117,3 +117,26 @@ pub(crate) fn existing_tap(name: &str) -> Result<String, String> {
         ))
     }
 }
+
+/// A non-negative number of seconds, fractions allowed.
+pub(crate) fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+    s.parse::<f64>()
+        .ok()
+        .and_then(|t| std::time::Duration::try_from_secs_f64(t).ok())
+        .ok_or_else(|| format!("{s:?}: give a number of seconds, 0 or more"))
+}
+
+/// ctrl-loss-tmo: how long a lost association is retried; `None` for
+/// forever.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CtrlLossTmo(pub(crate) Option<std::time::Duration>);
+
+/// ctrl-loss-tmo: seconds, or -1 for forever.
+pub(crate) fn parse_ctrl_loss_tmo(s: &str) -> Result<CtrlLossTmo, String> {
+    match s.trim() {
+        "-1" => Ok(CtrlLossTmo(None)),
+        t => parse_seconds(t)
+            .map(|d| CtrlLossTmo(Some(d)))
+            .map_err(|e| format!("{e}, or -1 for forever")),
+    }
+}

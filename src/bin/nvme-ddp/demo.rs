@@ -178,6 +178,7 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
         if let Some(s) = &report.savings {
             println!("  {}", s.line());
         }
+        println!("  {}", report.recovery.line());
         for (dir, s) in
             [("host->controller", &report.impaired_h2c), ("controller->host", &report.impaired_c2h)]
         {

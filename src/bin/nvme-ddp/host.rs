@@ -18,7 +18,10 @@ use std::time::Duration;
 use ulp_ddp::Caps;
 
 use crate::admin::{self, GetLogArgs, IdNsArgs, resolve_nqn};
-use crate::args::{parse_bytes, parse_nqn, parse_on_off, parse_qd, parse_queues};
+use crate::args::{
+    CtrlLossTmo, parse_bytes, parse_ctrl_loss_tmo, parse_nqn, parse_on_off, parse_qd, parse_queues,
+    parse_seconds,
+};
 use crate::progress::{Eta, cpu_times, interrupt_flag, watch};
 use crate::tap::{KERNEL_TCP_MTU, TapArgs, fresh_stack_config, ip_mtu};
 
@@ -57,6 +60,14 @@ pub(crate) struct HostArgs {
     /// Keep alive timeout in seconds (0 for none).
     #[arg(long, global = true, default_value_t = 5)]
     kato: u64,
+    /// Seconds to wait before each attempt to reconnect a lost
+    /// association (as nvme connect's; fractions allowed).
+    #[arg(long, global = true, default_value = "10", value_parser = parse_seconds)]
+    reconnect_delay: Duration,
+    /// Seconds a lost association is retried before its I/O fails: 0
+    /// fails at once, -1 retries forever (as nvme connect's).
+    #[arg(long, global = true, default_value = "600", allow_negative_numbers = true, value_parser = parse_ctrl_loss_tmo)]
+    ctrl_loss_tmo: CtrlLossTmo,
     /// Print a machine-readable JSON report.
     #[arg(long, global = true)]
     pub(crate) json: bool,
@@ -127,6 +138,8 @@ pub(crate) fn host_config(a: &HostArgs, subnqn: String) -> HostConfig {
         io_queues: a.queues,
         queue_depth: a.qd,
         kato: Duration::from_secs(a.kato),
+        reconnect_delay: a.reconnect_delay,
+        ctrl_loss_tmo: a.ctrl_loss_tmo.0,
         ddp_threshold: a.tap.ddp_threshold,
         ..HostConfig::default()
     }
@@ -256,6 +269,7 @@ fn io_run(a: &HostArgs, io: &IoArgs) -> Result<()> {
     if a.json {
         let j = serde_json::json!({
             "phases": reports, "offload": offload, "interrupted": app.interrupted,
+            "recovery": app.recovery,
             "cpu": { "user_pct": user_pct, "sys_pct": sys_pct },
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
@@ -277,6 +291,7 @@ fn io_run(a: &HostArgs, io: &IoArgs) -> Result<()> {
             }
         }
         println!("  cpu: usr {user_pct:.1}%, sys {sys_pct:.1}% of one core");
+        println!("  {}", app.recovery.line());
         for line in offload.iter().flat_map(|o| o.lines("host")) {
             println!("  {line}");
         }

@@ -8,7 +8,12 @@
 #    zeros, disconnect, and no complaint in the kernel log. NVMe/TCP runs
 #    without and with header and data digests; NVMe/RDMA goes through
 #    soft-iWARP (siw0 on eth0), with MPA CRCs as the controller asks.
-# 2. The Linux NVMe/TCP and NVMe/RDMA targets (nvmet-tcp on port $PORT,
+# 2. Recovery against our controller at $RESTART_TARGET (a file namespace):
+#    connected with --reconnect-delay=1 --ctrl-loss-tmo=30, 32 MiB written,
+#    `nvme reset`, verified; GUEST-RESTART-CTRL asks the host to kill the
+#    controller and start it again; the host reconnects, the data verifies,
+#    new I/O verifies, and the kernel logged no I/O error.
+# 3. The Linux NVMe/TCP and NVMe/RDMA targets (nvmet-tcp on port $PORT,
 #    nvmet-rdma on $RDMA_PORT, through configfs, one RAM-backed null_blk
 #    namespace) on $GUEST_ADDR for our host; GUEST-TARGET-READY says they
 #    are up, and the host's connection to $SIGNAL_PORT that it is done.
@@ -119,6 +124,68 @@ for target in $TARGETS; do
 		ok "$what: no complaints from the kernel"
 	done
 done
+
+# Recovery: the Linux host against our controller on a file namespace,
+# through `nvme reset` and through a kill and restart of the controller
+# (the host script does it when it sees GUEST-RESTART-CTRL).
+ctrl_state() { cat "$1/state" 2>/dev/null; }
+# Wait up to $2 s for the controller's state to be (or, with !, not be) $3.
+wait_state() {
+	_i=0
+	while [ $_i -lt $(($2 * 10)) ]; do
+		case $3 in
+		!*) [ "$(ctrl_state "$1")" != "${3#!}" ] && return 0 ;;
+		*) [ "$(ctrl_state "$1")" = "$3" ] && return 0 ;;
+		esac
+		sleep 0.1
+		_i=$((_i + 1))
+	done
+	return 1
+}
+# The writes of the first fio job, read back and checked (fio's
+# verify_only re-creates the same blocks and headers).
+verify_writes() {
+	fio --name=recovery --filename="$1" --ioengine=libaio --direct=1 --rw=write --bs=128k \
+		--iodepth=16 --size=32M --verify=crc32c --verify_only=1 --verify_fatal=1 --eta=never 2>&1
+}
+if [ -n "$RESTART_TARGET" ]; then
+	raddr=${RESTART_TARGET%:*}
+	rport=${RESTART_TARGET##*:}
+	what="recovery tcp $raddr:$rport"
+	out=$(nvme connect -t tcp -a "$raddr" -s "$rport" -n "$NQN" --reconnect-delay=1 --ctrl-loss-tmo=30 2>&1) ||
+		{ echo "$out"; fail "$what: nvme connect"; }
+	dev=$(namespace_dev) || fail "$what: no namespace after connect"
+	cdev=${dev#/dev/}
+	cdev=${cdev%n[0-9]*}
+	ctrl=/sys/class/nvme/$cdev
+	ok "$what: nvme connect --reconnect-delay=1 --ctrl-loss-tmo=30 -> $dev"
+	out=$(fio --name=recovery --filename="$dev" --ioengine=libaio --direct=1 --rw=write --bs=128k \
+		--iodepth=16 --size=32M --verify=crc32c --do_verify=0 --eta=never 2>&1) ||
+		{ echo "$out"; fail "$what: fio write"; }
+	ok "$what: fio wrote 32 MiB"
+
+	out=$(nvme reset "/dev/$cdev" 2>&1) || { echo "$out"; fail "$what: nvme reset"; }
+	wait_state "$ctrl" 30 live || fail "$what: not live after nvme reset ($(ctrl_state "$ctrl"))"
+	out=$(verify_writes "$dev") || { echo "$out"; fail "$what: verify after nvme reset"; }
+	ok "$what: nvme reset, live again, 32 MiB verified"
+
+	echo "GUEST-RESTART-CTRL"
+	wait_state "$ctrl" 30 '!live' || fail "$what: the controller's death went unnoticed"
+	ok "$what: the host noticed the controller die ($(ctrl_state "$ctrl"))"
+	wait_state "$ctrl" 40 live || fail "$what: no reconnect to the restarted controller ($(ctrl_state "$ctrl"))"
+	out=$(verify_writes "$dev") || { echo "$out"; fail "$what: verify after the restart"; }
+	ok "$what: reconnected to the restarted controller, 32 MiB verified"
+	out=$(fio --name=after --filename="$dev" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+		--iodepth=32 --size=8M --offset=32M --verify=crc32c --do_verify=1 --verify_fatal=1 --eta=never 2>&1) ||
+		{ echo "$out"; fail "$what: fio after the restart"; }
+	ok "$what: new I/O verified after the restart"
+
+	out=$(nvme disconnect -n "$NQN" 2>&1) || { echo "$out"; fail "$what: nvme disconnect"; }
+	# The reset and the reconnects are logged; lost I/O must not be.
+	lost=$(dmesg -c 2>/dev/null | grep -iE 'I/O error|Buffer I/O|Removing ctrl|ctrl loss' || true)
+	[ -z "$lost" ] || { echo "$lost"; fail "$what: the kernel lost I/O"; }
+	ok "$what: no I/O error in the kernel log"
+fi
 
 dev=$(nullb_create nullb0 64) || fail "null_blk"
 nvmet_subsys "$TARGET_NQN" || fail "nvmet subsystem"
