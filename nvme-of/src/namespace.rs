@@ -27,6 +27,15 @@ pub trait Namespace: Send + Sync {
         self.write_zeroes(offset, len)
     }
     /// Number of logical blocks.
+    /// What identifies the stored data beyond this process (a file's
+    /// device and inode), so that the namespace keeps its identifiers
+    /// (NGUID) when the controller restarts on the same store, as a host
+    /// that reconnects requires. None: the data lives and dies with the
+    /// process, and so do its identifiers.
+    fn identity(&self) -> Option<u64> {
+        None
+    }
+
     fn blocks(&self) -> u64 {
         self.size() / u64::from(self.block_size())
     }
@@ -143,6 +152,8 @@ pub struct FileNamespace {
     file: File,
     block_size: u32,
     size: u64,
+    /// The file's device and inode.
+    identity: u64,
 }
 
 impl FileNamespace {
@@ -162,13 +173,20 @@ impl FileNamespace {
                 format!("namespace {} is smaller than one {block_size}-byte block", path.display()),
             ));
         }
-        Ok(Self { file, block_size, size })
+        let meta = file.metadata()?;
+        let identity = std::os::unix::fs::MetadataExt::dev(&meta).rotate_left(32)
+            ^ std::os::unix::fs::MetadataExt::ino(&meta);
+        Ok(Self { file, block_size, size, identity })
     }
 }
 
 impl Namespace for FileNamespace {
     fn block_size(&self) -> u32 {
         self.block_size
+    }
+
+    fn identity(&self) -> Option<u64> {
+        Some(self.identity)
     }
 
     fn size(&self) -> u64 {

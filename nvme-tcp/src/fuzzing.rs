@@ -60,3 +60,247 @@ pub fn framer(data: &[u8]) {
         }
     }
 }
+
+use crate::controller::{Connection, Target, TargetConfig};
+use crate::host::{Host, HostConfig, HostEvent, Io, IoKind};
+use crate::namespace::{Namespace, RamNamespace};
+use nvme_of::Instant;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use ulp_ddp::IoBuf;
+
+const NQN: &str = "nqn.2026-11.io.nvme-ddp:fuzz";
+/// Time passing per piece of fuzzed input.
+const TICK: Duration = Duration::from_millis(7);
+
+fn target() -> Arc<Target> {
+    let ns: Arc<dyn Namespace> = Arc::new(RamNamespace::new(1 << 20, 512).expect("RAM namespace"));
+    let cfg = TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() };
+    Target::new(cfg, vec![ns]).expect("target")
+}
+
+/// A host and a controller joined by in-memory streams, except for queue
+/// `fuzzed`, whose controller side the fuzzer plays.
+struct Wire {
+    host: Host,
+    target: Arc<Target>,
+    conns: BTreeMap<u16, Connection>,
+    fuzzed: Option<u16>,
+    now: Instant,
+    events: Vec<HostEvent>,
+}
+
+impl Wire {
+    fn new(cfg: HostConfig) -> Self {
+        Self {
+            host: crate::host::new(cfg),
+            target: target(),
+            conns: BTreeMap::new(),
+            fuzzed: None,
+            now: Instant::from_millis(1),
+            events: Vec::new(),
+        }
+    }
+
+    /// Move bytes until nothing moves.
+    fn settle(&mut self) {
+        let mut buf = vec![0u8; 16 * 1024];
+        for _ in 0..10_000 {
+            let mut moved = false;
+            while let Some(qid) = self.host.poll_connect() {
+                self.fuzzed = self.fuzzed.filter(|&q| q != qid);
+                self.conns.insert(qid, Connection::new(self.target.clone(), None));
+                self.host.connected(qid, self.now);
+                moved = true;
+            }
+            let qids: Vec<u16> = self.conns.keys().copied().collect();
+            for qid in qids {
+                let Some(conn) = self.conns.get_mut(&qid) else { continue };
+                let n = self.host.poll_transmit(qid, &mut buf);
+                moved |= n > 0;
+                conn.handle_input(&buf[..n], self.now);
+                let n = conn.poll_transmit(&mut buf);
+                moved |= n > 0;
+                let mut at = 0;
+                while at < n {
+                    let k = self.host.handle_input(qid, &buf[at..n], self.now);
+                    if k == 0 {
+                        break;
+                    }
+                    at += k;
+                }
+                if conn.is_closed() || self.host.is_closed(qid) {
+                    conn.transport_closed();
+                    self.host.transport_closed(qid, self.now);
+                    self.conns.remove(&qid);
+                    moved = true;
+                }
+            }
+            while let Some(ev) = self.host.poll_event() {
+                self.events.push(ev);
+                moved = true;
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Let `d` of time pass, firing every timer on the way.
+    fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        loop {
+            self.settle();
+            let next = self
+                .host
+                .poll_timeout()
+                .into_iter()
+                .chain(self.conns.values().filter_map(Connection::poll_timeout))
+                .min()
+                .filter(|&t| t <= end);
+            self.now = next.unwrap_or(end).max(self.now);
+            self.host.handle_timeout(self.now);
+            for c in self.conns.values_mut() {
+                c.handle_timeout(self.now);
+            }
+            if next.is_none() {
+                self.settle();
+                return;
+            }
+        }
+    }
+
+    /// Feed `stream` cut into `piece`-byte pieces to the host as queue
+    /// `qid`'s controller; what the host sends there goes nowhere.
+    fn play_controller(&mut self, qid: u16, stream: &[u8], piece: usize) {
+        let mut sink = vec![0u8; 16 * 1024];
+        for chunk in stream.chunks(piece.max(1)) {
+            let mut at = 0;
+            while at < chunk.len() {
+                let k = self.host.handle_input(qid, &chunk[at..], self.now);
+                while self.host.poll_transmit(qid, &mut sink) > 0 {}
+                if k == 0 {
+                    break;
+                }
+                at += k;
+            }
+            self.now = self.now + TICK;
+            if self.host.poll_timeout().is_some_and(|t| self.now >= t) {
+                self.host.handle_timeout(self.now);
+            }
+            self.settle();
+            if self.fuzzed != Some(qid) {
+                return; // the host gave the queue up and reconnected
+            }
+        }
+    }
+}
+
+/// Play an NVMe/TCP controller to the host with arbitrary bytes.
+///
+/// Byte 0: bit 0 picks from the first byte of the admin queue (ICResp
+/// onwards) or an I/O queue after a real bring-up with I/O in flight; bits
+/// 2:1 the digests; bit 3 whether the connection then closes. Byte 1 is the
+/// size of the pieces. Whatever the bytes, nothing panics, and afterwards,
+/// with the real controller back, every I/O submitted completes exactly
+/// once: no command is lost or completed twice.
+pub fn host(data: &[u8]) {
+    let [mode, piece, stream @ ..] = data else { return };
+    let cfg = HostConfig {
+        subnqn: NQN.into(),
+        digests: Digests::from_bits(mode >> 1),
+        queue_depth: 4,
+        kato: Duration::from_secs(2),
+        command_timeout: Duration::from_secs(1),
+        reconnect_delay: Duration::from_millis(100),
+        ctrl_loss_tmo: Some(Duration::from_secs(5)),
+        ..HostConfig::default()
+    };
+    let mut w = Wire::new(cfg);
+    let qid = if mode & 1 == 0 {
+        let qid = w.host.poll_connect().expect("the admin queue connects first");
+        w.host.connected(qid, w.now);
+        qid
+    } else {
+        w.run_for(Duration::from_millis(50));
+        if !w.host.is_ready() {
+            panic!("bring-up against the real controller failed: {:?}", w.events);
+        }
+        for tag in 0..4u64 {
+            let (kind, buf) = match tag % 3 {
+                0 => (IoKind::Read, Some(IoBuf::new(4096))),
+                1 => (IoKind::Write, Some(IoBuf::from_vec(vec![tag as u8; 4096]))),
+                _ => (IoKind::Flush, None),
+            };
+            let io = Io { kind, nsid: 1, slba: tag * 8, nlb: 8, buf, tag };
+            w.host.submit(1, io, w.now).expect("room for four commands");
+        }
+        w.conns.remove(&1);
+        1
+    };
+    w.fuzzed = Some(qid);
+    w.play_controller(qid, stream, usize::from(*piece));
+    if mode & 8 != 0 && w.fuzzed == Some(qid) {
+        w.host.transport_closed(qid, w.now);
+    }
+    // The real controller again, long enough for every timer and retry.
+    w.fuzzed = None;
+    w.run_for(Duration::from_secs(12));
+    if mode & 1 == 1 {
+        for tag in 0..4u64 {
+            let n = w
+                .events
+                .iter()
+                .filter(|e| matches!(e, HostEvent::Completion { tag: t, .. } if *t == tag))
+                .count();
+            assert_eq!(n, 1, "I/O {tag} completed {n} times: {:?}", w.events);
+        }
+    }
+}
+
+/// Play a host to an NVMe/TCP controller connection with arbitrary bytes.
+///
+/// Byte 0: bit 0 picks from the first byte (ICReq onwards) or an I/O queue
+/// after a real host's bring-up; byte 1 is the size of the pieces. Nothing
+/// panics, and once every connection has closed no controller is left
+/// behind.
+pub fn controller(data: &[u8]) {
+    let [mode, piece, stream @ ..] = data else { return };
+    let cfg =
+        HostConfig { subnqn: NQN.into(), kato: Duration::from_secs(2), ..HostConfig::default() };
+    let mut w = Wire::new(cfg);
+    let mut conn = if mode & 1 == 0 {
+        Connection::new(w.target.clone(), None)
+    } else {
+        w.run_for(Duration::from_millis(50));
+        assert!(w.host.is_ready(), "bring-up failed: {:?}", w.events);
+        w.conns.remove(&1).expect("I/O queue 1")
+    };
+    let mut out = vec![0u8; 64 * 1024];
+    for chunk in stream.chunks(usize::from(*piece).max(1)) {
+        let mut at = 0;
+        while at < chunk.len() && !conn.is_closed() {
+            let k = conn.handle_input(&chunk[at..], w.now);
+            while conn.poll_transmit(&mut out) > 0 {}
+            if k == 0 {
+                break;
+            }
+            at += k;
+        }
+        w.now = w.now + TICK;
+        if conn.poll_timeout().is_some_and(|t| w.now >= t) {
+            conn.handle_timeout(w.now);
+        }
+        if conn.is_closed() {
+            break;
+        }
+    }
+    conn.transport_closed();
+    w.host.shutdown(w.now);
+    w.run_for(Duration::from_secs(10));
+    for c in w.conns.values_mut() {
+        c.transport_closed();
+    }
+    assert_eq!(w.target.stats().controllers, 0, "a controller outlived its connections");
+}

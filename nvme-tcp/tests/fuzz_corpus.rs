@@ -1,20 +1,35 @@
-//! Replays the framer fuzz corpus (and any saved crash regressions) through
-//! the same checks the fuzz target runs, so a regression fails `cargo test`.
+//! Replays the NVMe/TCP fuzz corpora (and any saved crash regressions)
+//! through the same checks the fuzz targets run, so a regression fails
+//! `cargo test`.
 
 use std::path::Path;
 
-#[test]
-fn framer_corpus_replays_cleanly() {
+fn replay(target: &str, run: fn(&[u8])) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
     let mut n = 0;
-    for dir in ["corpus/framer", "regressions/framer"] {
-        let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+    for dir in ["corpus", "regressions"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else { continue };
         for entry in entries {
             let path = entry.expect("readable corpus directory").path();
             let data = std::fs::read(&path).expect("readable corpus file");
-            nvme_tcp::fuzzing::framer(&data);
+            run(&data);
             n += 1;
         }
     }
-    assert!(n > 0, "the framer corpus is missing");
+    assert!(n > 0, "the {target} corpus is missing");
+}
+
+#[test]
+fn framer_corpus_replays_cleanly() {
+    replay("framer", nvme_tcp::fuzzing::framer);
+}
+
+#[test]
+fn host_corpus_replays_cleanly() {
+    replay("host", nvme_tcp::fuzzing::host);
+}
+
+#[test]
+fn controller_corpus_replays_cleanly() {
+    replay("controller", nvme_tcp::fuzzing::controller);
 }

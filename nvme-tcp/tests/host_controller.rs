@@ -917,3 +917,38 @@ fn a_retryable_error_is_retried_and_a_dnr_error_is_not() {
     assert_eq!(p.host.recovery().retried, 1, "DNR: not retried");
     assert_eq!(p.host.recovery().reconnects, 0);
 }
+
+/// A controller started again on the same file presents the namespace
+/// under the same NGUID, as a reconnecting Linux host requires (it drops
+/// a namespace whose identifiers changed); a RAM namespace, whose data
+/// dies with the controller, gets new ones.
+#[test]
+fn a_file_namespace_keeps_its_nguid_when_the_controller_restarts() {
+    use nvme_tcp::namespace::FileNamespace;
+    use nvme_tcp::nvme::identify::{self, IdentifyNamespace, cns};
+    let path = std::env::temp_dir().join(format!("nvmeddp-nguid-{}.img", std::process::id()));
+    std::fs::File::create(&path).unwrap().set_len(1 << 20).unwrap();
+    let nguid = |file: bool, serial: &str| {
+        let ns: Arc<dyn Namespace> = if file {
+            Arc::new(FileNamespace::open(&path, 512).unwrap())
+        } else {
+            Arc::new(RamNamespace::new(1 << 20, 512).unwrap())
+        };
+        let cfg =
+            TargetConfig { subnqn: SUBNQN.into(), serial: serial.into(), ..Default::default() };
+        let host = HostConfig { subnqn: SUBNQN.into(), ..Default::default() };
+        let mut p = Pair::new(host, Target::new(cfg, vec![ns]).unwrap());
+        p.ready();
+        p.host.submit_admin(identify::command(cns::NAMESPACE, 1), 4096, 1, p.now).unwrap();
+        p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Completion { qid: 0, .. })));
+        let page = p.events.iter().find_map(|e| match e {
+            HostEvent::Completion { qid: 0, buf: Some(b), .. } => Some(b.to_vec()),
+            _ => None,
+        });
+        IdentifyNamespace::parse(&page.unwrap()).unwrap().nguid
+    };
+    let (before, after) = (nguid(true, "first-run"), nguid(true, "second-run"));
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(before, after, "same file, same NGUID");
+    assert_ne!(nguid(false, "first-run"), nguid(false, "second-run"), "RAM: new data, new NGUID");
+}

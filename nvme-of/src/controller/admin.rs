@@ -3,6 +3,7 @@
 
 use super::queue::{Data, DataPtr, Outcome, Queue};
 use super::{Association, CtrlQueue, lock};
+use crate::namespace::Namespace;
 use crate::nvme::identify::{self, IdentifyController, IdentifyNamespace, cns, nidt};
 use crate::nvme::log::{self, DiscoveryEntry, GetLogPage, SmartLog, lid};
 use crate::nvme::{
@@ -35,11 +36,16 @@ fn result(value: u64) -> Outcome {
     Outcome::Complete { status: Status::SUCCESS, result: value, data: None }
 }
 
-/// A stable, per-target namespace GUID: a hash of the subsystem and serial
-/// number, then the NSID.
-fn nguid(subnqn: &str, serial: &str, nsid: u32) -> [u8; 16] {
+/// A namespace GUID: a hash of the subsystem and what identifies the
+/// stored data (the serial number for data that dies with the target),
+/// then the NSID.
+fn nguid(subnqn: &str, serial: &str, ns: &dyn Namespace, nsid: u32) -> [u8; 16] {
+    let store = match ns.identity() {
+        Some(id) => id.to_le_bytes().to_vec(),
+        None => serial.as_bytes().to_vec(),
+    };
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in subnqn.bytes().chain([0]).chain(serial.bytes()) {
+    for b in subnqn.bytes().chain([0]).chain(store) {
         h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
     }
     let mut g = [0u8; 16];
@@ -305,7 +311,7 @@ impl CtrlQueue {
                     nuse: blocks,
                     nmic: 1,
                     dlfeat: 1,
-                    nguid: nguid(&cfg.subnqn, &cfg.serial, sqe.nsid),
+                    nguid: nguid(&cfg.subnqn, &cfg.serial, ns.as_ref(), sqe.nsid),
                     lbads: ns.block_size().trailing_zeros() as u8,
                     ..IdentifyNamespace::default()
                 }
@@ -318,10 +324,10 @@ impl CtrlQueue {
                 identify::emit_ns_list(&mut page, 1..=namespaces.len() as u32, sqe.nsid)
             }
             cns::NS_DESCRIPTORS => {
-                if self.namespace(sqe.nsid).is_none() {
+                let Some(ns) = self.namespace(sqe.nsid) else {
                     return Outcome::status(Status::INVALID_NAMESPACE);
-                }
-                let g = nguid(&cfg.subnqn, &cfg.serial, sqe.nsid);
+                };
+                let g = nguid(&cfg.subnqn, &cfg.serial, ns.as_ref(), sqe.nsid);
                 identify::emit_ns_descriptors(&mut page, &[(nidt::NGUID, &g), (nidt::CSI, &[0])]);
             }
             // The NVM command set's own structures carry nothing we set.
