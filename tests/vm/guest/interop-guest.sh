@@ -182,7 +182,7 @@ if [ -n "$RESTART_TARGET" ]; then
 
 	out=$(nvme disconnect -n "$NQN" 2>&1) || { echo "$out"; fail "$what: nvme disconnect"; }
 	# The reset and the reconnects are logged; lost I/O must not be.
-	lost=$(dmesg -c 2>/dev/null | grep -iE 'I/O error|Buffer I/O|Removing ctrl|ctrl loss' || true)
+	lost=$(dmesg -c 2>/dev/null | grep -iE 'I/O error|Buffer I/O|Removing controller' || true)
 	[ -z "$lost" ] || { echo "$lost"; fail "$what: the kernel lost I/O"; }
 	ok "$what: no I/O error in the kernel log"
 fi
