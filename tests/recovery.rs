@@ -222,7 +222,7 @@ impl Durable {
             Some((slba, data)) => {
                 let buf = Some(IoBuf::from_vec(data.clone()));
                 // Every other write is FUA; the Flush covers the rest.
-                let kind = if self.next % 2 == 0 { IoKind::WriteFua } else { IoKind::Write };
+                let kind = if self.next.is_multiple_of(2) { IoKind::WriteFua } else { IoKind::Write };
                 Io { kind, nsid: 1, slba: *slba, nlb: (data.len() / 512) as u32, buf, tag: 0 }
             }
             None if !self.flushed => {
