@@ -4,6 +4,9 @@
 //! told had completed reads back. Over kernel TCP, and over smoltcp on TAP
 //! devices in a network namespace.
 
+mod common;
+
+use common::{Netns, root};
 use nvme_ddp::app::HostApp;
 use nvme_ddp::kernel_tcp::run_host;
 use nvme_tcp::Instant;
@@ -154,20 +157,6 @@ fn a_killed_controller_comes_back_and_the_verified_write_finishes_over_kernel_tc
     });
 }
 
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Removes the namespace however the test ends.
-struct Netns(String);
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
 #[test]
 fn a_killed_controller_comes_back_and_the_verified_write_finishes_over_tap() {
     if !root() || Command::new("ip").arg("-V").output().is_err() {
@@ -222,7 +211,8 @@ impl Durable {
             Some((slba, data)) => {
                 let buf = Some(IoBuf::from_vec(data.clone()));
                 // Every other write is FUA; the Flush covers the rest.
-                let kind = if self.next.is_multiple_of(2) { IoKind::WriteFua } else { IoKind::Write };
+                let kind =
+                    if self.next.is_multiple_of(2) { IoKind::WriteFua } else { IoKind::Write };
                 Io { kind, nsid: 1, slba: *slba, nlb: (data.len() / 512) as u32, buf, tag: 0 }
             }
             None if !self.flushed => {

@@ -3,6 +3,9 @@
 //! simulated time, so a lost frame costs no wall-clock time), and over TAP
 //! devices in a network namespace.
 
+mod common;
+
+use common::{Netns, root};
 use nvme_ddp::demo::{self, DemoOptions};
 use nvme_tcp::wire::Digests;
 use smoltcp::time::Duration;
@@ -157,20 +160,6 @@ fn raw_tcp_moves_data() {
     let bps =
         nvme_ddp::rawtcp::wire_throughput(9000, std::time::Duration::from_millis(200)).unwrap();
     assert!(bps > 0.0);
-}
-
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Removes the namespace however the test ends.
-struct Netns(String);
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
 }
 
 #[test]
