@@ -238,6 +238,11 @@ if ((ready)); then
 		say "FAIL our host's NIC placed nothing from the Linux target on some transport"
 		host_failures=$((host_failures + 1))
 	fi
+	# No fault here is fatal: our host never had to make a new association.
+	if grep -q "recovery: [1-9]" "$TMP/host.log"; then
+		say "FAIL our host reconnected to the Linux target: $(grep "recovery: [1-9]" "$TMP/host.log" | head -n1)"
+		host_failures=$((host_failures + 1))
+	fi
 	verdict=done
 	((host_failures == 0)) || verdict="failed: $host_failures host checks"
 	for _ in $(seq 30); do
