@@ -895,9 +895,7 @@ impl Host {
         cqe: Cqe,
         now: Instant,
     ) {
-        if !self.aborted.is_empty() {
-            self.aborted.retain(|&(q, c)| (q, c) != (qid, cqe.cid));
-        }
+        self.aborted.retain(|&(q, c)| (q, c) != (qid, cqe.cid));
         let tries =
             if self.tries.is_empty() { 0 } else { self.tries.remove(&(qid, tag)).unwrap_or(0) };
         let retry = qid > 0 && !status.is_success() && !status.is_dnr() && tries < MAX_RETRIES;
@@ -1165,18 +1163,18 @@ impl Host {
     /// again (until ctrl-loss-tmo); a first bring-up fails for good, as a
     /// Linux `nvme connect` does.
     fn fail(&mut self, e: HostError) {
-        let live_once =
-            self.lost_at.is_some() || matches!(self.state, State::Ready | State::Disabling);
-        match self.state {
-            State::Failed | State::Closed | State::Resetting => {}
-            State::BringUp | State::Ready | State::Disabling
-                if live_once && self.cfg.ctrl_loss_tmo != Some(Duration::ZERO) =>
-            {
-                warn!(parent: &self.span, error = %e, "association lost");
-                self.last_error = Some(e.clone());
-                self.begin_reconnect(Some(e), self.cfg.reconnect_delay);
-            }
-            _ => self.give_up(e),
+        let live_once = match self.state {
+            State::Failed | State::Closed | State::Resetting => return,
+            State::Ready | State::Disabling => true,
+            State::BringUp => self.lost_at.is_some(),
+            State::ShuttingDown => false,
+        };
+        if live_once && self.cfg.ctrl_loss_tmo != Some(Duration::ZERO) {
+            warn!(parent: &self.span, error = %e, "association lost");
+            self.last_error = Some(e.clone());
+            self.begin_reconnect(Some(e), self.cfg.reconnect_delay);
+        } else {
+            self.give_up(e);
         }
     }
 

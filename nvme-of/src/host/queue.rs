@@ -192,6 +192,12 @@ pub struct Cmd<X> {
 }
 
 impl<X> Cmd<X> {
+    /// Waiting for its response against a deadline (an AER may wait for
+    /// ever).
+    fn is_timed(&self) -> bool {
+        self.owner != Owner::Aer && self.done.is_none()
+    }
+
     fn into_command(self) -> Command {
         let data = self.buf.map(|b| (b, self.len, self.dir));
         Command { owner: self.owner, sqe: self.sqe, data }
@@ -262,12 +268,7 @@ impl<X> Commands for CommandTable<X> {
     }
 
     fn deadline(&self) -> Option<Instant> {
-        self.slots
-            .iter()
-            .flatten()
-            .filter(|c| c.owner != Owner::Aer && c.done.is_none())
-            .map(|c| c.deadline)
-            .min()
+        self.slots.iter().flatten().filter(|c| c.is_timed()).map(|c| c.deadline).min()
     }
 
     fn has_owner(&self, owner: Owner) -> bool {
@@ -275,9 +276,10 @@ impl<X> Commands for CommandTable<X> {
     }
 
     fn overdue(&self, now: Instant) -> Option<(u16, Owner)> {
-        let waiting = |c: &Cmd<X>| c.owner != Owner::Aer && c.done.is_none() && now >= c.deadline;
         self.slots.iter().enumerate().find_map(|(cid, slot)| {
-            slot.as_ref().filter(|c| waiting(c)).map(|c| (cid as u16, c.owner))
+            slot.as_ref()
+                .filter(|c| c.is_timed() && now >= c.deadline)
+                .map(|c| (cid as u16, c.owner))
         })
     }
 
