@@ -5,10 +5,11 @@
 //! hints vouch for placement and digest, it skips both.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use nvme_storage::RamNamespace;
 use nvme_tcp::Instant;
 use nvme_tcp::controller::{Connection, Target, TargetConfig};
 use nvme_tcp::host::{Host, HostConfig, HostEvent, Io, IoKind};
-use nvme_tcp::namespace::{Namespace, RamNamespace};
+use nvme_tcp::namespace::Namespace;
 use nvme_tcp::wire::Digests;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::{Arc, Mutex};

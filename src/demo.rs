@@ -12,9 +12,10 @@ use crate::userspace::{
 };
 use crate::workload::{Limit, Rw, WorkloadSpec};
 use nic_backend::NicHandle;
+use nvme_storage::RamNamespace;
 use nvme_tcp::controller::{Port, Target, TargetConfig};
 use nvme_tcp::host::HostConfig;
-use nvme_tcp::namespace::{Namespace, RamNamespace};
+use nvme_tcp::namespace::Namespace;
 use nvme_tcp::wire::Digests;
 use serde::Serialize;
 use smoltcp::wire::Ipv4Cidr;

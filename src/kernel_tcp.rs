@@ -178,6 +178,24 @@ impl Drop for ControllerServer {
     }
 }
 
+/// The token of the serving loop's waker.
+const WAKE: Token = Token(usize::MAX);
+
+/// A waker for the storage: it wakes the loop out of `poll`.
+struct MioWake(Arc<mio::Waker>);
+
+impl std::task::Wake for MioWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Err(e) = self.0.wake() {
+            warn!(error = %e, "cannot wake the controller loop");
+        }
+    }
+}
+
 struct CtrlConn {
     sock: TcpStream,
     pipe: Pipe,
@@ -197,6 +215,9 @@ fn serve(
     for (i, l) in listeners.iter_mut().enumerate() {
         poll.registry().register(l, Token(i), Interest::READABLE)?;
     }
+    // Storage that answers later wakes this loop.
+    let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
+    target.set_waker(std::task::Waker::from(Arc::new(MioWake(waker))));
     let first_conn = listeners.len();
     let mut conns: HashMap<usize, CtrlConn> = HashMap::new();
     let mut next = first_conn;
@@ -210,7 +231,9 @@ fn serve(
         }
         for ev in &events {
             let token = ev.token().0;
-            if token < first_conn {
+            if ev.token() == WAKE {
+                // Answers to collect: the connections' timers say so.
+            } else if token < first_conn {
                 let l = &mut listeners[token];
                 accept_all(l, &poll, &listener, &target, clock.now(), &mut conns, &mut next);
             } else if let Some(c) = conns.get_mut(&token) {

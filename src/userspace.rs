@@ -342,6 +342,8 @@ pub fn run_host<D: Medium>(
 
 /// Serve a controller side in real time until `stop` is set.
 pub fn serve<D: Medium>(side: &mut ControllerSide<D>, clock: &Clock, stop: &AtomicBool) {
+    // Storage that answers later ends the wait below.
+    side.target.set_waker(side.stack.device().waker());
     while !stop.load(Ordering::Relaxed) {
         let now = to_smol(clock.now());
         if !side.step(now) {

@@ -9,11 +9,12 @@ use nvme_ddp::app::{HostApp, IoApp};
 use nvme_ddp::demo::{self, Demo, DemoOptions};
 use nvme_ddp::userspace::{Peer, run_simulated, to_nvme};
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
+use nvme_storage::RamNamespace;
 use nvme_tcp::controller::{Connection, Target, TargetConfig};
 use nvme_tcp::host::{
     Host, HostError, HostEvent, Io, IoKind, MAX_RETRIES, QueueError, Recovery, TcpError,
 };
-use nvme_tcp::namespace::{Namespace, RamNamespace};
+use nvme_tcp::namespace::Namespace;
 use nvme_tcp::nvme::Status;
 use nvme_tcp::wire::{Digests, Direction, Event, Fes, Framer, Framing, Header, PduRepr, PduType};
 use smoltcp::time::Instant as SmolInstant;
@@ -622,8 +623,9 @@ fn against_hostile(
         remote,
         Some(Arc::new(nic.clone())),
     );
-    let ns: Arc<dyn Namespace> = Arc::new(RamNamespace::new(o.size, 512).unwrap());
-    ns.write_at(0, &vec![0x5a; o.size as usize]).unwrap();
+    let ram = RamNamespace::new(o.size, 512).unwrap();
+    ram.write_at(0, &vec![0x5a; o.size as usize]).unwrap();
+    let ns: Arc<dyn Namespace> = Arc::new(ram);
     let target =
         Target::new(TargetConfig { subnqn: demo::NQN.into(), ..TargetConfig::default() }, vec![ns])
             .unwrap();

@@ -505,6 +505,10 @@ impl<D: Medium> Medium for OffloadNic<D> {
     fn wait_with(&self, also: &WireEnd, timeout: Option<smoltcp::time::Duration>) {
         self.inner.wait_with(also, timeout)
     }
+
+    fn waker(&self) -> std::task::Waker {
+        self.inner.waker()
+    }
 }
 
 impl NicHandle {

@@ -142,6 +142,10 @@ impl Connection {
                 if admin { CloseReason::KeepAliveExpired } else { CloseReason::ControllerGone };
             self.shut(why);
         }
+        while self.close.is_none() {
+            let Some((sqe, action)) = self.core.storage_answer() else { break };
+            self.act(&sqe, action, now);
+        }
         self.process(now);
     }
 
@@ -254,7 +258,12 @@ impl Connection {
         self.core.traffic(now);
         let action = self.core.submit(&sqe, data, None, now);
         self.act(&sqe, action, now);
-        // The command is done with the buffers (I/O runs to completion).
+        // A command still holding the in-capsule data (the storage has
+        // not answered its write) keeps that buffer; the slot gets a new one.
+        let data = &mut self.recvs[slot].1;
+        if data.is_shared() {
+            *data = IoBuf::new(data.len());
+        }
         self.post_recv(slot);
     }
 

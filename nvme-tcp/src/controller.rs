@@ -220,7 +220,7 @@ impl Connection {
         self.poll_ddp();
         let mut at = 0;
         while self.phase != Phase::Closing {
-            if self.framer.at_pdu_start() && self.tx.queued() > TX_HIGH_WATER {
+            if self.framer.at_pdu_start() && self.tx_full() {
                 break;
             }
             let step = self.framer.next(&data[at..]);
@@ -254,24 +254,37 @@ impl Connection {
         self.tx.queued()
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) should next run.
+    /// When [`handle_timeout`](Self::handle_timeout) should next run. Storage
+    /// answers wait while the send queue is full, as input does.
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.phase == Phase::Closing {
             return None;
         }
-        self.core.poll_timeout()
+        if self.core.storage_ready() && !self.tx_full() {
+            return Some(Instant::ZERO);
+        }
+        self.core.timer()
     }
 
-    /// Enforce the keep alive timeout of this queue's controller.
+    /// Complete the commands the storage answered, and enforce the keep
+    /// alive timeout of this queue's controller.
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.phase == Phase::Closing {
             return;
+        }
+        while !self.tx_full() && self.phase != Phase::Closing {
+            let Some((sqe, action)) = self.core.storage_answer() else { break };
+            self.act(&sqe, action, now);
         }
         match self.core.handle_timeout(now) {
             Some(true) => self.shut(CloseReason::KeepAliveExpired),
             Some(false) => self.shut(CloseReason::ControllerGone),
             None => {}
         }
+    }
+
+    fn tx_full(&self) -> bool {
+        self.tx.queued() > TX_HIGH_WATER
     }
 
     /// The transport closed under us: release the controller if this was

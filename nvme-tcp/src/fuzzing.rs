@@ -63,7 +63,7 @@ pub fn framer(data: &[u8]) {
 
 use crate::controller::{Connection, Target, TargetConfig};
 use crate::host::{Host, HostConfig, HostEvent, Io, IoKind};
-use crate::namespace::{Namespace, RamNamespace};
+use crate::namespace::Namespace;
 use nvme_of::Instant;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -74,8 +74,7 @@ const NQN: &str = "nqn.2026-11.io.nvme-ddp:fuzz";
 /// Time passing per piece of fuzzed input.
 const TICK: Duration = Duration::from_millis(7);
 
-fn target() -> Arc<Target> {
-    let ns: Arc<dyn Namespace> = Arc::new(RamNamespace::new(1 << 20, 512).expect("RAM namespace"));
+fn target(ns: Arc<dyn Namespace>) -> Arc<Target> {
     let cfg = TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() };
     Target::new(cfg, vec![ns]).expect("target")
 }
@@ -92,10 +91,10 @@ struct Wire {
 }
 
 impl Wire {
-    fn new(cfg: HostConfig) -> Self {
+    fn new(cfg: HostConfig, ns: Arc<dyn Namespace>) -> Self {
         Self {
             host: crate::host::new(cfg),
-            target: target(),
+            target: target(ns),
             conns: BTreeMap::new(),
             fuzzed: None,
             now: Instant::from_millis(1),
@@ -204,8 +203,9 @@ impl Wire {
 /// 2:1 the digests; bit 3 whether the connection then closes. Byte 1 is the
 /// size of the pieces. Whatever the bytes, nothing panics, and afterwards,
 /// with the real controller back, every I/O submitted completes exactly
-/// once: no command is lost or completed twice.
-pub fn host(data: &[u8]) {
+/// once: no command is lost or completed twice. `ns` (at least 1 MiB) is
+/// the controller's one namespace.
+pub fn host(data: &[u8], ns: Arc<dyn Namespace>) {
     let [mode, piece, stream @ ..] = data else { return };
     let cfg = HostConfig {
         subnqn: NQN.into(),
@@ -217,7 +217,7 @@ pub fn host(data: &[u8]) {
         ctrl_loss_tmo: Some(Duration::from_secs(5)),
         ..HostConfig::default()
     };
-    let mut w = Wire::new(cfg);
+    let mut w = Wire::new(cfg, ns);
     let qid = if mode & 1 == 0 {
         let qid = w.host.poll_connect().expect("the admin queue connects first");
         w.host.connected(qid, w.now);
@@ -264,12 +264,12 @@ pub fn host(data: &[u8]) {
 /// Byte 0: bit 0 picks from the first byte (ICReq onwards) or an I/O queue
 /// after a real host's bring-up; byte 1 is the size of the pieces. Nothing
 /// panics, and once every connection has closed no controller is left
-/// behind.
-pub fn controller(data: &[u8]) {
+/// behind. `ns` (at least 1 MiB) is the controller's one namespace.
+pub fn controller(data: &[u8], ns: Arc<dyn Namespace>) {
     let [mode, piece, stream @ ..] = data else { return };
     let cfg =
         HostConfig { subnqn: NQN.into(), kato: Duration::from_secs(2), ..HostConfig::default() };
-    let mut w = Wire::new(cfg);
+    let mut w = Wire::new(cfg, ns);
     let mut conn = if mode & 1 == 0 {
         Connection::new(w.target.clone(), None)
     } else {

@@ -2,7 +2,14 @@
 //! through the same checks the fuzz targets run, so a regression fails
 //! `cargo test`.
 
+use nvme_storage::RamNamespace;
 use std::path::Path;
+use std::sync::Arc;
+
+/// The controller's namespace in the host and controller targets.
+fn ram() -> Arc<RamNamespace> {
+    Arc::new(RamNamespace::new(1 << 20, 512).expect("RAM namespace"))
+}
 
 fn replay(target: &str, run: fn(&[u8])) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
@@ -26,10 +33,10 @@ fn framer_corpus_replays_cleanly() {
 
 #[test]
 fn host_corpus_replays_cleanly() {
-    replay("host", nvme_tcp::fuzzing::host);
+    replay("host", |data| nvme_tcp::fuzzing::host(data, ram()));
 }
 
 #[test]
 fn controller_corpus_replays_cleanly() {
-    replay("controller", nvme_tcp::fuzzing::controller);
+    replay("controller", |data| nvme_tcp::fuzzing::controller(data, ram()));
 }

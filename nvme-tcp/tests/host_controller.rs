@@ -2,10 +2,11 @@
 //! byte pipes, with time under the test's control: the protocol's logic,
 //! error paths and timers, without sockets.
 
+use nvme_storage::RamNamespace;
 use nvme_tcp::Instant;
 use nvme_tcp::controller::{CloseReason, Connection, Port, Target, TargetConfig};
 use nvme_tcp::host::{Host, HostConfig, HostError, HostEvent, Io, IoKind, TcpError};
-use nvme_tcp::namespace::{Namespace, RamNamespace};
+use nvme_tcp::namespace::{BlockIo, Done, Namespace};
 use nvme_tcp::nvme::{DISCOVERY_NQN, Status};
 use nvme_tcp::wire::{Digests, Fes};
 use std::collections::BTreeMap;
@@ -570,22 +571,121 @@ impl Namespace for Cached {
     fn size(&self) -> u64 {
         self.ram.size()
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.ram.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
-        self.ram.write_at(offset, buf)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.flushes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(())
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.ram.write_zeroes(offset, len)
+    fn submit(&self, io: BlockIo, done: Done) {
+        if matches!(io, BlockIo::Flush | BlockIo::Write { durable: true, .. }) {
+            self.flushes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.ram.submit(io, done)
     }
     fn volatile_write_cache(&self) -> bool {
         true
     }
+}
+
+/// Storage that answers only when the test says, from another thread.
+struct Deferred {
+    ram: RamNamespace,
+    held: std::sync::Mutex<Vec<(BlockIo, Done)>>,
+}
+
+impl Namespace for Deferred {
+    fn block_size(&self) -> u32 {
+        self.ram.block_size()
+    }
+    fn size(&self) -> u64 {
+        self.ram.size()
+    }
+    fn submit(&self, io: BlockIo, done: Done) {
+        self.held.lock().unwrap().push((io, done));
+    }
+}
+
+impl Deferred {
+    /// Answer the held I/Os `pick` chooses, on a thread of their own.
+    fn answer(self: &Arc<Self>, pick: fn(&BlockIo) -> bool) {
+        let me = self.clone();
+        std::thread::spawn(move || {
+            let mut held = me.held.lock().unwrap();
+            for (io, done) in std::mem::take(&mut *held) {
+                if pick(&io) { me.ram.submit(io, done) } else { held.push((io, done)) }
+            }
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+/// Counts the wake-ups a driver would get.
+#[derive(Default)]
+struct Wakes(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The controller hands I/O to the storage and goes on: commands the
+/// storage has not answered wait while later ones complete, an answer from
+/// another thread wakes the driver once and completes its command on the
+/// next `handle_timeout`, and an I/O the storage drops fails (Write Fault)
+/// rather than hanging.
+#[test]
+fn storage_answers_later_without_holding_up_the_queue() {
+    let ns = Arc::new(Deferred {
+        ram: RamNamespace::new(1 << 20, 512).unwrap(),
+        held: Default::default(),
+    });
+    let cfg = TargetConfig { subnqn: SUBNQN.into(), ..Default::default() };
+    let target = Target::new(cfg, vec![ns.clone()]).unwrap();
+    let wakes = Arc::new(Wakes::default());
+    target.set_waker(wakes.clone().into());
+    let mut p = Pair::new(HostConfig { subnqn: SUBNQN.into(), ..Default::default() }, target);
+    p.ready();
+    let data = IoBuf::from_vec(pattern(4096, 5));
+    let back = IoBuf::new(4096);
+    let io = |kind, slba, buf: &IoBuf, tag| Io {
+        kind,
+        nsid: 1,
+        slba,
+        nlb: 8,
+        buf: Some(buf.clone()),
+        tag,
+    };
+    p.host.submit(1, io(IoKind::Write, 0, &data, 1), p.now).unwrap();
+    p.host
+        .submit(1, Io { kind: IoKind::Flush, nsid: 1, slba: 0, nlb: 0, buf: None, tag: 2 }, p.now)
+        .unwrap();
+    p.host.submit(1, io(IoKind::Read, 0, &back, 3), p.now).unwrap();
+    while p.step() {}
+    assert_eq!(ns.held.lock().unwrap().len(), 3, "all three reached the storage");
+    assert!((1..=3).all(|t| p.completions(t).is_empty()), "{:?}", p.events);
+
+    ns.answer(|io| matches!(io, BlockIo::Write { .. }));
+    assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    while p.step() {}
+    assert_eq!(p.completions(1), [Status::SUCCESS]);
+    assert!(p.completions(2).is_empty() && p.completions(3).is_empty());
+
+    ns.answer(|io| matches!(io, BlockIo::Read { .. }));
+    while p.step() {}
+    assert_eq!(p.completions(3), [Status::SUCCESS], "the read overtook the flush");
+    assert_eq!(back.to_vec(), data.to_vec());
+    assert!(p.completions(2).is_empty());
+
+    // Write Fault leaves DNR clear, so the host tries the flush again, as
+    // often as Linux would; each time the storage drops it.
+    let mut tries = 0;
+    while p.completions(2).is_empty() {
+        assert_eq!(ns.held.lock().unwrap().len(), 1);
+        ns.held.lock().unwrap().clear();
+        tries += 1;
+        while p.step() {}
+    }
+    assert_eq!(p.completions(2), [Status::WRITE_FAULT], "a lost I/O fails, it does not hang");
+    assert_eq!(tries, 6, "the first try and five retries");
+    let stats = p.target.stats();
+    assert_eq!((stats.writes, stats.reads, stats.media_errors), (1, 1, 6));
 }
 
 /// Behind a volatile write cache, a Write with FUA (CDW12 bit 30) is made
@@ -924,13 +1024,13 @@ fn a_retryable_error_is_retried_and_a_dnr_error_is_not() {
 /// dies with the controller, gets new ones.
 #[test]
 fn a_file_namespace_keeps_its_nguid_when_the_controller_restarts() {
-    use nvme_tcp::namespace::FileNamespace;
+    use nvme_storage::FileNamespace;
     use nvme_tcp::nvme::identify::{self, IdentifyNamespace, cns};
     let path = std::env::temp_dir().join(format!("nvmeddp-nguid-{}.img", std::process::id()));
     std::fs::File::create(&path).unwrap().set_len(1 << 20).unwrap();
     let nguid = |file: bool, serial: &str| {
         let ns: Arc<dyn Namespace> = if file {
-            Arc::new(FileNamespace::open(&path, 512).unwrap())
+            Arc::new(FileNamespace::open(&path, 512, 0).unwrap())
         } else {
             Arc::new(RamNamespace::new(1 << 20, 512).unwrap())
         };

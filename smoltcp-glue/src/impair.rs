@@ -310,6 +310,10 @@ impl<D: Medium> Medium for Impairments<D> {
     fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>) {
         self.inner.wait_with(also, self.timeout(timeout))
     }
+
+    fn waker(&self) -> std::task::Waker {
+        self.inner.waker()
+    }
 }
 
 #[cfg(test)]

@@ -40,6 +40,11 @@ pub trait Medium: Device {
     /// Like [`wait`](Self::wait), but a frame arriving at `also`, another
     /// end the same thread serves (a NIC's ring to its host), wakes it too.
     fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>);
+
+    /// Ends a [`wait`](Self::wait) of the calling thread early, from any
+    /// thread: for work finished elsewhere (storage answering a
+    /// controller). A wake that comes before the wait ends the next one.
+    fn waker(&self) -> std::task::Waker;
 }
 
 impl<D: Medium, S: smoltcp::phy::PcapSink> Medium for smoltcp::phy::PcapWriter<D, S> {
@@ -57,5 +62,9 @@ impl<D: Medium, S: smoltcp::phy::PcapSink> Medium for smoltcp::phy::PcapWriter<D
 
     fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>) {
         self.get_ref().wait_with(also, timeout)
+    }
+
+    fn waker(&self) -> std::task::Waker {
+        self.get_ref().waker()
     }
 }

@@ -1,20 +1,28 @@
 //! NVM I/O commands: Read, Write, Flush, Write Zeroes, Dataset Management.
+//! Each is checked here and handed to the namespace's storage; it
+//! completes when the storage answers ([`CtrlQueue::storage_answer`]).
 
 use super::queue::{Data, DataPtr, Outcome};
 use super::{CtrlQueue, lock};
-use crate::namespace::Namespace;
+use crate::namespace::{BlockIo, Namespace};
 use crate::nvme::{Sqe, Status, io};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// Make a write durable before it completes where it must be: with FUA,
-/// or with the volatile write cache turned off.
-fn durable(sqe: &Sqe, ns: &dyn Namespace, vwc: bool) -> std::io::Result<()> {
-    if vwc && !sqe.fua() { Ok(()) } else { ns.flush() }
-}
-
 /// Dataset Management range: context attributes, length in blocks, start.
 const DSM_RANGE_LEN: usize = 16;
+
+/// An I/O the storage has not answered yet.
+pub(crate) struct StorageIo {
+    pub sqe: Sqe,
+    /// A Read's data, sent when the storage has filled it.
+    data: Data,
+    /// Bytes a Read or Write moves, for the counters.
+    counted: Option<(bool, u64)>,
+    /// Answers still owed (a Flush of every namespace asks each).
+    owed: usize,
+    failed: bool,
+}
 
 impl CtrlQueue {
     /// Commands of an I/O queue, after Connect.
@@ -30,26 +38,37 @@ impl CtrlQueue {
             }
             a.vwc
         };
+        // A write is durable before it completes with FUA, or with the
+        // volatile write cache turned off.
+        let durable = sqe.fua() || !vwc;
         match sqe.opcode {
             io::READ | io::WRITE | io::WRITE_ZEROES | io::DATASET_MANAGEMENT => {}
-            io::FLUSH => return self.flush(sqe.nsid),
+            io::FLUSH => return self.flush(sqe),
             _ => return Outcome::status(Status::INVALID_OPCODE),
         }
         let Some(ns) = self.io_namespace(sqe.nsid) else {
             return Outcome::status(Status::INVALID_NAMESPACE);
         };
-        match sqe.opcode {
-            io::READ => self.read(sqe, &ns, data),
-            io::WRITE => self.write(sqe, &ns, data, vwc),
-            io::WRITE_ZEROES => match block_range(&*ns, sqe.slba(), u64::from(sqe.nlb())) {
-                Ok((offset, len)) => {
-                    let zeroed = ns.write_zeroes(offset, len);
-                    media(zeroed.and_then(|()| durable(sqe, &*ns, vwc)), Status::WRITE_FAULT)
-                }
-                Err(s) => Outcome::status(s),
+        let (io, data, counted) = match sqe.opcode {
+            io::READ => match self.read(sqe, &*ns, data) {
+                Ok((io, data, len)) => (io, data, Some((false, len))),
+                Err(outcome) => return outcome,
             },
-            _ => self.dataset_management(sqe, &ns, data),
-        }
+            io::WRITE => match self.write(sqe, &*ns, data, durable) {
+                Ok((io, len)) => (io, None, Some((true, len))),
+                Err(outcome) => return outcome,
+            },
+            io::WRITE_ZEROES => match block_range(&*ns, sqe.slba(), u64::from(sqe.nlb())) {
+                Ok((offset, len)) => (BlockIo::WriteZeroes { offset, len, durable }, None, None),
+                Err(s) => return Outcome::status(s),
+            },
+            _ => match self.dataset_management(sqe, &*ns, data) {
+                Ok(Some(ranges)) => (BlockIo::Deallocate(ranges), None, None),
+                Ok(None) => return Outcome::ok(),
+                Err(outcome) => return outcome,
+            },
+        };
+        self.hand_over(sqe, data, counted, vec![(ns, io)])
     }
 
     fn io_namespace(&self, nsid: u32) -> Option<Arc<dyn Namespace>> {
@@ -58,99 +77,148 @@ impl CtrlQueue {
     }
 
     /// Bytes a Read or Write moves, after range and size checks.
-    fn transfer(&self, sqe: &Sqe, ns: &dyn Namespace) -> Result<(u64, usize), Status> {
-        let (offset, len) = block_range(ns, sqe.slba(), u64::from(sqe.nlb()))?;
+    fn transfer(&self, sqe: &Sqe, ns: &dyn Namespace) -> Result<(u64, usize), Outcome> {
+        let (offset, len) =
+            block_range(ns, sqe.slba(), u64::from(sqe.nlb())).map_err(Outcome::status)?;
         if len > self.target.max_transfer() {
-            return Err(Status::INVALID_FIELD);
+            return Err(Outcome::status(Status::INVALID_FIELD));
         }
         Ok((offset, len as usize))
     }
 
-    fn read(&mut self, sqe: &Sqe, ns: &Arc<dyn Namespace>, data: Data) -> Outcome {
-        let (offset, len) = match self.transfer(sqe, &**ns) {
-            Ok(t) => t,
-            Err(s) => return Outcome::status(s),
-        };
+    fn read(
+        &mut self,
+        sqe: &Sqe,
+        ns: &dyn Namespace,
+        data: Data,
+    ) -> Result<(BlockIo, Data, u64), Outcome> {
+        let (offset, len) = self.transfer(sqe, ns)?;
         match self.data_ptr(sqe) {
             DataPtr::Remote if data.is_none() => {}
-            DataPtr::Remote | DataPtr::InCapsule => return Outcome::status(Status::INVALID_FIELD),
-            DataPtr::Invalid => return Outcome::status(Status::SGL_DESCRIPTOR_TYPE_INVALID),
+            DataPtr::Remote | DataPtr::InCapsule => {
+                return Err(Outcome::status(Status::INVALID_FIELD));
+            }
+            DataPtr::Invalid => return Err(Outcome::status(Status::SGL_DESCRIPTOR_TYPE_INVALID)),
         }
         if (sqe.sgl.data_len() as usize) < len {
-            return Outcome::status(Status::DATA_SGL_LENGTH_INVALID);
+            return Err(Outcome::status(Status::DATA_SGL_LENGTH_INVALID));
         }
         let buf = self.pool.get(len);
-        if let Err(e) = ns.read_at(offset, &mut buf.lock()[..len]) {
-            tracing::warn!(error = %e, offset, len, "namespace read failed");
-            self.target.counters.media_errors.fetch_add(1, Ordering::Relaxed);
-            return Outcome::status(Status::UNRECOVERED_READ_ERROR);
-        }
-        let c = &self.target.counters;
-        c.reads.fetch_add(1, Ordering::Relaxed);
-        c.bytes_read.fetch_add(len as u64, Ordering::Relaxed);
-        Outcome::Complete { status: Status::SUCCESS, result: 0, data: Some((buf, len)) }
+        Ok((BlockIo::Read { offset, buf: buf.clone(), len }, Some((buf, len)), len as u64))
     }
 
-    fn write(&mut self, sqe: &Sqe, ns: &Arc<dyn Namespace>, data: Data, vwc: bool) -> Outcome {
-        let (offset, len) = match self.transfer(sqe, &**ns) {
-            Ok(t) => t,
-            Err(s) => return Outcome::status(s),
-        };
-        let buf = match self.host_data(sqe, data, len) {
-            Ok(Some((buf, _))) => buf,
-            Ok(None) => return Outcome::NeedData(len as u32),
-            Err(s) => return Outcome::status(s),
-        };
-        let written = ns.write_at(offset, &buf.lock()[..len]);
-        let written = written.and_then(|()| durable(sqe, &**ns, vwc));
-        if let Err(e) = written {
-            tracing::warn!(error = %e, offset, len, "namespace write failed");
-            self.target.counters.media_errors.fetch_add(1, Ordering::Relaxed);
-            return Outcome::status(Status::WRITE_FAULT);
+    fn write(
+        &mut self,
+        sqe: &Sqe,
+        ns: &dyn Namespace,
+        data: Data,
+        durable: bool,
+    ) -> Result<(BlockIo, u64), Outcome> {
+        let (offset, len) = self.transfer(sqe, ns)?;
+        match self.host_data(sqe, data, len) {
+            Ok(Some((buf, _))) => Ok((BlockIo::Write { offset, buf, len, durable }, len as u64)),
+            Ok(None) => Err(Outcome::NeedData(len as u32)),
+            Err(s) => Err(Outcome::status(s)),
         }
-        let c = &self.target.counters;
-        c.writes.fetch_add(1, Ordering::Relaxed);
-        c.bytes_written.fetch_add(len as u64, Ordering::Relaxed);
-        Outcome::ok()
     }
 
-    fn flush(&self, nsid: u32) -> Outcome {
-        let all: Vec<Arc<dyn Namespace>> = match nsid {
-            0xffff_ffff => self.target.namespaces().to_vec(),
+    fn flush(&mut self, sqe: &Sqe) -> Outcome {
+        let all: Vec<(Arc<dyn Namespace>, BlockIo)> = match sqe.nsid {
+            0xffff_ffff => {
+                self.target.namespaces().iter().map(|ns| (ns.clone(), BlockIo::Flush)).collect()
+            }
             n => match self.io_namespace(n) {
-                Some(ns) => vec![ns],
+                Some(ns) => vec![(ns, BlockIo::Flush)],
                 None => return Outcome::status(Status::INVALID_NAMESPACE),
             },
         };
-        media(all.iter().try_for_each(|ns| ns.flush()), Status::WRITE_FAULT)
+        self.hand_over(sqe, None, None, all)
     }
 
-    fn dataset_management(&mut self, sqe: &Sqe, ns: &Arc<dyn Namespace>, data: Data) -> Outcome {
+    /// The ranges a Dataset Management command deallocates; None when it
+    /// only gives hints.
+    fn dataset_management(
+        &mut self,
+        sqe: &Sqe,
+        ns: &dyn Namespace,
+        data: Data,
+    ) -> Result<Option<Vec<(u64, u64)>>, Outcome> {
         let ranges = (sqe.cdw10 & 0xff) as usize + 1;
         let len = ranges * DSM_RANGE_LEN;
         let buf = match self.host_data(sqe, data, len) {
             Ok(Some((buf, _))) => buf,
-            Ok(None) => return Outcome::NeedData(len as u32),
-            Err(s) => return Outcome::status(s),
+            Ok(None) => return Err(Outcome::NeedData(len as u32)),
+            Err(s) => return Err(Outcome::status(s)),
         };
         // Only Attribute - Deallocate (AD) changes anything; IDR/IDW are hints.
         if sqe.cdw11 & (1 << 2) == 0 {
-            return Outcome::ok();
+            return Ok(None);
         }
         let list = buf.lock()[..len].to_vec();
         let mut extents = Vec::with_capacity(ranges);
         for r in list.chunks_exact(DSM_RANGE_LEN) {
             let nlb = u32::from_le_bytes([r[4], r[5], r[6], r[7]]);
             let slba = u64::from_le_bytes([r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]]);
-            match block_range(&**ns, slba, u64::from(nlb)) {
-                Ok(extent) => extents.push(extent),
-                Err(s) => return Outcome::status(s),
+            extents.push(block_range(ns, slba, u64::from(nlb)).map_err(Outcome::status)?);
+        }
+        Ok(Some(extents))
+    }
+
+    /// Give the storage its I/Os for `sqe`. The command completes now if
+    /// every answer came at once, else when the last one does.
+    fn hand_over(
+        &mut self,
+        sqe: &Sqe,
+        data: Data,
+        counted: Option<(bool, u64)>,
+        ios: Vec<(Arc<dyn Namespace>, BlockIo)>,
+    ) -> Outcome {
+        let cid = sqe.cid;
+        self.storage
+            .insert(cid, StorageIo { sqe: *sqe, data, counted, owed: ios.len(), failed: false });
+        for (ns, io) in ios {
+            let done = self.answers.done(cid);
+            if let Some(result) = self.answers.submitting(cid, || ns.submit(io, done))
+                && let Some(outcome) = self.answered(cid, result)
+            {
+                return outcome;
             }
         }
-        media(
-            extents.iter().try_for_each(|&(offset, len)| ns.deallocate(offset, len)),
-            Status::WRITE_FAULT,
-        )
+        Outcome::Pending
+    }
+
+    /// One storage answer for `cid`; the command's outcome once it has
+    /// them all.
+    pub(super) fn answered(&mut self, cid: u16, result: std::io::Result<()>) -> Option<Outcome> {
+        let io = self.storage.get_mut(&cid)?;
+        io.owed -= 1;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, cid, opcode = io.sqe.opcode, "namespace I/O failed");
+            io.failed = true;
+        }
+        if io.owed > 0 {
+            return None;
+        }
+        let io = self.storage.remove(&cid)?;
+        let c = &self.target.counters;
+        if io.failed {
+            c.media_errors.fetch_add(1, Ordering::Relaxed);
+            let read = io.sqe.opcode == io::READ;
+            let status = if read { Status::UNRECOVERED_READ_ERROR } else { Status::WRITE_FAULT };
+            return Some(Outcome::status(status));
+        }
+        match io.counted {
+            Some((false, len)) => {
+                c.reads.fetch_add(1, Ordering::Relaxed);
+                c.bytes_read.fetch_add(len, Ordering::Relaxed);
+            }
+            Some((true, len)) => {
+                c.writes.fetch_add(1, Ordering::Relaxed);
+                c.bytes_written.fetch_add(len, Ordering::Relaxed);
+            }
+            None => {}
+        }
+        Some(Outcome::Complete { status: Status::SUCCESS, result: 0, data: io.data })
     }
 }
 
@@ -162,14 +230,4 @@ fn block_range(ns: &dyn Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), St
     }
     let bs = u64::from(ns.block_size());
     Ok((slba * bs, nlb * bs))
-}
-
-fn media(r: std::io::Result<()>, status: Status) -> Outcome {
-    match r {
-        Ok(()) => Outcome::ok(),
-        Err(e) => {
-            tracing::warn!(error = %e, "namespace operation failed");
-            Outcome::status(status)
-        }
-    }
 }

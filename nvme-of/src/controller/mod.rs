@@ -19,6 +19,7 @@ use crate::time::Instant;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
 use std::time::Duration;
 
 /// Where the target listens, as the discovery log reports it.
@@ -134,6 +135,8 @@ pub struct Target {
     namespaces: Vec<Arc<dyn Namespace>>,
     assocs: Mutex<Associations>,
     counters: Counters,
+    /// Wakes the driver when storage answers later.
+    waker: Arc<Mutex<Option<Waker>>>,
 }
 
 #[derive(Default)]
@@ -172,6 +175,7 @@ impl Target {
             namespaces,
             assocs: Mutex::new(Associations { next: 1, ..Default::default() }),
             counters: Counters::default(),
+            waker: Arc::default(),
         }))
     }
 
@@ -185,6 +189,12 @@ impl Target {
 
     pub fn namespaces(&self) -> &[Arc<dyn Namespace>] {
         &self.namespaces
+    }
+
+    /// How storage that answers later wakes the driver serving this
+    /// target's connections, so that it runs their `handle_timeout`.
+    pub fn set_waker(&self, waker: Waker) {
+        *self.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(waker);
     }
 
     pub fn stats(&self) -> TargetStats {

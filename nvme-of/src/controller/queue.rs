@@ -3,9 +3,11 @@
 //! leads to. The transport binding receives capsules, fetches host data
 //! when asked ([`Action::Fetch`]) and sends what [`Action::Respond`] says.
 
+use super::io::StorageIo;
 use super::{AssocRef, Association, Target, lock};
 use crate::Binding;
 use crate::binding::DataSgl;
+use crate::namespace::Answers;
 use crate::nvme::log::ErrorLogEntry;
 use crate::nvme::{Cqe, SglType, Sqe, Status, admin};
 use crate::pool::BufPool;
@@ -51,6 +53,8 @@ pub(crate) enum Outcome {
     NeedData(u32),
     /// Completed later (Asynchronous Event Request).
     Hold,
+    /// Handed to the storage; completes when it answers.
+    Pending,
 }
 
 impl Outcome {
@@ -71,7 +75,8 @@ pub enum Action {
     /// Fetch this many bytes of host data (R2T, RDMA Read), then
     /// [`CtrlQueue::resume`] the command with them.
     Fetch(u32),
-    /// Nothing to send now (an Asynchronous Event Request).
+    /// Nothing to send now: an Asynchronous Event Request, or an I/O the
+    /// storage answers later ([`CtrlQueue::storage_answer`]).
     Hold,
 }
 
@@ -92,8 +97,23 @@ pub struct CtrlQueue {
     pub(crate) binding: Binding,
     pub(crate) queue: Option<Queue>,
     pub(crate) pool: BufPool,
-    /// Commands fetching host data (false) or held (true), by CID.
-    waiting: HashMap<u16, bool>,
+    /// Commands not completed yet, by CID.
+    waiting: HashMap<u16, Waiting>,
+    /// I/Os with the storage, by CID.
+    pub(crate) storage: HashMap<u16, StorageIo>,
+    /// Where the storage answers them.
+    pub(crate) answers: Arc<Answers>,
+}
+
+/// Why a command has not completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waiting {
+    /// Its data is being fetched from the host.
+    HostData,
+    /// An Asynchronous Event Request, held until an event.
+    Event,
+    /// The storage has it.
+    Storage,
 }
 
 impl CtrlQueue {
@@ -101,12 +121,14 @@ impl CtrlQueue {
     /// the discovery log reports when the port listens on any address.
     pub fn new(target: Arc<Target>, local_addr: Option<IpAddr>, binding: Binding) -> Self {
         Self {
-            target,
             local_addr,
             binding,
             queue: None,
             pool: BufPool::default(),
             waiting: HashMap::new(),
+            storage: HashMap::new(),
+            answers: Answers::new(target.waker.clone()),
+            target,
         }
     }
 
@@ -193,11 +215,15 @@ impl CtrlQueue {
         let (status, result, data) = match outcome {
             Outcome::Complete { status, result, data } => (status, result, data),
             Outcome::Hold => {
-                self.waiting.insert(sqe.cid, true);
+                self.waiting.insert(sqe.cid, Waiting::Event);
+                return Action::Hold;
+            }
+            Outcome::Pending => {
+                self.waiting.insert(sqe.cid, Waiting::Storage);
                 return Action::Hold;
             }
             Outcome::NeedData(len) => {
-                self.waiting.insert(sqe.cid, false);
+                self.waiting.insert(sqe.cid, Waiting::HostData);
                 return Action::Fetch(len);
             }
         };
@@ -236,7 +262,25 @@ impl CtrlQueue {
 
     /// AERs held on this queue.
     pub(crate) fn held_aers(&self) -> usize {
-        self.waiting.values().filter(|&&held| held).count()
+        self.waiting.values().filter(|&&w| w == Waiting::Event).count()
+    }
+
+    /// Whether the storage has answered an I/O [`storage_answer`](Self::storage_answer)
+    /// has not collected.
+    pub fn storage_ready(&self) -> bool {
+        self.answers.is_ready()
+    }
+
+    /// The next command the storage finished, and what the binding does
+    /// with it.
+    pub fn storage_answer(&mut self) -> Option<(Sqe, Action)> {
+        while let Some((cid, result)) = self.answers.take() {
+            let Some(sqe) = self.storage.get(&cid).map(|io| io.sqe) else { continue };
+            if let Some(outcome) = self.answered(cid, result) {
+                return Some((sqe, self.respond(&sqe, outcome)));
+            }
+        }
+        None
     }
 
     /// Bind this connection to a queue (a successful Connect).
@@ -274,8 +318,15 @@ impl CtrlQueue {
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) should next run: at
-    /// once for a deleted queue, else at the keep alive deadline.
+    /// once for a deleted queue or an answer from the storage to collect,
+    /// else at the keep alive deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.storage_ready() { Some(Instant::ZERO) } else { self.timer() }
+    }
+
+    /// When the queue's timers next need [`handle_timeout`](Self::handle_timeout):
+    /// at once for a deleted queue, else at the keep alive deadline.
+    pub fn timer(&self) -> Option<Instant> {
         let q = self.queue.as_ref()?;
         let a = lock(&q.assoc);
         if q.deleted(&a) { Some(Instant::ZERO) } else { a.ka_deadline }

@@ -213,24 +213,36 @@ fn poll_in(fds: &mut [libc::pollfd], timeout: Option<Duration>) {
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
 }
 
+impl Tap {
+    /// Sleep until a frame comes, the bell rings, or `timeout` passes.
+    fn sleep(&self, timeout: Option<Duration>) {
+        let bell = self.bell.as_raw_fd();
+        poll_in(
+            &mut [
+                libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: bell, events: libc::POLLIN, revents: 0 },
+            ],
+            timeout,
+        );
+        let mut count = [0u8; 8];
+        // SAFETY: an 8-byte read from our non-blocking eventfd.
+        unsafe { libc::read(bell, count.as_mut_ptr().cast(), count.len()) };
+    }
+}
+
 impl Medium for Tap {
+    /// Rings the bell `wait` listens for too.
+    fn waker(&self) -> std::task::Waker {
+        Arc::new(Wake::EventFd(self.bell.clone())).into()
+    }
+
     fn wait(&self, timeout: Option<Duration>) {
-        poll_in(&mut [libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 }], timeout);
+        self.sleep(timeout)
     }
 
     fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>) {
         if !also.arm(&Wake::EventFd(self.bell.clone())) {
-            let bell = self.bell.as_raw_fd();
-            poll_in(
-                &mut [
-                    libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 },
-                    libc::pollfd { fd: bell, events: libc::POLLIN, revents: 0 },
-                ],
-                timeout,
-            );
-            let mut count = [0u8; 8];
-            // SAFETY: an 8-byte read from our non-blocking eventfd.
-            unsafe { libc::read(bell, count.as_mut_ptr().cast(), count.len()) };
+            self.sleep(timeout);
         }
         also.disarm();
     }

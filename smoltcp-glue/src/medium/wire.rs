@@ -87,7 +87,7 @@ pub(crate) enum Wake {
 }
 
 impl Wake {
-    fn wake(&self) {
+    fn ring(&self) {
         match self {
             Wake::Thread(t) => t.unpark(),
             Wake::EventFd(fd) => {
@@ -96,6 +96,17 @@ impl Wake {
                 unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
             }
         }
+    }
+}
+
+/// Rings from any thread, for work done off the sleeping thread.
+impl std::task::Wake for Wake {
+    fn wake(self: Arc<Self>) {
+        self.ring()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.ring()
     }
 }
 
@@ -116,7 +127,7 @@ impl Sleeper {
             && self.state.compare_exchange(s, AWAKE, Ordering::SeqCst, Ordering::SeqCst).is_ok()
             && let Some(w) = &*self.wake.lock().unwrap_or_else(PoisonError::into_inner)
         {
-            w.wake();
+            w.ring();
         }
     }
 }
@@ -377,6 +388,11 @@ impl Drop for WireEnd {
 impl Medium for WireEnd {
     fn flush(&self) {
         WireEnd::flush(self)
+    }
+
+    /// Unparks the thread that asks, which is the one that waits.
+    fn waker(&self) -> std::task::Waker {
+        Arc::new(Wake::Thread(std::thread::current())).into()
     }
 
     fn wait(&self, timeout: Option<Duration>) {

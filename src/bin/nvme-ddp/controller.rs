@@ -8,8 +8,9 @@ use nvme_ddp::report::{OffloadReport, human_bytes};
 use nvme_ddp::size::format_size;
 use nvme_ddp::transport::Transport;
 use nvme_ddp::userspace;
+use nvme_storage::{FileNamespace, RamNamespace};
 use nvme_tcp::controller::{Port, Target, TargetConfig};
-use nvme_tcp::namespace::{FileNamespace, Namespace, RamNamespace};
+use nvme_tcp::namespace::Namespace;
 use smoltcp_glue::Stack;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,6 +38,10 @@ pub(crate) struct ControllerArgs {
     /// Entries per queue (MAXCMD, CAP.MQES + 1).
     #[arg(long, default_value_t = 128)]
     queue_size: u16,
+    /// I/Os a file namespace runs at once, each on a worker thread
+    /// started when first needed (default: the queue size).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    io_depth: Option<u16>,
     /// Most data bytes per C2HData PDU.
     #[arg(long, default_value = "128k", value_parser = parse_bytes)]
     c2h_pdu: u64,
@@ -64,7 +69,10 @@ pub(crate) fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc
                 check_ram(*size, a.block_size)?;
                 Arc::new(RamNamespace::new(*size, a.block_size)?)
             }
-            NsSpec::File(path) => Arc::new(FileNamespace::open(path, a.block_size)?),
+            NsSpec::File(path) => {
+                let depth = a.io_depth.unwrap_or(a.queue_size);
+                Arc::new(FileNamespace::open(path, a.block_size, usize::from(depth))?)
+            }
         };
         namespaces.push(ns);
     }
