@@ -138,6 +138,11 @@ impl Connection {
         if self.close.is_none()
             && let Some(admin) = self.core.handle_timeout(now)
         {
+            if !admin {
+                for (sqe, action) in self.core.abort_outstanding() {
+                    self.act(&sqe, action, now);
+                }
+            }
             let why =
                 if admin { CloseReason::KeepAliveExpired } else { CloseReason::ControllerGone };
             self.shut(why);

@@ -278,7 +278,12 @@ impl Connection {
         }
         match self.core.handle_timeout(now) {
             Some(true) => self.shut(CloseReason::KeepAliveExpired),
-            Some(false) => self.shut(CloseReason::ControllerGone),
+            Some(false) => {
+                for (sqe, action) in self.core.abort_outstanding() {
+                    self.act(&sqe, action, now);
+                }
+                self.shut(CloseReason::ControllerGone)
+            }
             None => {}
         }
     }

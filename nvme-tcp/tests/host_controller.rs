@@ -780,6 +780,103 @@ fn clearing_cc_en_deletes_the_io_queues() {
     assert!(p.host.is_ready() && p.failure().is_none());
 }
 
+/// Commands still outstanding on an I/O queue when CC.EN is cleared, one
+/// with the storage and one waiting for its H2CData, complete as Command
+/// Aborted due to SQ Deletion before the queue's connection closes; the
+/// storage's late answer is dropped, and the host retries both writes on
+/// its new association.
+#[test]
+fn a_reset_aborts_what_the_deleted_queues_still_held() {
+    use nvme_tcp::nvme::{FabricsCommand, PropertySize, property};
+    let ns = Arc::new(Deferred {
+        ram: RamNamespace::new(1 << 20, 512).unwrap(),
+        held: Default::default(),
+    });
+    let cfg = TargetConfig { subnqn: SUBNQN.into(), ..Default::default() };
+    let target = Target::new(cfg, vec![ns.clone()]).unwrap();
+    let host =
+        HostConfig { subnqn: SUBNQN.into(), reconnect_delay: Duration::ZERO, ..Default::default() };
+    let mut p = Pair::new(host, target);
+    p.ready();
+    let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = sent.clone();
+    // Every CapsuleResp on queue 1 (the few PDUs here come whole).
+    p.c2h_filter = Some(Box::new(move |qid, bytes| {
+        let mut at = 0;
+        while qid == 1 && at + 24 <= bytes.len() {
+            let pdu = &bytes[at..];
+            if pdu[0] == 0x05 {
+                let cid = u16::from_le_bytes([pdu[20], pdu[21]]);
+                let status = Status::from_field(u16::from_le_bytes([pdu[22], pdu[23]]));
+                s.lock().unwrap().push((cid, status));
+            }
+            at += (u32::from_le_bytes([pdu[4], pdu[5], pdu[6], pdu[7]]) as usize).max(8);
+        }
+    }));
+    // A small write goes in the capsule and on to the storage, which holds it.
+    let small = IoBuf::from_vec(pattern(4096, 1));
+    let io = |slba, nlb, buf: &IoBuf, tag| Io {
+        kind: IoKind::Write,
+        nsid: 1,
+        slba,
+        nlb,
+        buf: Some(buf.clone()),
+        tag,
+    };
+    p.host.submit(1, io(0, 8, &small, 1), p.now).unwrap();
+    while p.step() {}
+    assert_eq!(ns.held.lock().unwrap().len(), 1);
+    // A large one asks for its data (R2T), which never arrives.
+    let mut capsule_sent = false;
+    p.h2c_filter = Some(Box::new(move |qid, bytes| {
+        if qid == 1 {
+            if capsule_sent {
+                bytes.clear();
+            }
+            capsule_sent = true;
+        }
+    }));
+    let large = IoBuf::from_vec(pattern(64 << 10, 2));
+    p.host.submit(1, io(64, 128, &large, 2), p.now).unwrap();
+    while p.step() {}
+    assert!(sent.lock().unwrap().is_empty());
+    p.h2c_filter = None;
+
+    let set =
+        FabricsCommand::PropertySet { size: PropertySize::Four, offset: property::CC, value: 0 };
+    p.host.submit_admin(set.to_sqe(Default::default()), 0, 7, p.now).unwrap();
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Reconnecting { .. })));
+    let aborted = sent.lock().unwrap().clone();
+    assert_eq!(aborted.len(), 2, "{aborted:?}");
+    assert!(aborted.iter().all(|&(_, s)| s == Status::ABORTED_SQ_DELETION), "{aborted:?}");
+    assert_ne!(aborted[0].0, aborted[1].0, "one per command");
+
+    // The storage answers the old write late: nobody hears it. The host
+    // sends both writes again; the storage takes them this time.
+    ns.answer(|_| true);
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Reconnected)));
+    while ns.held.lock().unwrap().len() < 2 {
+        assert!(p.step(), "the retried writes reach the storage");
+    }
+    ns.answer(|_| true);
+    let done = |ev: &[HostEvent], tag| {
+        ev.iter().any(|e| matches!(e, HostEvent::Completion { tag: t, .. } if *t == tag))
+    };
+    p.run_until(|ev| done(ev, 1) && done(ev, 2));
+    for tag in [1, 2] {
+        assert_eq!(p.completions(tag), [Status::SUCCESS], "{:?}", p.events);
+    }
+    let back = IoBuf::new(64 << 10);
+    let read =
+        Io { kind: IoKind::Read, nsid: 1, slba: 64, nlb: 128, buf: Some(back.clone()), tag: 3 };
+    p.host.submit(1, read, p.now).unwrap();
+    while p.step() {}
+    ns.answer(|_| true);
+    while p.step() {}
+    assert_eq!(p.completions(3), [Status::SUCCESS]);
+    assert_eq!(back.to_vec(), large.to_vec());
+}
+
 /// Submit writes of a pattern to LBAs 0, 8, 16... on I/O queue 1, tagged
 /// by index, without running the pair; returns their data.
 fn submit_writes(p: &mut Pair, n: u64, seed: u64) -> Vec<Vec<u8>> {

@@ -98,7 +98,7 @@ pub struct CtrlQueue {
     pub(crate) queue: Option<Queue>,
     pub(crate) pool: BufPool,
     /// Commands not completed yet, by CID.
-    waiting: HashMap<u16, Waiting>,
+    waiting: HashMap<u16, (Waiting, Sqe)>,
     /// I/Os with the storage, by CID.
     pub(crate) storage: HashMap<u16, StorageIo>,
     /// Where the storage answers them.
@@ -215,15 +215,15 @@ impl CtrlQueue {
         let (status, result, data) = match outcome {
             Outcome::Complete { status, result, data } => (status, result, data),
             Outcome::Hold => {
-                self.waiting.insert(sqe.cid, Waiting::Event);
+                self.waiting.insert(sqe.cid, (Waiting::Event, *sqe));
                 return Action::Hold;
             }
             Outcome::Pending => {
-                self.waiting.insert(sqe.cid, Waiting::Storage);
+                self.waiting.insert(sqe.cid, (Waiting::Storage, *sqe));
                 return Action::Hold;
             }
             Outcome::NeedData(len) => {
-                self.waiting.insert(sqe.cid, Waiting::HostData);
+                self.waiting.insert(sqe.cid, (Waiting::HostData, *sqe));
                 return Action::Fetch(len);
             }
         };
@@ -262,7 +262,20 @@ impl CtrlQueue {
 
     /// AERs held on this queue.
     pub(crate) fn held_aers(&self) -> usize {
-        self.waiting.values().filter(|&&w| w == Waiting::Event).count()
+        self.waiting.values().filter(|(w, _)| *w == Waiting::Event).count()
+    }
+
+    /// The queue was deleted under its commands (a controller reset):
+    /// each one still waiting (for host data, the storage or an event)
+    /// completes as Command Aborted due to SQ Deletion. An answer the
+    /// storage gives later is dropped.
+    pub fn abort_outstanding(&mut self) -> Vec<(Sqe, Action)> {
+        self.storage.clear();
+        let mut cmds: Vec<Sqe> = self.waiting.values().map(|&(_, sqe)| sqe).collect();
+        cmds.sort_by_key(|sqe| sqe.cid);
+        cmds.into_iter()
+            .map(|sqe| (sqe, self.respond(&sqe, Outcome::status(Status::ABORTED_SQ_DELETION))))
+            .collect()
     }
 
     /// Whether the storage has answered an I/O [`storage_answer`](Self::storage_answer)
