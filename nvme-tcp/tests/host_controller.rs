@@ -780,6 +780,45 @@ fn clearing_cc_en_deletes_the_io_queues() {
     assert!(p.host.is_ready() && p.failure().is_none());
 }
 
+/// A normal shutdown (CC.SHN) completes at once (CSTS.SHST), and the
+/// properties stay readable afterwards, as long as the admin queue is
+/// there: a host that reads CC while detaching gets it.
+#[test]
+fn properties_stay_readable_after_a_shutdown() {
+    use nvme_tcp::nvme::{FabricsCommand, PropertySize, property};
+    let mut p = Pair::nvm(HostConfig::default());
+    p.ready();
+    // DW0 and status of every CapsuleResp on the admin queue.
+    let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = sent.clone();
+    p.c2h_filter = Some(Box::new(move |qid, bytes| {
+        if qid == 0 && bytes.len() >= 24 && bytes[0] == 0x05 {
+            let dw0 = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+            let status = Status::from_field(u16::from_le_bytes([bytes[22], bytes[23]]));
+            s.lock().unwrap().push((dw0, status));
+        }
+    }));
+    let cc = property::CC_ENABLE | property::CC_SHN_NORMAL;
+    let commands = [
+        FabricsCommand::PropertySet {
+            size: PropertySize::Four,
+            offset: property::CC,
+            value: cc.into(),
+        },
+        FabricsCommand::PropertyGet { size: PropertySize::Four, offset: property::CSTS },
+        FabricsCommand::PropertyGet { size: PropertySize::Four, offset: property::CC },
+    ];
+    for (tag, c) in (10..).zip(commands) {
+        p.host.submit_admin(c.to_sqe(Default::default()), 0, tag, p.now).unwrap();
+        while p.step() {}
+    }
+    let sent = sent.lock().unwrap().clone();
+    assert!(sent.iter().all(|&(_, s)| s == Status::SUCCESS), "{sent:?}");
+    let [_, (csts, _), (read_cc, _)] = sent[..] else { panic!("{sent:?}") };
+    assert_eq!(csts & property::CSTS_SHST_MASK, property::CSTS_SHST_COMPLETE, "{csts:#x}");
+    assert_eq!(read_cc, cc);
+}
+
 /// Commands still outstanding on an I/O queue when CC.EN is cleared, one
 /// with the storage and one waiting for its H2CData, complete as Command
 /// Aborted due to SQ Deletion before the queue's connection closes; the
