@@ -15,6 +15,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
 use ulp_ddp::IoBuf;
@@ -114,59 +115,79 @@ impl std::fmt::Debug for Done {
 /// Where a queue's storage answers gather until the binding collects them.
 #[derive(Default)]
 pub(crate) struct Answers {
-    inner: Mutex<AnswersInner>,
+    ready: Mutex<VecDeque<(u16, io::Result<()>)>>,
+    /// How many are ready, read without the lock on every poll.
+    count: AtomicUsize,
     /// The driver's, shared by every queue of the target.
     waker: Arc<Mutex<Option<Waker>>>,
 }
 
-#[derive(Default)]
-struct AnswersInner {
-    ready: VecDeque<(u16, io::Result<()>)>,
-    /// The queue is inside `submit`: it looks for the answer itself when
-    /// `submit` returns, so the driver need not be woken.
-    submitting: bool,
+/// An answer given inside `submit`, on the thread that called it: taken
+/// straight back, without a lock or a wake-up.
+struct Inline {
+    /// The queue's answer list, by address.
+    answers: usize,
+    cid: u16,
+    result: Option<io::Result<()>>,
+}
+
+thread_local! {
+    static INLINE: std::cell::RefCell<Option<Inline>> = const { std::cell::RefCell::new(None) };
 }
 
 impl Answers {
     pub fn new(waker: Arc<Mutex<Option<Waker>>>) -> Arc<Self> {
-        Arc::new(Self { inner: Mutex::default(), waker })
+        Arc::new(Self { ready: Mutex::default(), count: AtomicUsize::new(0), waker })
     }
 
     pub fn done(self: &Arc<Self>, cid: u16) -> Done {
         Done(Some(To::Queue { answers: self.clone(), cid }))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, AnswersInner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u16, io::Result<()>)>> {
+        self.ready.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn push(&self, cid: u16, result: io::Result<()>) {
-        let wake = {
-            let mut a = self.lock();
-            a.ready.push_back((cid, result));
-            !a.submitting && a.ready.len() == 1
+        let me = self as *const Self as usize;
+        let result = INLINE.with_borrow_mut(|inline| match inline {
+            Some(i) if i.answers == me && i.cid == cid && i.result.is_none() => {
+                i.result = Some(result);
+                None
+            }
+            _ => Some(result),
+        });
+        let Some(result) = result else { return };
+        let first = {
+            let mut ready = self.lock();
+            ready.push_back((cid, result));
+            self.count.store(ready.len(), Ordering::Release);
+            ready.len() == 1
         };
-        if wake && let Some(w) = &*self.waker.lock().unwrap_or_else(PoisonError::into_inner) {
+        if first && let Some(w) = &*self.waker.lock().unwrap_or_else(PoisonError::into_inner) {
             w.wake_by_ref();
         }
     }
 
-    /// Run `submit` with wake-ups held back, then take `cid`'s answer if
-    /// it came meanwhile.
+    /// Run `submit`, and return `cid`'s answer if it was given inside.
     pub fn submitting(&self, cid: u16, submit: impl FnOnce()) -> Option<io::Result<()>> {
-        self.lock().submitting = true;
+        let me = Inline { answers: self as *const Self as usize, cid, result: None };
+        let outer = INLINE.replace(Some(me));
         submit();
-        let mut a = self.lock();
-        a.submitting = false;
-        let i = a.ready.iter().position(|(c, _)| *c == cid)?;
-        a.ready.remove(i).map(|(_, r)| r)
+        INLINE.replace(outer).and_then(|i| i.result)
     }
 
     pub fn is_ready(&self) -> bool {
-        !self.lock().ready.is_empty()
+        self.count.load(Ordering::Acquire) > 0
     }
 
     pub fn take(&self) -> Option<(u16, io::Result<()>)> {
-        self.lock().ready.pop_front()
+        if !self.is_ready() {
+            return None;
+        }
+        let mut ready = self.lock();
+        let answer = ready.pop_front();
+        self.count.store(ready.len(), Ordering::Release);
+        answer
     }
 }

@@ -68,7 +68,7 @@ impl CtrlQueue {
                 Err(outcome) => return outcome,
             },
         };
-        self.hand_over(sqe, data, counted, vec![(ns, io)])
+        self.hand_over(sqe, data, counted, 1, [(ns, io)])
     }
 
     fn io_namespace(&self, nsid: u32) -> Option<Arc<dyn Namespace>> {
@@ -123,16 +123,15 @@ impl CtrlQueue {
     }
 
     fn flush(&mut self, sqe: &Sqe) -> Outcome {
-        let all: Vec<(Arc<dyn Namespace>, BlockIo)> = match sqe.nsid {
-            0xffff_ffff => {
-                self.target.namespaces().iter().map(|ns| (ns.clone(), BlockIo::Flush)).collect()
-            }
-            n => match self.io_namespace(n) {
-                Some(ns) => vec![(ns, BlockIo::Flush)],
-                None => return Outcome::status(Status::INVALID_NAMESPACE),
-            },
-        };
-        self.hand_over(sqe, None, None, all)
+        if sqe.nsid != 0xffff_ffff {
+            return match self.io_namespace(sqe.nsid) {
+                Some(ns) => self.hand_over(sqe, None, None, 1, [(ns, BlockIo::Flush)]),
+                None => Outcome::status(Status::INVALID_NAMESPACE),
+            };
+        }
+        let target = self.target.clone();
+        let all = target.namespaces().iter().map(|ns| (ns.clone(), BlockIo::Flush));
+        self.hand_over(sqe, None, None, target.namespaces().len(), all)
     }
 
     /// The ranges a Dataset Management command deallocates; None when it
@@ -164,26 +163,31 @@ impl CtrlQueue {
         Ok(Some(extents))
     }
 
-    /// Give the storage its I/Os for `sqe`. The command completes now if
-    /// every answer came at once, else when the last one does.
+    /// Give the storage its I/Os for `sqe` (`owed` of them). The command
+    /// completes now if every answer came at once, else when the last one
+    /// does.
     fn hand_over(
         &mut self,
         sqe: &Sqe,
         data: Data,
         counted: Option<(bool, u64)>,
-        ios: Vec<(Arc<dyn Namespace>, BlockIo)>,
+        owed: usize,
+        ios: impl IntoIterator<Item = (Arc<dyn Namespace>, BlockIo)>,
     ) -> Outcome {
         let cid = sqe.cid;
-        self.storage
-            .insert(cid, StorageIo { sqe: *sqe, data, counted, owed: ios.len(), failed: false });
-        for (ns, io) in ios {
+        let mut io = StorageIo { sqe: *sqe, data, counted, owed, failed: false };
+        for (ns, block_io) in ios {
             let done = self.answers.done(cid);
-            if let Some(result) = self.answers.submitting(cid, || ns.submit(io, done))
-                && let Some(outcome) = self.answered(cid, result)
-            {
-                return outcome;
+            if let Some(result) = self.answers.submitting(cid, || ns.submit(block_io, done)) {
+                io.take(result);
             }
         }
+        if io.owed == 0 {
+            return self.finish(io);
+        }
+        // Answers that come later find it here; they are collected on
+        // this thread, so none can come before it is in.
+        self.storage.insert(cid, io);
         Outcome::Pending
     }
 
@@ -191,21 +195,22 @@ impl CtrlQueue {
     /// them all.
     pub(super) fn answered(&mut self, cid: u16, result: std::io::Result<()>) -> Option<Outcome> {
         let io = self.storage.get_mut(&cid)?;
-        io.owed -= 1;
-        if let Err(e) = result {
-            tracing::warn!(error = %e, cid, opcode = io.sqe.opcode, "namespace I/O failed");
-            io.failed = true;
-        }
+        io.take(result);
         if io.owed > 0 {
             return None;
         }
         let io = self.storage.remove(&cid)?;
+        Some(self.finish(io))
+    }
+
+    /// A command the storage has answered in full.
+    fn finish(&self, io: StorageIo) -> Outcome {
         let c = &self.target.counters;
         if io.failed {
             c.media_errors.fetch_add(1, Ordering::Relaxed);
             let read = io.sqe.opcode == io::READ;
             let status = if read { Status::UNRECOVERED_READ_ERROR } else { Status::WRITE_FAULT };
-            return Some(Outcome::status(status));
+            return Outcome::status(status);
         }
         match io.counted {
             Some((false, len)) => {
@@ -218,7 +223,17 @@ impl CtrlQueue {
             }
             None => {}
         }
-        Some(Outcome::Complete { status: Status::SUCCESS, result: 0, data: io.data })
+        Outcome::Complete { status: Status::SUCCESS, result: 0, data: io.data }
+    }
+}
+
+impl StorageIo {
+    fn take(&mut self, result: std::io::Result<()>) {
+        self.owed -= 1;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, cid = self.sqe.cid, opcode = self.sqe.opcode, "namespace I/O failed");
+            self.failed = true;
+        }
     }
 }
 
