@@ -142,6 +142,7 @@ fn bad_numbers_and_names_fail_before_any_work() {
     refused(&["host", "--connect", p, "io", "--size", "0"], "--size 0 transfers nothing");
     refused(&["host", "--connect", p, "--nqn", "not an nqn", "identify"], "is not an NQN");
     refused(&["controller", "--nqn", "not an nqn"], "is not an NQN");
+    refused(&["controller", "--io-depth", "0"], "0 is not in 1..=4096");
     refused(
         &["controller", "--listen", "127.0.0.1:0", "--ns", "ram:100"],
         "smaller than one 512-byte block",
