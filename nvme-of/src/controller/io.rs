@@ -2,7 +2,7 @@
 //! Each is checked here and handed to the namespace's storage; it
 //! completes when the storage answers ([`CtrlQueue::storage_answer`]).
 
-use super::queue::{Data, DataPtr, Outcome};
+use super::queue::{Data, DataPtr, Outcome, StorageIo};
 use super::{CtrlQueue, lock};
 use crate::namespace::{BlockIo, Namespace};
 use crate::nvme::{Sqe, Status, io};
@@ -11,18 +11,6 @@ use std::sync::atomic::Ordering;
 
 /// Dataset Management range: context attributes, length in blocks, start.
 const DSM_RANGE_LEN: usize = 16;
-
-/// An I/O the storage has not answered yet.
-pub(crate) struct StorageIo {
-    pub sqe: Sqe,
-    /// A Read's data, sent when the storage has filled it.
-    data: Data,
-    /// Bytes a Read or Write moves, for the counters.
-    counted: Option<(bool, u64)>,
-    /// Answers still owed (a Flush of every namespace asks each).
-    owed: usize,
-    failed: bool,
-}
 
 impl CtrlQueue {
     /// Commands of an I/O queue, after Connect.

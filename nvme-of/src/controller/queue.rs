@@ -3,7 +3,6 @@
 //! leads to. The transport binding receives capsules, fetches host data
 //! when asked ([`Action::Fetch`]) and sends what [`Action::Respond`] says.
 
-use super::io::StorageIo;
 use super::{AssocRef, Association, Target, lock};
 use crate::Binding;
 use crate::binding::DataSgl;
@@ -41,6 +40,19 @@ impl Queue {
 
 /// Data that came with a command: a buffer and how many bytes of it.
 pub(crate) type Data = Option<(IoBuf, usize)>;
+
+/// An I/O the storage has not answered yet (`io` hands it over and
+/// collects the answers).
+pub(crate) struct StorageIo {
+    pub sqe: Sqe,
+    /// A Read's data, sent when the storage has filled it.
+    pub data: Data,
+    /// Bytes a Read (false) or Write (true) moves, for the counters.
+    pub counted: Option<(bool, u64)>,
+    /// Answers still owed (a Flush of every namespace asks each).
+    pub owed: usize,
+    pub failed: bool,
+}
 
 /// What executing a command led to.
 pub(crate) enum Outcome {
