@@ -182,7 +182,7 @@ impl Drop for ControllerServer {
 const WAKE: Token = Token(usize::MAX);
 
 /// A waker for the storage: it wakes the loop out of `poll`.
-struct MioWake(Arc<mio::Waker>);
+struct MioWake(mio::Waker);
 
 impl std::task::Wake for MioWake {
     fn wake(self: Arc<Self>) {
@@ -216,8 +216,8 @@ fn serve(
         poll.registry().register(l, Token(i), Interest::READABLE)?;
     }
     // Storage that answers later wakes this loop.
-    let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
-    target.set_waker(std::task::Waker::from(Arc::new(MioWake(waker))));
+    let waker = MioWake(mio::Waker::new(poll.registry(), WAKE)?);
+    target.set_waker(Arc::new(waker).into());
     let first_conn = listeners.len();
     let mut conns: HashMap<usize, CtrlConn> = HashMap::new();
     let mut next = first_conn;

@@ -37,26 +37,26 @@ impl CtrlQueue {
         let Some(ns) = self.io_namespace(sqe.nsid) else {
             return Outcome::status(Status::INVALID_NAMESPACE);
         };
-        let (io, data, counted) = match sqe.opcode {
+        let (io, data, bytes) = match sqe.opcode {
             io::READ => match self.read(sqe, &*ns, data) {
-                Ok((io, data, len)) => (io, data, Some((false, len))),
+                Ok((io, data, len)) => (io, data, len),
                 Err(outcome) => return outcome,
             },
             io::WRITE => match self.write(sqe, &*ns, data, durable) {
-                Ok((io, len)) => (io, None, Some((true, len))),
+                Ok((io, len)) => (io, None, len),
                 Err(outcome) => return outcome,
             },
             io::WRITE_ZEROES => match block_range(&*ns, sqe.slba(), u64::from(sqe.nlb())) {
-                Ok((offset, len)) => (BlockIo::WriteZeroes { offset, len, durable }, None, None),
+                Ok((offset, len)) => (BlockIo::WriteZeroes { offset, len, durable }, None, 0),
                 Err(s) => return Outcome::status(s),
             },
             _ => match self.dataset_management(sqe, &*ns, data) {
-                Ok(Some(ranges)) => (BlockIo::Deallocate(ranges), None, None),
+                Ok(Some(ranges)) => (BlockIo::Deallocate(ranges), None, 0),
                 Ok(None) => return Outcome::ok(),
                 Err(outcome) => return outcome,
             },
         };
-        self.hand_over(sqe, data, counted, 1, [(ns, io)])
+        self.hand_over(sqe, data, bytes, 1, [(ns, io)])
     }
 
     fn io_namespace(&self, nsid: u32) -> Option<Arc<dyn Namespace>> {
@@ -113,13 +113,13 @@ impl CtrlQueue {
     fn flush(&mut self, sqe: &Sqe) -> Outcome {
         if sqe.nsid != 0xffff_ffff {
             return match self.io_namespace(sqe.nsid) {
-                Some(ns) => self.hand_over(sqe, None, None, 1, [(ns, BlockIo::Flush)]),
+                Some(ns) => self.hand_over(sqe, None, 0, 1, [(ns, BlockIo::Flush)]),
                 None => Outcome::status(Status::INVALID_NAMESPACE),
             };
         }
         let target = self.target.clone();
         let all = target.namespaces().iter().map(|ns| (ns.clone(), BlockIo::Flush));
-        self.hand_over(sqe, None, None, target.namespaces().len(), all)
+        self.hand_over(sqe, None, 0, target.namespaces().len(), all)
     }
 
     /// The ranges a Dataset Management command deallocates; None when it
@@ -158,12 +158,12 @@ impl CtrlQueue {
         &mut self,
         sqe: &Sqe,
         data: Data,
-        counted: Option<(bool, u64)>,
+        bytes: u64,
         owed: usize,
         ios: impl IntoIterator<Item = (Arc<dyn Namespace>, BlockIo)>,
     ) -> Outcome {
         let cid = sqe.cid;
-        let mut io = StorageIo { sqe: *sqe, data, counted, owed, failed: false };
+        let mut io = StorageIo { sqe: *sqe, data, bytes, owed, failed: false };
         for (ns, block_io) in ios {
             let done = self.answers.done(cid);
             if let Some(result) = self.answers.submitting(cid, || ns.submit(block_io, done)) {
@@ -200,16 +200,16 @@ impl CtrlQueue {
             let status = if read { Status::UNRECOVERED_READ_ERROR } else { Status::WRITE_FAULT };
             return Outcome::status(status);
         }
-        match io.counted {
-            Some((false, len)) => {
+        match io.sqe.opcode {
+            io::READ => {
                 c.reads.fetch_add(1, Ordering::Relaxed);
-                c.bytes_read.fetch_add(len, Ordering::Relaxed);
+                c.bytes_read.fetch_add(io.bytes, Ordering::Relaxed);
             }
-            Some((true, len)) => {
+            io::WRITE => {
                 c.writes.fetch_add(1, Ordering::Relaxed);
-                c.bytes_written.fetch_add(len, Ordering::Relaxed);
+                c.bytes_written.fetch_add(io.bytes, Ordering::Relaxed);
             }
-            None => {}
+            _ => {}
         }
         Outcome::Complete { status: Status::SUCCESS, result: 0, data: io.data }
     }

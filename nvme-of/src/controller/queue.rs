@@ -47,8 +47,8 @@ pub(crate) struct StorageIo {
     pub sqe: Sqe,
     /// A Read's data, sent when the storage has filled it.
     pub data: Data,
-    /// Bytes a Read (false) or Write (true) moves, for the counters.
-    pub counted: Option<(bool, u64)>,
+    /// Bytes a Read or Write moves, for the counters.
+    pub bytes: u64,
     /// Answers still owed (a Flush of every namespace asks each).
     pub owed: usize,
     pub failed: bool,

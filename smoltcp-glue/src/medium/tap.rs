@@ -217,16 +217,16 @@ impl Tap {
     /// Sleep until a frame comes, the bell rings, or `timeout` passes.
     fn sleep(&self, timeout: Option<Duration>) {
         let bell = self.bell.as_raw_fd();
-        poll_in(
-            &mut [
-                libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: bell, events: libc::POLLIN, revents: 0 },
-            ],
-            timeout,
-        );
-        let mut count = [0u8; 8];
-        // SAFETY: an 8-byte read from our non-blocking eventfd.
-        unsafe { libc::read(bell, count.as_mut_ptr().cast(), count.len()) };
+        let mut fds = [
+            libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: bell, events: libc::POLLIN, revents: 0 },
+        ];
+        poll_in(&mut fds, timeout);
+        if fds[1].revents & libc::POLLIN != 0 {
+            let mut count = [0u8; 8];
+            // SAFETY: an 8-byte read from our non-blocking eventfd.
+            unsafe { libc::read(bell, count.as_mut_ptr().cast(), count.len()) };
+        }
     }
 }
 
