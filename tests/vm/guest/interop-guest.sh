@@ -199,7 +199,16 @@ echo "GUEST-TARGET-READY"
 
 msg=$(wait_signal "$SIGNAL_PORT" "${SIGNAL_TIMEOUT:-900}") || fail "no word from the host"
 echo "host: $msg"
-complaints=$(kernel_complaints)
+# One line is Linux's own race, not a complaint about the host: when a
+# host closes a queue, nvmet-rdma's queue release fails the Asynchronous
+# Event Request the host left outstanding (every host leaves one, Linux's
+# too) and reposts that command's receive before sending the status. If
+# siw is at that moment still moving the QP from RTS to ERROR after the
+# host's FIN (state lock held, or CLOSING), it refuses the receive with
+# ENOTCONN and nvmet logs "post_recv cmd failed"; the status itself is
+# flushed, as it would be a moment later. Nothing the host sends changes
+# that window. Any other line, or a failed send, still counts.
+complaints=$(kernel_complaints | grep -v 'nvmet_rdma: post_recv cmd failed$' || true)
 [ -z "$complaints" ] || { echo "$complaints"; fail "nvmet complained about our host"; }
 ok "nvmet: no complaints from the kernel about our host"
 nvmet_teardown || fail "nvmet teardown"
