@@ -26,7 +26,7 @@ use nvme_tcp::namespace::Namespace;
 use nvme_tcp::wire::{Digests, TxStats};
 use serde::Serialize;
 use smoltcp::wire::Ipv4Cidr;
-use smoltcp_glue::{Medium, Profile, Stack, StackConfig, Tap, VirtualWire};
+use smoltcp_glue::{Link, LinkName, Medium, Profile, Stack, StackConfig, VirtualWire};
 use std::cell::Cell;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::rc::Rc;
@@ -58,9 +58,10 @@ pub struct BenchOptions {
     pub reps: usize,
     pub warmup: Duration,
     pub duration: Duration,
-    /// Run over these TAP devices (host's, controller's) instead of the
-    /// in-process wire; their MTU is the interfaces'.
-    pub tap: Option<(String, String)>,
+    /// Run over these interfaces (host's, controller's: TAPs, or any
+    /// through AF_PACKET) instead of the in-process wire; their MTU is the
+    /// interfaces'.
+    pub link: Option<(LinkName, LinkName)>,
     /// Host, NIC and controller on threads of their own instead of in
     /// lockstep on one thread (over TAP they always are).
     pub threads: bool,
@@ -69,7 +70,7 @@ pub struct BenchOptions {
 impl BenchOptions {
     /// Whether the parts run on threads of their own.
     pub fn threaded(&self) -> bool {
-        self.threads || self.tap.is_some()
+        self.threads || self.link.is_some()
     }
 }
 
@@ -89,7 +90,7 @@ impl Default for BenchOptions {
             reps: 5,
             warmup: Duration::from_millis(200),
             duration: Duration::from_secs(1),
-            tap: None,
+            link: None,
             threads: false,
         }
     }
@@ -566,22 +567,22 @@ fn lockstep<H: Medium, N: Medium, C: Medium>(
 
 /// A fresh pair of media for one run.
 fn media(o: &BenchOptions, mtu: usize) -> Result<Media, String> {
-    match &o.tap {
+    match &o.link {
         None => {
             let (h, c) = VirtualWire::pair(mtu + 14, 512);
             Ok(Media::Wire(h, c))
         }
         Some((h, c)) => {
-            let h = Tap::open(h, None).map_err(|e| e.to_string())?;
-            let c = Tap::open(c, None).map_err(|e| e.to_string())?;
-            Ok(Media::Tap(h, c))
+            let h = h.open(None).map_err(|e| format!("{h}: {e}"))?;
+            let c = c.open(None).map_err(|e| format!("{c}: {e}"))?;
+            Ok(Media::Link(h, c))
         }
     }
 }
 
 enum Media {
     Wire(smoltcp_glue::WireEnd, smoltcp_glue::WireEnd),
-    Tap(Tap, Tap),
+    Link(Link, Link),
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -648,7 +649,7 @@ pub fn raw_tcp(o: &BenchOptions, mtu: usize) -> Result<(f64, f64), String> {
     for _ in 0..o.reps.max(1) {
         v.push(match media(o, mtu)? {
             Media::Wire(a, b) => through_nic(a, b, d, o.threaded())?,
-            Media::Tap(a, b) => through_nic(a, b, d, o.threaded())?,
+            Media::Link(a, b) => through_nic(a, b, d, o.threaded())?,
         });
     }
     Ok((median(v.clone()), spread(&v)))
@@ -665,7 +666,7 @@ pub fn run_point(
     for _ in 0..o.reps.max(1) {
         let s = match media(o, p.mtu)? {
             Media::Wire(h, c) => run_once(h, c, p, o),
-            Media::Tap(h, c) => run_once(h, c, p, o),
+            Media::Link(h, c) => run_once(h, c, p, o),
         }
         .map_err(|e| {
             format!(
@@ -909,8 +910,8 @@ impl Report {
             time_s: o.duration.as_secs_f64(),
             warmup_s: o.warmup.as_secs_f64(),
             reps: o.reps,
-            medium: match &o.tap {
-                Some((h, c)) => format!("tap {h},{c}"),
+            medium: match &o.link {
+                Some((h, c)) => format!("{h},{c}"),
                 None => "in-process wire".into(),
             },
             mode: if o.threaded() { "threads" } else { "lockstep" },

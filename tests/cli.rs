@@ -178,6 +178,23 @@ fn bad_numbers_and_names_fail_before_any_work() {
         ],
         "one port",
     );
+    refused(&["host", "--connect", p, "--ip", "198.18.0.3/24", "identify"], "required arguments");
+    refused(
+        &[
+            "host",
+            "--connect",
+            p,
+            "--tap",
+            "lo",
+            "--iface",
+            "lo",
+            "--ip",
+            "198.18.0.3/24",
+            "identify",
+        ],
+        "cannot be used with",
+    );
+    refused(&["bench", "--iface", "lo"], "--iface takes HOSTIF,CTRLIF");
     // The matrix would run for minutes before finding out.
     refused(&["bench", "--json", "/no/such/dir/x.json"], "cannot write /no/such/dir/x.json");
 }

@@ -1,7 +1,7 @@
 //! NVMe/TCP over smoltcp: the demo end to end, host against controller over
 //! the in-process wire with each impairment and full data verification (in
 //! simulated time, so a lost frame costs no wall-clock time), and over TAP
-//! devices in a network namespace.
+//! devices, a veth pair and against Linux's TCP in network namespaces.
 
 mod common;
 
@@ -162,73 +162,124 @@ fn raw_tcp_moves_data() {
     assert!(bps > 0.0);
 }
 
-#[test]
-fn host_against_controller_over_tap_in_a_namespace() {
+/// Root and `ip`, which the namespace tests need; says why not when not.
+fn can_make_namespaces() -> bool {
     if !root() {
-        eprintln!("skipping: TAP devices need root (CI runs as root)");
-        return;
+        eprintln!("skipping: network namespaces need root (CI runs as root)");
+        return false;
     }
     if Command::new("ip").arg("-V").output().is_err() {
         eprintln!("skipping: iproute2 (`ip`) is not installed");
-        return;
+        return false;
     }
-    let exe = env!("CARGO_BIN_EXE_nvme-ddp");
-    let ns = format!("nvmeddp-t{}", std::process::id());
-    let up =
-        Command::new(exe).args(["net", "up", "--netns", &ns, "--mtu", "9000"]).output().unwrap();
-    assert!(up.status.success(), "net up: {}", String::from_utf8_lossy(&up.stderr));
-    let _guard = Netns(ns.clone());
-    let mut ctrl = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns,
-            exe,
-            "controller",
-            "--tap",
-            "tap0",
-            "--ip",
-            "198.18.0.2/24",
-            "--ns",
-            "ram:16M",
-        ])
-        .spawn()
-        .unwrap();
-    let run = |args: &[&str]| {
-        let mut all = vec![
-            "netns",
-            "exec",
-            &ns,
-            exe,
-            "host",
-            "--tap",
-            "tap1",
-            "--ip",
-            "198.18.0.3/24",
-            "--connect",
-            "198.18.0.2:4420",
-            "--hdgst",
-            "--ddgst",
-            "--queues",
-            "2",
-            "--json",
-        ];
-        all.extend_from_slice(args);
-        Command::new("ip").args(&all).output().unwrap()
+    true
+}
+
+/// `nvme-ddp ARGS` inside namespace `ns`.
+fn in_ns(ns: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_nvme-ddp")]).args(args);
+    c
+}
+
+/// Our controller (a RAM namespace of 16 MiB) over `ctrl` in namespace `ns`
+/// and our host over `host` (either empty for kernel TCP) write and then
+/// read back all of it, verified; returns the read's JSON report.
+fn write_then_read(ns: &str, ctrl: &[&str], host: &[&str], target: &str) -> serde_json::Value {
+    let listen = if ctrl.is_empty() { target } else { "0.0.0.0:4420" };
+    let mut args = vec!["controller", "--listen", listen, "--ns", "ram:16M"];
+    args.extend_from_slice(ctrl);
+    let mut controller = in_ns(ns, &args).spawn().unwrap();
+    let run = |what: &[&str]| {
+        let mut args = vec!["host", "--connect", target, "--hdgst", "--ddgst", "--queues", "2"];
+        args.extend_from_slice(host);
+        args.push("--json");
+        args.extend_from_slice(what);
+        in_ns(ns, &args).output().unwrap()
     };
     let write = run(&["io", "--rw", "write", "--bs", "128k", "--verify"]);
     let read = run(&["io", "--rw", "read", "--bs", "128k", "--verify"]);
-    let _ = ctrl.kill();
-    let _ = ctrl.wait();
+    let _ = controller.kill();
+    let _ = controller.wait();
     for out in [&write, &read] {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
     let v: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
     assert_eq!(v["phases"][0]["verified_bytes"], 16 << 20, "{v}");
     assert_eq!(v["phases"][0]["errors"], 0);
-    // Every offload is on by default: the NIC placed the whole read.
+    v
+}
+
+/// With every offload on (the default), the host's NIC placed the whole
+/// read, and nothing received was copied (what was sent, the Connect
+/// data, was).
+fn placed_all(v: &serde_json::Value) {
     assert_eq!(v["offload"]["nic_placed_bytes"], 16 << 20, "{v}");
-    // Nothing received was copied (what was sent, the Connect data, was).
     let copied = |k: &str| v["offload"][k].as_u64().unwrap();
     assert_eq!(copied("host_copy_bytes") - copied("host_tx_copy_bytes"), 0, "{v}");
+}
+
+/// `net up` in a namespace of its own, removed however the test ends.
+fn net_up(tag: &str) -> Netns {
+    let exe = env!("CARGO_BIN_EXE_nvme-ddp");
+    let ns = format!("nvmeddp-{tag}{}", std::process::id());
+    let up =
+        Command::new(exe).args(["net", "up", "--netns", &ns, "--mtu", "9000"]).output().unwrap();
+    assert!(up.status.success(), "net up: {}", String::from_utf8_lossy(&up.stderr));
+    Netns(ns)
+}
+
+#[test]
+fn host_against_controller_over_tap_in_a_namespace() {
+    if !can_make_namespaces() {
+        return;
+    }
+    let ns = net_up("t");
+    let ctrl = ["--tap", "tap0", "--ip", "198.18.0.2/24"];
+    let host = ["--tap", "tap1", "--ip", "198.18.0.3/24"];
+    placed_all(&write_then_read(&ns.0, &ctrl, &host, "198.18.0.2:4420"));
+}
+
+#[test]
+fn host_against_controller_over_a_veth_pair_through_af_packet() {
+    if !can_make_namespaces() {
+        return;
+    }
+    let ns = net_up("p");
+    let ctrl = ["--iface", "veth0", "--ip", "198.18.0.2/24"];
+    let host = ["--iface", "veth1", "--ip", "198.18.0.3/24"];
+    placed_all(&write_then_read(&ns.0, &ctrl, &host, "198.18.0.2:4420"));
+}
+
+/// The AF_PACKET medium against Linux's own TCP on the other end of a
+/// veth: the kernel sends TSO segments of up to 64 KiB unsegmented (veth
+/// never cuts them) with their checksums left for a NIC, and the medium
+/// must take them whole and complete the checksums.
+#[test]
+fn af_packet_stack_against_the_linux_kernel_both_ways() {
+    if !can_make_namespaces() {
+        return;
+    }
+    let ns = Netns(format!("nvmeddp-k{}", std::process::id()));
+    let ip = |args: &[&str]| {
+        let mut all = vec!["-n", ns.0.as_str()];
+        all.extend_from_slice(args);
+        let out = Command::new("ip").args(&all).output().unwrap();
+        assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let add = Command::new("ip").args(["netns", "add", &ns.0]).output().unwrap();
+    assert!(add.status.success(), "{}", String::from_utf8_lossy(&add.stderr));
+    ip(&["link", "set", "lo", "up"]);
+    ip(&["link", "add", "veth0", "type", "veth", "peer", "veth1"]);
+    for veth in ["veth0", "veth1"] {
+        ip(&["link", "set", veth, "mtu", "9000", "up"]);
+    }
+    // The kernel's end.
+    ip(&["addr", "add", "198.18.0.1/24", "dev", "veth1"]);
+    let ours = ["--iface", "veth0", "--ip", "198.18.0.2/24"];
+    // The kernel's host against our controller ...
+    write_then_read(&ns.0, &ours, &[], "198.18.0.2:4420");
+    // ... and our host against the kernel's controller: the NIC still
+    // places every byte of the kernel's large segments.
+    placed_all(&write_then_read(&ns.0, &[], &ours, "198.18.0.1:4420"));
 }

@@ -1,6 +1,7 @@
-//! smoltcp underneath NVMe/TCP: where frames come from (a TAP device, an
-//! in-process wire), what may happen to them on the way (impairments,
-//! capture), and the TCP/IP stack with its poll loop.
+//! smoltcp underneath NVMe/TCP: where frames come from (a TAP device, any
+//! interface through AF_PACKET, an in-process wire), what may happen to
+//! them on the way (impairments, capture), and the TCP/IP stack with its
+//! poll loop.
 //!
 //! Every medium and decorator is a `smoltcp::phy::Device` that also
 //! implements [`Medium`], so they stack in any order and a driver can ask
@@ -12,6 +13,9 @@ pub mod pcap;
 pub mod stack;
 
 pub use impair::{ImpairStats, Impairments, Profile};
+pub use medium::LinkStats;
+pub use medium::link::{Link, LinkName};
+pub use medium::packet::Packet;
 pub use medium::tap::Tap;
 pub use medium::wire::{VirtualWire, WireEnd, WireStats};
 pub use pcap::{PcapFile, capture};

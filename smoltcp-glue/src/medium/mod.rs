@@ -1,4 +1,63 @@
 //! Where Ethernet frames come from and go to.
 
+pub mod link;
+pub mod packet;
+pub(crate) mod sleep;
 pub mod tap;
 pub mod wire;
+
+use std::io;
+
+/// Frames a Linux interface medium carried, and those lost on the way: a
+/// send the kernel could not take (its queue was full), a frame too large
+/// to receive with no room left to queue it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    pub rx_frames: u64,
+    pub rx_dropped: u64,
+    pub tx_frames: u64,
+    pub tx_dropped: u64,
+}
+
+#[repr(C)]
+pub(crate) struct IfReq {
+    pub(crate) name: [libc::c_char; libc::IFNAMSIZ],
+    /// `ifr_flags` or `ifr_mtu`, depending on the request.
+    pub(crate) data: [u8; 24],
+}
+
+impl IfReq {
+    pub(crate) fn new(name: &str) -> io::Result<Self> {
+        if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("bad interface name {name:?}"),
+            ));
+        }
+        let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: [0; 24] };
+        for (d, s) in req.name.iter_mut().zip(name.bytes()) {
+            *d = s as libc::c_char;
+        }
+        Ok(req)
+    }
+}
+
+/// The IP MTU of interface `name` (SIOCGIFMTU).
+pub(crate) fn interface_mtu(name: &str) -> io::Result<usize> {
+    // SAFETY: a plain datagram socket, closed below.
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+    if sock < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut req = IfReq::new(name)?;
+    // SAFETY: SIOCGIFMTU fills the `ifreq` we own.
+    let r = unsafe { libc::ioctl(sock, libc::SIOCGIFMTU, &mut req as *mut IfReq) };
+    let err = io::Error::last_os_error();
+    // SAFETY: `sock` is ours.
+    unsafe { libc::close(sock) };
+    if r < 0 {
+        return Err(err);
+    }
+    let mtu = i32::from_ne_bytes([req.data[0], req.data[1], req.data[2], req.data[3]]);
+    usize::try_from(mtu).map_err(|_| io::Error::other("negative MTU"))
+}

@@ -4,51 +4,20 @@
 //! frame), readiness through `poll(2)`. Opening needs CAP_NET_ADMIN or a
 //! persistent TAP owned by the user, in the caller's network namespace.
 
-use crate::medium::wire::Wake;
+use crate::medium::sleep::FdSleep;
+use crate::medium::{IfReq, LinkStats, interface_mtu};
 use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
-use std::sync::Arc;
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const ETHERNET_HEADER: usize = 14;
-
-#[repr(C)]
-struct IfReq {
-    name: [libc::c_char; libc::IFNAMSIZ],
-    /// `ifr_flags` or `ifr_mtu`, depending on the request.
-    data: [u8; 24],
-}
-
-impl IfReq {
-    fn new(name: &str) -> io::Result<Self> {
-        if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("bad interface name {name:?}"),
-            ));
-        }
-        let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: [0; 24] };
-        for (d, s) in req.name.iter_mut().zip(name.bytes()) {
-            *d = s as libc::c_char;
-        }
-        Ok(req)
-    }
-}
-
-/// Frames the TAP device could not take (the kernel's queue was full).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TapStats {
-    pub rx_frames: u64,
-    pub tx_frames: u64,
-    pub tx_dropped: u64,
-}
 
 /// A TAP interface opened in the current network namespace.
 pub struct Tap {
@@ -58,10 +27,8 @@ pub struct Tap {
     rx: Vec<u8>,
     rx_len: usize,
     tx: Vec<u8>,
-    stats: TapStats,
-    /// Rung by another end this thread serves, while it sleeps on the TAP
-    /// ([`Medium::wait_with`]).
-    bell: Arc<OwnedFd>,
+    stats: LinkStats,
+    sleep: FdSleep,
 }
 
 impl Tap {
@@ -86,22 +53,15 @@ impl Tap {
             None => interface_mtu(name)?,
         };
         let frame = ip_mtu + ETHERNET_HEADER;
-        // SAFETY: eventfd returns a new descriptor or -1.
-        let bell = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if bell < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `bell` is a descriptor we just opened and nobody else owns.
-        let bell = Arc::new(unsafe { OwnedFd::from_raw_fd(bell) });
         Ok(Self {
-            bell,
+            sleep: FdSleep::new()?,
             file,
             name: name.into(),
             mtu: frame,
             rx: vec![0; frame],
             rx_len: 0,
             tx: vec![0; frame],
-            stats: TapStats::default(),
+            stats: LinkStats::default(),
         })
     }
 
@@ -109,33 +69,13 @@ impl Tap {
         &self.name
     }
 
-    pub fn stats(&self) -> TapStats {
+    pub fn stats(&self) -> LinkStats {
         self.stats
     }
 
     fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
-}
-
-/// The IP MTU of interface `name` (SIOCGIFMTU).
-fn interface_mtu(name: &str) -> io::Result<usize> {
-    // SAFETY: a plain datagram socket, closed below.
-    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
-    if sock < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut req = IfReq::new(name)?;
-    // SAFETY: SIOCGIFMTU fills the `ifreq` we own.
-    let r = unsafe { libc::ioctl(sock, libc::SIOCGIFMTU, &mut req as *mut IfReq) };
-    let err = io::Error::last_os_error();
-    // SAFETY: `sock` is ours.
-    unsafe { libc::close(sock) };
-    if r < 0 {
-        return Err(err);
-    }
-    let mtu = i32::from_ne_bytes([req.data[0], req.data[1], req.data[2], req.data[3]]);
-    usize::try_from(mtu).map_err(|_| io::Error::other("negative MTU"))
 }
 
 pub struct RxToken<'a> {
@@ -145,7 +85,7 @@ pub struct RxToken<'a> {
 pub struct TxToken<'a> {
     file: &'a File,
     buf: &'a mut Vec<u8>,
-    stats: &'a mut TapStats,
+    stats: &'a mut LinkStats,
 }
 
 impl phy::RxToken for RxToken<'_> {
@@ -207,43 +147,17 @@ impl Device for Tap {
     }
 }
 
-fn poll_in(fds: &mut [libc::pollfd], timeout: Option<Duration>) {
-    let ms = timeout.map_or(100, |t| t.total_millis().min(i32::MAX as u64) as i32);
-    // SAFETY: pollfds we own.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-}
-
-impl Tap {
-    /// Sleep until a frame comes, the bell rings, or `timeout` passes.
-    fn sleep(&self, timeout: Option<Duration>) {
-        let bell = self.bell.as_raw_fd();
-        let mut fds = [
-            libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: bell, events: libc::POLLIN, revents: 0 },
-        ];
-        poll_in(&mut fds, timeout);
-        if fds[1].revents & libc::POLLIN != 0 {
-            let mut count = [0u8; 8];
-            // SAFETY: an 8-byte read from our non-blocking eventfd.
-            unsafe { libc::read(bell, count.as_mut_ptr().cast(), count.len()) };
-        }
-    }
-}
-
 impl Medium for Tap {
     /// Rings the bell `wait` listens for too.
     fn waker(&self) -> std::task::Waker {
-        Arc::new(Wake::EventFd(self.bell.clone())).into()
+        self.sleep.waker()
     }
 
     fn wait(&self, timeout: Option<Duration>) {
-        self.sleep(timeout)
+        self.sleep.sleep(self.fd(), timeout)
     }
 
     fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>) {
-        if !also.arm(&Wake::EventFd(self.bell.clone())) {
-            self.sleep(timeout);
-        }
-        also.disarm();
+        self.sleep.sleep_with(self.fd(), also, timeout)
     }
 }

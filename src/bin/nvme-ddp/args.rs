@@ -108,12 +108,12 @@ fn in_range(s: &str, range: std::ops::RangeInclusive<u16>, what: &str) -> Result
 
 /// The name of a network interface that exists here: opening a TAP by a
 /// name that does not would create a new, unwired one.
-pub(crate) fn existing_tap(name: &str) -> Result<String, String> {
+pub(crate) fn existing_iface(name: &str) -> Result<String, String> {
     if std::path::Path::new("/sys/class/net").join(name).exists() {
         Ok(name.to_string())
     } else {
         Err(format!(
-            "no network interface {name:?} here (`nvme-ddp net up` makes tap0 and tap1; run inside its namespace)"
+            "no network interface {name:?} here (`nvme-ddp net up` makes tap0, tap1, veth0 and veth1; run inside its namespace)"
         ))
     }
 }

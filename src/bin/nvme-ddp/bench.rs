@@ -6,13 +6,13 @@ use nvme_ddp::size::{format_size, parse_size};
 use nvme_ddp::transport::Transport;
 use nvme_ddp::workload::Rw;
 use nvme_ddp::{bench, plot};
-use smoltcp_glue::Tap;
+use smoltcp_glue::LinkName;
 use std::path::PathBuf;
 use std::time::Duration;
 use ulp_ddp::Caps;
 
 use crate::args::{
-    List, existing_tap, list, on_off, parse_on_off, parse_qd, parse_queues, parse_rw,
+    List, existing_iface, list, on_off, parse_on_off, parse_qd, parse_queues, parse_rw,
 };
 use crate::progress::interrupt_flag;
 use std::io::Write;
@@ -65,8 +65,12 @@ pub(crate) struct BenchArgs {
     threads: bool,
     /// Run over two TAP devices, HOSTTAP,CTRLTAP (e.g. tap1,tap0 after
     /// `net up`, inside the namespace) instead of the in-process wire.
-    #[arg(long, value_parser = parse_tap_pair)]
+    #[arg(long, value_parser = parse_tap_pair, conflicts_with = "iface")]
     tap: Option<(String, String)>,
+    /// Run over two interfaces through AF_PACKET, HOSTIF,CTRLIF (e.g.
+    /// veth1,veth0 after `net up`, inside the namespace).
+    #[arg(long, value_parser = parse_iface_pair)]
+    iface: Option<(String, String)>,
     /// Write the points as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -80,7 +84,11 @@ pub(crate) struct BenchArgs {
 
 pub(crate) fn run(a: BenchArgs) -> Result<()> {
     let d = bench::BenchOptions::default();
-    let tap = a.tap.clone();
+    let link = match (a.tap.clone(), a.iface.clone()) {
+        (Some((h, c)), _) => Some((LinkName::Tap(h), LinkName::Tap(c))),
+        (_, Some((h, c))) => Some((LinkName::Iface(h), LinkName::Iface(c))),
+        _ => None,
+    };
     // Fail on a path that cannot be written before the matrix runs, not after.
     let mut json = match &a.json {
         Some(path) => Some((
@@ -100,10 +108,10 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         ddgst: a.ddgst.map_or(d.ddgst, |l| l.0),
         offload: a.offload.map_or(d.offload, |l| l.0),
         transport: a.transport.map_or(d.transport, |l| l.0),
-        // Over TAP the interfaces decide the MTU.
-        mtu: match &tap {
+        // Over TAPs or interfaces, they decide the MTU.
+        mtu: match &link {
             Some((h, _)) => {
-                let dev = Tap::open(h, None).with_context(|| format!("opening TAP {h}"))?;
+                let dev = h.open(None).with_context(|| format!("opening {h}"))?;
                 vec![smoltcp::phy::Device::capabilities(&dev).max_transmission_unit - 14]
             }
             None => a.mtu.map_or(d.mtu, |l| l.0),
@@ -113,12 +121,12 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         warmup: Duration::from_secs_f64(a.warmup),
         duration: Duration::from_secs_f64(a.time),
         threads: a.threads,
-        tap,
+        link,
     };
     if o.bs.iter().any(|&b| b == 0 || b % 512 != 0) {
         bail!("block sizes must be multiples of 512");
     }
-    if o.tap.is_none() && o.mtu.iter().any(|&m| !(576..=65521).contains(&m)) {
+    if o.link.is_none() && o.mtu.iter().any(|&m| !(576..=65521).contains(&m)) {
         bail!("MTUs must be within 576..=65521");
     }
     let points = bench::points(&o);
@@ -269,5 +277,11 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
 /// `HOSTTAP,CTRLTAP`, both interfaces that exist here.
 fn parse_tap_pair(s: &str) -> Result<(String, String), String> {
     let (h, c) = s.split_once(',').ok_or("--tap takes HOSTTAP,CTRLTAP (e.g. tap1,tap0)")?;
-    Ok((existing_tap(h)?, existing_tap(c)?))
+    Ok((existing_iface(h)?, existing_iface(c)?))
+}
+
+/// `HOSTIF,CTRLIF`, both interfaces that exist here.
+fn parse_iface_pair(s: &str) -> Result<(String, String), String> {
+    let (h, c) = s.split_once(',').ok_or("--iface takes HOSTIF,CTRLIF (e.g. veth1,veth0)")?;
+    Ok((existing_iface(h)?, existing_iface(c)?))
 }

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::args::{NsSpec, parse_block_size, parse_bytes, parse_listen, parse_nqn, parse_ns};
+use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config, ip_mtu};
 use crate::progress::interrupt_flag;
-use crate::tap::{KERNEL_TCP_MTU, TapArgs, fresh_stack_config, ip_mtu};
 
 #[derive(Args, Debug)]
 pub(crate) struct ControllerArgs {
@@ -56,7 +56,7 @@ pub(crate) struct ControllerArgs {
     #[arg(long)]
     ddgst: bool,
     #[command(flatten)]
-    tap: TapArgs,
+    link: LinkArgs,
 }
 
 pub(crate) fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc<Target>> {
@@ -82,7 +82,7 @@ pub(crate) fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc
         c2h_data_len: u32::try_from(a.c2h_pdu).context("--c2h-pdu is too large")?,
         c2h_success: !a.no_c2h_success,
         port,
-        ddp_threshold: a.tap.ddp_threshold,
+        ddp_threshold: a.link.ddp_threshold,
         ..TargetConfig::default()
     };
     Ok(Target::new(cfg, namespaces)?)
@@ -110,20 +110,22 @@ fn check_ram(size: u64, block: u32) -> Result<()> {
 
 pub(crate) fn run(a: ControllerArgs) -> Result<()> {
     let first = a.listen.first().context("no --listen address")?;
-    if a.tap.tap.is_some() && a.listen.len() > 1 {
-        bail!("with --tap the controller listens on one port; give a single --listen");
+    if a.link.name().is_some() && a.listen.len() > 1 {
+        bail!(
+            "over smoltcp (--tap, --iface) the controller listens on one port; give a single --listen"
+        );
     }
     if a.ddgst && a.transport == Transport::Tcp {
         bail!("--ddgst on the controller needs --transport rdma: NVMe/TCP hosts choose digests");
     }
-    if let Some(cidr) = a.tap.cidr()? {
+    if let Some(cidr) = a.link.cidr()? {
         let port = Port {
             traddr: cidr.address().to_string(),
             trsvcid: first.port().to_string(),
             portid: 1,
         };
         let target = build_target(&a, Some(port))?;
-        let (dev, nic) = a.tap.device(1)?.context("--tap is required with --ip")?;
+        let (dev, nic) = a.link.device(1)?.context("--ip needs --tap or --iface")?;
         let listener = a.transport.listener(ip_mtu(&dev)).require_crc(a.ddgst);
         let clock = Clock::new();
         let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
@@ -131,7 +133,7 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
             userspace::ControllerSide::new(stack, target.clone(), first.port(), Some(nic.clone()))?
                 .with_listener(listener);
         let stop = interrupt_flag()?;
-        tracing::info!(tap = ?a.tap.tap, ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = a.transport.name(), "listening on smoltcp");
+        tracing::info!(link = ?a.link.name(), ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = a.transport.name(), "listening on smoltcp");
         userspace::serve(&mut side, &clock, &stop);
         let (ulp, tx) = side.stats();
         for line in

@@ -22,8 +22,8 @@ use crate::args::{
     CtrlLossTmo, parse_bytes, parse_ctrl_loss_tmo, parse_nqn, parse_on_off, parse_qd, parse_queues,
     parse_seconds,
 };
+use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config, ip_mtu};
 use crate::progress::{Eta, cpu_times, interrupt_flag, watch};
-use crate::tap::{KERNEL_TCP_MTU, TapArgs, fresh_stack_config, ip_mtu};
 
 /// Options of `host`; like nvme-cli's, they go before or after the verb.
 #[derive(Args, Debug)]
@@ -75,7 +75,7 @@ pub(crate) struct HostArgs {
     #[arg(long, global = true, value_enum, default_value = "auto")]
     eta: Eta,
     #[command(flatten)]
-    tap: TapArgs,
+    link: LinkArgs,
     #[command(subcommand)]
     action: HostAction,
 }
@@ -140,7 +140,7 @@ pub(crate) fn host_config(a: &HostArgs, subnqn: String) -> HostConfig {
         kato: Duration::from_secs(a.kato),
         reconnect_delay: a.reconnect_delay,
         ctrl_loss_tmo: a.ctrl_loss_tmo.0,
-        ddp_threshold: a.tap.ddp_threshold,
+        ddp_threshold: a.link.ddp_threshold,
         ..HostConfig::default()
     }
 }
@@ -152,8 +152,8 @@ pub(crate) fn run_app(
     app: &mut dyn HostApp,
     limit: Duration,
 ) -> Result<Option<OffloadReport>> {
-    let oneshot = a.tap.offload.unwrap_or(Caps::ALL).contains(Caps::NVME_TCP_ONESHOT);
-    let offload = match (a.tap.cidr()?, a.tap.device(2)?) {
+    let oneshot = a.link.offload.unwrap_or(Caps::ALL).contains(Caps::NVME_TCP_ONESHOT);
+    let offload = match (a.link.cidr()?, a.link.device(2)?) {
         (Some(cidr), Some((dev, nic))) => {
             let host = a.transport.host(cfg, oneshot, ip_mtu(&dev));
             let remote = match a.connect()? {

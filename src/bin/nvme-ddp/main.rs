@@ -7,9 +7,9 @@ mod bench;
 mod controller;
 mod demo;
 mod host;
+mod link;
 mod net;
 mod progress;
-mod tap;
 
 use clap::{Parser, Subcommand};
 

@@ -1,4 +1,5 @@
-//! `nvme-ddp net`: the network namespace, bridge and TAPs the TAP runs use.
+//! `nvme-ddp net`: the network namespace, bridge, TAPs and veth pair the
+//! `--tap` and `--iface` runs use.
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
@@ -14,9 +15,10 @@ pub(crate) struct NetArgs {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum NetAction {
-    /// Namespace, bridge br0 (198.18.0.1/24), TAPs tap0 and tap1.
+    /// Namespace, bridge br0 (198.18.0.1/24) with TAPs tap0 and tap1, and
+    /// a veth pair veth0-veth1 with no address (for --iface).
     Up {
-        /// IP MTU of the bridge and TAPs.
+        /// IP MTU of the bridge, TAPs and veths.
         #[arg(long, default_value_t = 9000)]
         mtu: usize,
     },
@@ -58,7 +60,12 @@ pub(crate) fn run(a: NetArgs) -> Result<()> {
                     sh(&["ip", "-n", ns, "tuntap", "add", "dev", tap, "mode", "tap"])?;
                     sh(&["ip", "-n", ns, "link", "set", tap, "mtu", &mtu, "master", "br0", "up"])?;
                 }
-                sh(&["ip", "-n", ns, "link", "set", "br0", "mtu", &mtu, "up"])
+                sh(&["ip", "-n", ns, "link", "set", "br0", "mtu", &mtu, "up"])?;
+                sh(&["ip", "-n", ns, "link", "add", "veth0", "type", "veth", "peer", "veth1"])?;
+                for veth in ["veth0", "veth1"] {
+                    sh(&["ip", "-n", ns, "link", "set", veth, "mtu", &mtu, "up"])?;
+                }
+                Ok(())
             };
             if let Err(e) = setup() {
                 let _ = sh(&["ip", "netns", "del", ns]);
@@ -66,13 +73,16 @@ pub(crate) fn run(a: NetArgs) -> Result<()> {
             }
             let exe =
                 std::env::current_exe().map_or("nvme-ddp".into(), |p| p.display().to_string());
-            println!("namespace {ns}: bridge br0 198.18.0.1/24, TAPs tap0 and tap1 (MTU {mtu})");
+            println!(
+                "namespace {ns}: bridge br0 198.18.0.1/24, TAPs tap0 and tap1, veth pair veth0-veth1 (MTU {mtu})"
+            );
             println!(
                 "controller: ip netns exec {ns} {exe} controller --tap tap0 --ip 198.18.0.2/24 --ns ram:1G"
             );
             println!(
                 "host:       ip netns exec {ns} {exe} host --tap tap1 --ip 198.18.0.3/24 --connect 198.18.0.2:4420 io --rw read --bs 128k"
             );
+            println!("(or --iface veth0 and --iface veth1 for the same over AF_PACKET)");
             println!("remove:     {exe} net down --netns {ns}");
         }
         NetAction::Down if !netns_exists(ns) => {

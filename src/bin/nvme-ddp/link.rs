@@ -1,26 +1,32 @@
-//! `--tap/--ip`: running a side over smoltcp on a TAP device, behind the
-//! software NIC, instead of over kernel TCP.
+//! `--tap/--iface/--ip`: running a side over smoltcp on a TAP device or any
+//! interface (AF_PACKET), behind the software NIC, instead of over kernel
+//! TCP.
 
 use anyhow::{Context, Result};
 use clap::Args;
 use nvme_ddp::userspace;
-use smoltcp_glue::{Profile, StackConfig, Tap};
+use smoltcp_glue::{Link, LinkName, Profile, StackConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
 use ulp_ddp::{Caps, DdpDevice};
 
-use crate::args::{existing_tap, parse_threshold};
+use crate::args::{existing_iface, parse_threshold};
 
-/// A user-space (smoltcp) transport on a TAP device instead of kernel TCP.
+/// A user-space (smoltcp) transport on a TAP device or another interface
+/// instead of kernel TCP.
 #[derive(Args, Debug, Clone)]
-pub(crate) struct TapArgs {
+pub(crate) struct LinkArgs {
     /// Run over smoltcp on this TAP device (inside its network namespace).
-    #[arg(long, requires = "ip", global = true, value_parser = existing_tap)]
+    #[arg(long, group = "link", requires = "ip", global = true, value_parser = existing_iface)]
     pub(crate) tap: Option<String>,
-    /// Our address on the TAP, e.g. 198.18.0.2/24.
-    #[arg(long, requires = "tap", global = true)]
+    /// Run over smoltcp on this network interface through AF_PACKET (a NIC
+    /// or a veth end with no address of its own; GRO and LRO off).
+    #[arg(long, group = "link", requires = "ip", global = true, value_parser = existing_iface)]
+    pub(crate) iface: Option<String>,
+    /// Our address on the interface, e.g. 198.18.0.2/24.
+    #[arg(long, requires = "link", global = true)]
     pub(crate) ip: Option<String>,
-    /// IP MTU of the TAP (default: the interface's).
+    /// IP MTU of the interface (default: the interface's).
     #[arg(long, global = true)]
     pub(crate) mtu: Option<usize>,
     /// Capture our frames into this pcap file.
@@ -29,17 +35,17 @@ pub(crate) struct TapArgs {
     /// Offloads of the software NIC under smoltcp (default all): none,
     /// all, classic, crc, ddp, crc-rx, crc-tx, oneshot, or several joined
     /// by '+' (ddp+crc).
-    #[arg(long, requires = "tap", global = true, value_parser = Caps::parse)]
+    #[arg(long, requires = "link", global = true, value_parser = Caps::parse)]
     pub(crate) offload: Option<Caps>,
     /// Map transfers from this size (default: the NIC's threshold, 32k).
-    #[arg(long, requires = "tap", global = true, value_parser = parse_threshold)]
+    #[arg(long, requires = "link", global = true, value_parser = parse_threshold)]
     pub(crate) ddp_threshold: Option<u32>,
 }
 
-/// A TAP with its decorators, and its NIC as the driver sees it.
-pub(crate) type TapDevice = (userspace::Chain<Tap>, Arc<dyn DdpDevice>);
+/// An interface with its decorators, and its NIC as the driver sees it.
+pub(crate) type LinkDevice = (userspace::Chain<Link>, Arc<dyn DdpDevice>);
 
-impl TapArgs {
+impl LinkArgs {
     pub(crate) fn cidr(&self) -> Result<Option<smoltcp::wire::Ipv4Cidr>> {
         let Some(ip) = &self.ip else { return Ok(None) };
         let (addr, prefix) =
@@ -54,13 +60,22 @@ impl TapArgs {
         Ok(Some(smoltcp::wire::Ipv4Cidr::new(addr, prefix)))
     }
 
-    /// Open the TAP with the standard decorators and the software NIC.
-    pub(crate) fn device(&self, seed: u64) -> Result<Option<TapDevice>> {
-        let Some(name) = &self.tap else { return Ok(None) };
-        let tap = Tap::open(name, self.mtu)?;
+    /// The interface asked for, if any.
+    pub(crate) fn name(&self) -> Option<LinkName> {
+        match (&self.tap, &self.iface) {
+            (Some(t), _) => Some(LinkName::Tap(t.clone())),
+            (_, Some(i)) => Some(LinkName::Iface(i.clone())),
+            _ => None,
+        }
+    }
+
+    /// Open the interface with the standard decorators and the software NIC.
+    pub(crate) fn device(&self, seed: u64) -> Result<Option<LinkDevice>> {
+        let Some(name) = self.name() else { return Ok(None) };
+        let link = name.open(self.mtu).with_context(|| format!("opening {name}"))?;
         let offload = self.offload.unwrap_or(Caps::ALL);
         let (dev, nic) =
-            userspace::chain(tap, Profile::default(), seed, self.pcap.as_deref(), offload)?;
+            userspace::chain(link, Profile::default(), seed, self.pcap.as_deref(), offload)?;
         Ok(Some((dev, Arc::new(nic))))
     }
 }

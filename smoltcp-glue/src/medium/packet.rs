@@ -1,0 +1,417 @@
+//! Any Linux network interface through an AF_PACKET socket: the medium for
+//! real NICs and veth pairs, no TAP needed.
+//!
+//! Frames arrive in a TPACKET_V2 ring the kernel shares with us: each is
+//! read where the kernel wrote it, and the socket is polled only when the
+//! ring is empty. (TPACKET_V3 hands a block over only when it fills or
+//! its retire timer fires, a millisecond at the least: fine for capture,
+//! a millisecond added to every round trip of a request/response
+//! protocol.) Frames leave with one `send` each, past the qdisc.
+//!
+//! A frame larger than a ring slot (up to 64 KiB) is one the kernel merged
+//! or never cut: GRO or LRO on a NIC, or TSO from this host's own stack on
+//! the other end of a veth. The kernel queues it whole on the socket and
+//! marks its slot; it is read from there and handed up as it is, large, as
+//! a NIC with receive offload would (the software NIC and the stack take
+//! any size). Its TCP checksum is completed, since such a frame's was
+//! either checked by whoever merged it or left for a NIC to fill.
+//!
+//! The stack has its own MAC address, so the interface is promiscuous for
+//! as long as the socket is open; the kernel's own stack drops frames for
+//! other hosts, so give the interface no address in the stack's subnet.
+//! Needs CAP_NET_RAW.
+
+use crate::medium::sleep::FdSleep;
+use crate::medium::{IfReq, LinkStats, interface_mtu};
+use crate::{Medium, WireEnd};
+use smoltcp::phy::{self, Device, DeviceCapabilities};
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+const ETHERNET_HEADER: usize = 14;
+/// Frames in the receive ring.
+const RING_FRAMES: usize = 256;
+/// `sll_pkttype` of a frame this host sent.
+const PACKET_OUTGOING: u8 = 4;
+/// The largest frame: an IP packet of 64 KiB and an Ethernet header with a
+/// VLAN tag.
+const LARGEST_FRAME: usize = 65535 + 18;
+/// Socket buffer for frames too large for the ring (a few dozen).
+const LARGE_FRAME_QUEUE: libc::c_int = 4 << 20;
+
+/// An interface opened through AF_PACKET in the current network namespace.
+pub struct Packet {
+    sock: OwnedFd,
+    name: String,
+    /// Largest frame, Ethernet header included.
+    mtu: usize,
+    ring: Ring,
+    tx: Vec<u8>,
+    /// Where a frame too large for the ring is read into.
+    large: Vec<u8>,
+    stats: LinkStats,
+    sleep: FdSleep,
+}
+
+/// The receive ring: `frames` slots of `frame_size` bytes, `per_block` to a
+/// block of `block_size` bytes (a slot never straddles two blocks).
+struct Ring {
+    base: *mut u8,
+    len: usize,
+    block_size: usize,
+    frame_size: usize,
+    per_block: usize,
+    frames: usize,
+    next: usize,
+}
+
+// SAFETY: the mapping belongs to the ring alone, and the kernel hands each
+// slot over through its status word with acquire/release ordering.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    fn slot(&self, i: usize) -> *mut u8 {
+        let off = i / self.per_block * self.block_size + i % self.per_block * self.frame_size;
+        // SAFETY: `i < frames`, so the slot lies inside the mapping.
+        unsafe { self.base.add(off) }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: the mapping we made, of this length.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+fn setsockopt<T>(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: &T) -> io::Result<()> {
+    // SAFETY: `val` is a live value of the size we pass.
+    let r = unsafe {
+        libc::setsockopt(fd, level, opt, (val as *const T).cast(), size_of::<T>() as u32)
+    };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+fn context(what: String) -> impl FnOnce(io::Error) -> io::Error {
+    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+impl Packet {
+    /// Attach to interface `name`. `mtu` is the IP MTU; without it, the
+    /// interface's is used.
+    pub fn open(name: &str, mtu: Option<usize>) -> io::Result<Self> {
+        let c_name = CString::new(name)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"))?;
+        // SAFETY: a NUL-terminated name.
+        let ifindex = unsafe { libc::if_nametoindex(c_name.as_ptr()) };
+        if ifindex == 0 {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("no interface {name}")));
+        }
+        if !interface_up(name)? {
+            return Err(io::Error::other(format!(
+                "interface {name} is down (ip link set {name} up)"
+            )));
+        }
+        let frame = mtu.map_or_else(|| interface_mtu(name), Ok)? + ETHERNET_HEADER;
+
+        let proto = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: socket returns a new descriptor or -1.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                libc::c_int::from(proto),
+            )
+        };
+        if fd < 0 {
+            return Err(context(format!("cannot open a packet socket for {name}"))(
+                io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: a descriptor we just opened and nobody else owns.
+        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        let version = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &version)
+            .map_err(context("TPACKET_V2".into()))?;
+        // Both are optimisations a kernel may lack: our own frames are
+        // also skipped by type below, and the qdisc only costs time.
+        let _ = setsockopt(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32);
+        let _ = setsockopt(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32);
+        // Frames too large for a slot are queued whole beside the ring.
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_COPY_THRESH, &1i32)
+            .map_err(context("PACKET_COPY_THRESH".into()))?;
+        if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &LARGE_FRAME_QUEUE).is_err() {
+            let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &LARGE_FRAME_QUEUE);
+        }
+
+        // The kernel puts a slot's frame after its header and address,
+        // aligned so that the IP header is: room for both, and 16 more.
+        let frame_size = (libc::TPACKET2_HDRLEN + 32 + frame).next_multiple_of(16);
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let block_size = frame_size.next_multiple_of(page);
+        let per_block = block_size / frame_size;
+        let blocks = RING_FRAMES.div_ceil(per_block);
+        let req = libc::tpacket_req {
+            tp_block_size: block_size as u32,
+            tp_block_nr: blocks as u32,
+            tp_frame_size: frame_size as u32,
+            tp_frame_nr: (blocks * per_block) as u32,
+        };
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
+            .map_err(context(format!("receive ring of {blocks} x {block_size} bytes")))?;
+        let len = block_size * blocks;
+        // SAFETY: maps the ring the kernel just made for this socket.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(context("mapping the receive ring".into())(io::Error::last_os_error()));
+        }
+        let ring = Ring {
+            base: base.cast(),
+            len,
+            block_size,
+            frame_size,
+            per_block,
+            frames: blocks * per_block,
+            next: 0,
+        };
+
+        // SAFETY: an all-zero sockaddr_ll is valid; we fill what bind reads.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = proto;
+        addr.sll_ifindex = ifindex as i32;
+        // SAFETY: `addr` is a sockaddr_ll of the length we pass.
+        let r = unsafe {
+            libc::bind(
+                fd,
+                (&addr as *const libc::sockaddr_ll).cast(),
+                size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        if r < 0 {
+            return Err(context(format!("cannot bind to {name}"))(io::Error::last_os_error()));
+        }
+        // SAFETY: all-zero is a valid packet_mreq.
+        let mut mreq: libc::packet_mreq = unsafe { std::mem::zeroed() };
+        mreq.mr_ifindex = ifindex as i32;
+        mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)
+            .map_err(context(format!("promiscuous mode on {name}")))?;
+
+        Ok(Self {
+            sock,
+            name: name.into(),
+            mtu: frame,
+            ring,
+            tx: vec![0; frame],
+            large: vec![0; LARGEST_FRAME],
+            stats: LinkStats::default(),
+            sleep: FdSleep::new()?,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn stats(&self) -> LinkStats {
+        self.stats
+    }
+
+    fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+}
+
+/// Whether interface `name` is administratively up (SIOCGIFFLAGS).
+fn interface_up(name: &str) -> io::Result<bool> {
+    // SAFETY: a plain datagram socket, owned below.
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if sock < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor we just opened.
+    let sock = unsafe { OwnedFd::from_raw_fd(sock) };
+    let mut req = IfReq::new(name)?;
+    // SAFETY: SIOCGIFFLAGS fills the `ifreq` we own.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req as *mut IfReq) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let flags = libc::c_short::from_ne_bytes([req.data[0], req.data[1]]);
+    Ok(flags & libc::IFF_UP as libc::c_short != 0)
+}
+
+/// Completes the TCP checksum of a frame the kernel marked "checksum not
+/// ready": one this host's own stack sent, whose checksum a NIC was to
+/// finish. A veth or a loopback never does, and the stack checks it.
+fn finish_checksum(frame: &mut [u8]) {
+    let Ok(mut eth) = EthernetFrame::new_checked(frame) else { return };
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return;
+    }
+    let Ok(mut ip) = Ipv4Packet::new_checked(eth.payload_mut()) else { return };
+    let (src, dst) = (ip.src_addr().into(), ip.dst_addr().into());
+    if ip.next_header() == IpProtocol::Tcp
+        && let Ok(mut tcp) = TcpPacket::new_checked(ip.payload_mut())
+    {
+        tcp.fill_checksum(&src, &dst);
+    }
+}
+
+/// A frame in the ring, whose slot goes back to the kernel when the token
+/// is dropped, or one read from beside it.
+pub struct RxToken<'a> {
+    frame: &'a [u8],
+    slot: Option<&'a AtomicU32>,
+}
+
+impl Drop for RxToken<'_> {
+    fn drop(&mut self) {
+        if let Some(status) = self.slot {
+            status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        }
+    }
+}
+
+impl phy::RxToken for RxToken<'_> {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(self.frame)
+    }
+}
+
+pub struct TxToken<'a> {
+    sock: &'a OwnedFd,
+    buf: &'a mut Vec<u8>,
+    stats: &'a mut LinkStats,
+}
+
+impl phy::TxToken for TxToken<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        debug_assert!(len <= self.buf.len(), "a {len}-byte frame on a smaller MTU");
+        if self.buf.len() < len {
+            self.buf.resize(len, 0);
+        }
+        let r = f(&mut self.buf[..len]);
+        // SAFETY: a send of bytes we own on the bound socket.
+        let n = unsafe { libc::send(self.sock.as_raw_fd(), self.buf.as_ptr().cast(), len, 0) };
+        if n < 0 {
+            self.stats.tx_dropped += 1;
+            let e = io::Error::last_os_error();
+            tracing::debug!(error = %e, "packet socket send failed; frame dropped");
+        } else {
+            self.stats.tx_frames += 1;
+        }
+        r
+    }
+}
+
+impl Device for Packet {
+    type RxToken<'a> = RxToken<'a>;
+    type TxToken<'a> = TxToken<'a>;
+
+    fn receive(&mut self, _now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
+        loop {
+            let ring = &mut self.ring;
+            let slot = ring.slot(ring.next);
+            // SAFETY: every slot starts with a tpacket2_hdr whose status
+            // word the kernel and we hand the slot over with.
+            let status = unsafe { AtomicU32::from_ptr(slot.cast::<u32>()) };
+            let s = status.load(Ordering::Acquire);
+            if s & libc::TP_STATUS_USER == 0 {
+                return None;
+            }
+            ring.next = (ring.next + 1) % ring.frames;
+            // SAFETY: the kernel gave the slot to us (acquire above); its
+            // header, address and frame are within `frame_size`.
+            let (hdr, pkttype) = unsafe {
+                let hdr = &*slot.cast::<libc::tpacket2_hdr>();
+                let sll_at = size_of::<libc::tpacket2_hdr>().next_multiple_of(16);
+                (hdr, (*slot.add(sll_at).cast::<libc::sockaddr_ll>()).sll_pkttype)
+            };
+            let (mac, snap, len) = (usize::from(hdr.tp_mac), hdr.tp_snaplen, hdr.tp_len);
+            if pkttype == PACKET_OUTGOING || mac + snap as usize > ring.frame_size {
+                status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+                continue;
+            }
+            if s & libc::TP_STATUS_COPY != 0 {
+                // The whole frame is the next one queued on the socket.
+                status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+                // SAFETY: a receive into the buffer we own, of its length.
+                let n = unsafe {
+                    libc::recv(
+                        self.sock.as_raw_fd(),
+                        self.large.as_mut_ptr().cast(),
+                        self.large.len(),
+                        libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                    )
+                };
+                let Ok(n) = usize::try_from(n) else { continue };
+                if n > self.large.len() {
+                    continue;
+                }
+                finish_checksum(&mut self.large[..n]);
+                self.stats.rx_frames += 1;
+                let Packet { sock, tx, large, stats, .. } = self;
+                return Some((
+                    RxToken { frame: &large[..n], slot: None },
+                    TxToken { sock, buf: tx, stats },
+                ));
+            }
+            if snap < len {
+                // Too large for a slot, and no room beside the ring.
+                status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+                self.stats.rx_dropped += 1;
+                tracing::debug!(iface = %self.name, len, "a frame too large for the ring was lost");
+                continue;
+            }
+            // SAFETY: as above; the frame is ours until `status` is reset.
+            let frame = unsafe { std::slice::from_raw_parts_mut(slot.add(mac), snap as usize) };
+            if s & libc::TP_STATUS_CSUMNOTREADY != 0 {
+                finish_checksum(frame);
+            }
+            self.stats.rx_frames += 1;
+            let Packet { sock, tx, stats, .. } = self;
+            return Some((RxToken { frame, slot: Some(status) }, TxToken { sock, buf: tx, stats }));
+        }
+    }
+
+    fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
+        let Packet { sock, tx, stats, .. } = self;
+        Some(TxToken { sock, buf: tx, stats })
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = phy::Medium::Ethernet;
+        caps.max_transmission_unit = self.mtu;
+        caps
+    }
+}
+
+impl Medium for Packet {
+    fn waker(&self) -> std::task::Waker {
+        self.sleep.waker()
+    }
+
+    fn wait(&self, timeout: Option<Duration>) {
+        self.sleep.sleep(self.fd(), timeout)
+    }
+
+    fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>) {
+        self.sleep.sleep_with(self.fd(), also, timeout)
+    }
+}
