@@ -33,8 +33,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 const ETHERNET_HEADER: usize = 14;
-/// Frames in the receive ring.
-const RING_FRAMES: usize = 256;
+/// Frames in the receive ring: more than a TCP window of full frames
+/// (a frame the ring has no slot for is dropped, and TCP resends it).
+const RING_FRAMES: usize = 1024;
+/// Bytes in one block of the ring, a few frames each.
+const RING_BLOCK: usize = 64 << 10;
 /// `sll_pkttype` of a frame this host sent.
 const PACKET_OUTGOING: u8 = 4;
 /// The largest frame: an IP packet of 64 KiB and an Ethernet header with a
@@ -153,7 +156,7 @@ impl Packet {
         let frame_size = (libc::TPACKET2_HDRLEN + 32 + frame).next_multiple_of(16);
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let block_size = frame_size.next_multiple_of(page);
+        let block_size = frame_size.max(RING_BLOCK).next_multiple_of(page);
         let per_block = block_size / frame_size;
         let blocks = RING_FRAMES.div_ceil(per_block);
         let req = libc::tpacket_req {
