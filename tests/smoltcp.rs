@@ -219,6 +219,14 @@ fn placed_all(v: &serde_json::Value) {
     assert_eq!(copied("host_copy_bytes") - copied("host_tx_copy_bytes"), 0, "{v}");
 }
 
+/// The NIC received the data in TCP segments larger than the 9000-byte
+/// link carries: TSO at the sender, whole at the receiver.
+fn segments_beyond_the_mtu(v: &serde_json::Value) {
+    let (packets, bytes) = (v["offload"]["packets"].as_u64(), v["offload"]["bytes"].as_u64());
+    let (Some(packets), Some(bytes)) = (packets, bytes) else { panic!("{v}") };
+    assert!(packets > 0 && bytes / packets > 9000, "{packets} packets for {bytes} bytes: {v}");
+}
+
 /// `net up` in a namespace of its own, removed however the test ends.
 fn net_up(tag: &str) -> Netns {
     let exe = env!("CARGO_BIN_EXE_nvme-ddp");
@@ -237,7 +245,9 @@ fn host_against_controller_over_tap_in_a_namespace() {
     let ns = net_up("t");
     let ctrl = ["--tap", "tap0", "--ip", "198.18.0.2/24"];
     let host = ["--tap", "tap1", "--ip", "198.18.0.3/24"];
-    placed_all(&write_then_read(&ns.0, &ctrl, &host, "198.18.0.2:4420"));
+    let v = write_then_read(&ns.0, &ctrl, &host, "198.18.0.2:4420");
+    placed_all(&v);
+    segments_beyond_the_mtu(&v);
 }
 
 #[test]
@@ -281,5 +291,7 @@ fn af_packet_stack_against_the_linux_kernel_both_ways() {
     write_then_read(&ns.0, &ours, &[], "198.18.0.2:4420");
     // ... and our host against the kernel's controller: the NIC still
     // places every byte of the kernel's large segments.
-    placed_all(&write_then_read(&ns.0, &[], &ours, "198.18.0.1:4420"));
+    let v = write_then_read(&ns.0, &[], &ours, "198.18.0.1:4420");
+    placed_all(&v);
+    segments_beyond_the_mtu(&v);
 }

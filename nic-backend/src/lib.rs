@@ -166,6 +166,8 @@ impl Sock {
 
 struct State {
     cfg: NicConfig,
+    /// The medium below finishes transmit checksums.
+    csum_below: bool,
     handshakes: HashMap<(SocketAddrV4, SocketAddrV4), Isns>,
     flows: slab::Slab<Sock>,
     by_key: HashMap<(SocketAddrV4, SocketAddrV4), usize>,
@@ -251,7 +253,7 @@ impl State {
     fn tx(&mut self, frame: &mut [u8]) {
         let Some(seg) = frame::parse_headers(frame) else { return };
         let wrote = self.tx_digests(frame, &seg);
-        if wrote || self.cfg.checksum {
+        if (wrote || self.cfg.checksum) && !self.csum_below {
             seg.fix_checksum(frame);
         }
     }
@@ -316,9 +318,15 @@ pub struct NicHandle {
 }
 
 impl<D> OffloadNic<D> {
-    pub fn new(inner: D, cfg: NicConfig) -> Self {
+    pub fn new(inner: D, cfg: NicConfig) -> Self
+    where
+        D: Device,
+    {
         let state = State {
             cfg: NicConfig { active: cfg.active.intersection(cfg.hw), ..cfg },
+            // A medium that finishes transmit checksums itself (a TAP with
+            // checksum offload) leaves the NIC none to write.
+            csum_below: !inner.capabilities().checksum.tcp.tx(),
             handshakes: HashMap::new(),
             flows: slab::Slab::new(),
             by_key: HashMap::new(),

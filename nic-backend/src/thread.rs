@@ -36,8 +36,7 @@ impl<D: Medium> NicEngine<D> {
     /// the device the host's stack runs on.
     pub fn new(nic: OffloadNic<D>) -> (WireEnd, Self) {
         let caps = nic.capabilities();
-        let (host, ring) =
-            VirtualWire::ring(caps.max_transmission_unit, RING_FRAMES, caps.checksum);
+        let (host, ring) = VirtualWire::ring(&caps, RING_FRAMES);
         (host, Self { nic, ring })
     }
 
@@ -57,8 +56,10 @@ impl<D: Medium> NicEngine<D> {
             if ring.queued() == 0 {
                 break;
             }
-            let Some(out) = nic.transmit(now) else { break };
+            let Some(mut out) = nic.transmit(now) else { break };
             let Some((posted, _)) = ring.receive(now) else { break };
+            // A TSO segment keeps its segment size on the way down.
+            smoltcp::phy::TxToken::set_meta(&mut out, smoltcp::phy::RxToken::meta(&posted));
             smoltcp::phy::RxToken::consume(posted, |frame| {
                 smoltcp::phy::TxToken::consume(out, frame.len(), |buf| buf.copy_from_slice(frame))
             });

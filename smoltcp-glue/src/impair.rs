@@ -213,6 +213,14 @@ impl<D: Device> phy::RxToken for RxToken<'_, D> {
 }
 
 impl<D: Device> phy::TxToken for TxToken<'_, D> {
+    /// Passed on when no impairment holds the frame; a held frame goes
+    /// down plain (a TSO segment among them is cut by the medium itself).
+    fn set_meta(&mut self, meta: phy::PacketMeta) {
+        if let TxToken::Inner(t) = self {
+            t.set_meta(meta)
+        }
+    }
+
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         match self {
             TxToken::Lane { inner, lane, rng, seq, now } => {

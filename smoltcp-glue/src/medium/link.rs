@@ -49,6 +49,11 @@ impl Link {
         }
     }
 
+    /// The link's IP MTU.
+    pub fn ip_mtu(&self) -> usize {
+        self.capabilities().max_transmission_unit - 14
+    }
+
     pub fn stats(&self) -> LinkStats {
         match self {
             Link::Tap(t) => t.stats(),

@@ -6,6 +6,7 @@ pub(crate) mod sleep;
 pub mod tap;
 pub mod wire;
 
+use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
 use std::io;
 
 /// Frames a Linux interface medium carried, and those lost on the way: a
@@ -60,4 +61,22 @@ pub(crate) fn interface_mtu(name: &str) -> io::Result<usize> {
     }
     let mtu = i32::from_ne_bytes([req.data[0], req.data[1], req.data[2], req.data[3]]);
     usize::try_from(mtu).map_err(|_| io::Error::other("negative MTU"))
+}
+
+/// Completes the TCP checksum of a frame the kernel left for a NIC to
+/// finish (CHECKSUM_PARTIAL: sent by this host's own stack, and a veth,
+/// a bridge or a TAP never finishes it); a full checksum is recomputed
+/// unchanged.
+pub(crate) fn finish_checksum(frame: &mut [u8]) {
+    let Ok(mut eth) = EthernetFrame::new_checked(frame) else { return };
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return;
+    }
+    let Ok(mut ip) = Ipv4Packet::new_checked(eth.payload_mut()) else { return };
+    let (src, dst) = (ip.src_addr().into(), ip.dst_addr().into());
+    if ip.next_header() == IpProtocol::Tcp
+        && let Ok(mut tcp) = TcpPacket::new_checked(ip.payload_mut())
+    {
+        tcp.fill_checksum(&src, &dst);
+    }
 }

@@ -22,11 +22,10 @@
 //! Needs CAP_NET_RAW.
 
 use crate::medium::sleep::FdSleep;
-use crate::medium::{IfReq, LinkStats, interface_mtu};
+use crate::medium::{IfReq, LinkStats, finish_checksum, interface_mtu};
 use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
-use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -256,23 +255,6 @@ fn interface_up(name: &str) -> io::Result<bool> {
     }
     let flags = libc::c_short::from_ne_bytes([req.data[0], req.data[1]]);
     Ok(flags & libc::IFF_UP as libc::c_short != 0)
-}
-
-/// Completes the TCP checksum of a frame the kernel marked "checksum not
-/// ready": one this host's own stack sent, whose checksum a NIC was to
-/// finish. A veth or a loopback never does, and the stack checks it.
-fn finish_checksum(frame: &mut [u8]) {
-    let Ok(mut eth) = EthernetFrame::new_checked(frame) else { return };
-    if eth.ethertype() != EthernetProtocol::Ipv4 {
-        return;
-    }
-    let Ok(mut ip) = Ipv4Packet::new_checked(eth.payload_mut()) else { return };
-    let (src, dst) = (ip.src_addr().into(), ip.dst_addr().into());
-    if ip.next_header() == IpProtocol::Tcp
-        && let Ok(mut tcp) = TcpPacket::new_checked(ip.payload_mut())
-    {
-        tcp.fill_checksum(&src, &dst);
-    }
 }
 
 /// A frame in the ring, whose slot goes back to the kernel when the token

@@ -16,7 +16,7 @@
 
 use crate::Medium;
 use crossbeam_queue::ArrayQueue;
-use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, PacketMeta};
+use smoltcp::phy::{self, Device, DeviceCapabilities, PacketMeta};
 use smoltcp::time::{Duration, Instant};
 use std::cell::{Cell, RefCell};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -137,10 +137,10 @@ struct Shared {
     lanes: [Lane; 2],
     /// `sleepers[i]` is end `i`'s.
     sleepers: [Sleeper; 2],
-    mtu: usize,
     capacity: usize,
-    /// Checksums the stacks at the ends leave to the device.
-    checksum: ChecksumCapabilities,
+    /// What the ends tell their stacks: the MTU, and the checksums and
+    /// segmentation the stacks leave to the device.
+    caps: DeviceCapabilities,
 }
 
 impl Shared {
@@ -174,19 +174,29 @@ impl VirtualWire {
     /// A wire for Ethernet frames of up to `mtu` bytes (IP MTU + 14), each
     /// direction holding at most `capacity` frames in flight.
     pub fn pair(mtu: usize, capacity: usize) -> (WireEnd, WireEnd) {
-        Self::ring(mtu, capacity, ChecksumCapabilities::default())
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = phy::Medium::Ethernet;
+        caps.max_transmission_unit = mtu;
+        Self::with_caps(caps, capacity)
     }
 
-    /// A pair whose ends tell their stacks that `checksum` is taken care
-    /// of: the ring between a NIC that offloads checksums and its host.
-    pub fn ring(mtu: usize, capacity: usize, checksum: ChecksumCapabilities) -> (WireEnd, WireEnd) {
+    /// A pair whose ends tell their stacks what a NIC takes care of
+    /// (checksums, segmentation) and how large a frame may be, from the
+    /// NIC's own `caps`: the ring between a NIC and its host. Each frame
+    /// keeps its metadata on the way (a TSO segment's size).
+    pub fn ring(caps: &DeviceCapabilities, capacity: usize) -> (WireEnd, WireEnd) {
+        let mut caps = caps.clone();
+        caps.medium = phy::Medium::Ethernet;
+        Self::with_caps(caps, capacity)
+    }
+
+    fn with_caps(caps: DeviceCapabilities, capacity: usize) -> (WireEnd, WireEnd) {
         let capacity = capacity.max(1);
         let shared = Arc::new(Shared {
             lanes: [Lane::new(capacity), Lane::new(capacity)],
             sleepers: Default::default(),
-            mtu,
             capacity,
-            checksum,
+            caps,
         });
         let end = |shared, side| WireEnd {
             shared,
@@ -333,11 +343,7 @@ impl Device for WireEnd {
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
-        let mut caps = DeviceCapabilities::default();
-        caps.medium = phy::Medium::Ethernet;
-        caps.max_transmission_unit = self.shared.mtu;
-        caps.checksum = self.shared.checksum.clone();
-        caps
+        self.shared.caps.clone()
     }
 }
 

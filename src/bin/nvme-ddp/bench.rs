@@ -111,8 +111,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         // Over TAPs or interfaces, they decide the MTU.
         mtu: match &link {
             Some((h, _)) => {
-                let dev = h.open(None).with_context(|| format!("opening {h}"))?;
-                vec![smoltcp::phy::Device::capabilities(&dev).max_transmission_unit - 14]
+                vec![h.open(None).with_context(|| format!("opening {h}"))?.ip_mtu()]
             }
             None => a.mtu.map_or(d.mtu, |l| l.0),
         },

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::args::{NsSpec, parse_block_size, parse_bytes, parse_listen, parse_nqn, parse_ns};
-use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config, ip_mtu};
+use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
 use crate::progress::interrupt_flag;
 
 #[derive(Args, Debug)]
@@ -125,8 +125,8 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
             portid: 1,
         };
         let target = build_target(&a, Some(port))?;
-        let (dev, nic) = a.link.device(1)?.context("--ip needs --tap or --iface")?;
-        let listener = a.transport.listener(ip_mtu(&dev)).require_crc(a.ddgst);
+        let (dev, nic, mtu) = a.link.device(1)?.context("--ip needs --tap or --iface")?;
+        let listener = a.transport.listener(mtu).require_crc(a.ddgst);
         let clock = Clock::new();
         let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
         let mut side =

@@ -22,7 +22,7 @@ use crate::args::{
     CtrlLossTmo, parse_bytes, parse_ctrl_loss_tmo, parse_nqn, parse_on_off, parse_qd, parse_queues,
     parse_seconds,
 };
-use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config, ip_mtu};
+use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
 use crate::progress::{Eta, cpu_times, interrupt_flag, watch};
 
 /// Options of `host`; like nvme-cli's, they go before or after the verb.
@@ -154,8 +154,8 @@ pub(crate) fn run_app(
 ) -> Result<Option<OffloadReport>> {
     let oneshot = a.link.offload.unwrap_or(Caps::ALL).contains(Caps::NVME_TCP_ONESHOT);
     let offload = match (a.link.cidr()?, a.link.device(2)?) {
-        (Some(cidr), Some((dev, nic))) => {
-            let host = a.transport.host(cfg, oneshot, ip_mtu(&dev));
+        (Some(cidr), Some((dev, nic, mtu))) => {
+            let host = a.transport.host(cfg, oneshot, mtu);
             let remote = match a.connect()? {
                 SocketAddr::V4(v4) => v4,
                 SocketAddr::V6(_) => bail!("smoltcp mode speaks IPv4 only"),

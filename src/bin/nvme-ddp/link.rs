@@ -42,8 +42,9 @@ pub(crate) struct LinkArgs {
     pub(crate) ddp_threshold: Option<u32>,
 }
 
-/// An interface with its decorators, and its NIC as the driver sees it.
-pub(crate) type LinkDevice = (userspace::Chain<Link>, Arc<dyn DdpDevice>);
+/// An interface with its decorators, its NIC as the driver sees it, and
+/// the link's IP MTU (which sizes iWARP FPDUs).
+pub(crate) type LinkDevice = (userspace::Chain<Link>, Arc<dyn DdpDevice>, usize);
 
 impl LinkArgs {
     pub(crate) fn cidr(&self) -> Result<Option<smoltcp::wire::Ipv4Cidr>> {
@@ -73,10 +74,11 @@ impl LinkArgs {
     pub(crate) fn device(&self, seed: u64) -> Result<Option<LinkDevice>> {
         let Some(name) = self.name() else { return Ok(None) };
         let link = name.open(self.mtu).with_context(|| format!("opening {name}"))?;
+        let mtu = link.ip_mtu();
         let offload = self.offload.unwrap_or(Caps::ALL);
         let (dev, nic) =
             userspace::chain(link, Profile::default(), seed, self.pcap.as_deref(), offload)?;
-        Ok(Some((dev, Arc::new(nic))))
+        Ok(Some((dev, Arc::new(nic), mtu)))
     }
 }
 
@@ -88,12 +90,6 @@ pub(crate) fn fresh_stack_config(cidr: smoltcp::wire::Ipv4Cidr) -> StackConfig {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     StackConfig { seed: t ^ (u64::from(std::process::id()) << 32), ..StackConfig::new(cidr) }
-}
-
-/// The IP MTU a medium carries, which sizes iWARP FPDUs.
-pub(crate) fn ip_mtu(dev: &impl smoltcp::phy::Device) -> usize {
-    let ethernet = smoltcp::wire::EthernetFrame::<&[u8]>::header_len();
-    dev.capabilities().max_transmission_unit - ethernet
 }
 
 /// The MTU iWARP FPDUs are cut for over kernel TCP: Ethernet's, so that

@@ -214,9 +214,14 @@ impl Interface {
 
         #[cfg(feature = "segmentation-offload")]
         // Segmentation offload requires checksum offload.
-        if [caps.segmentation.tcpv4, caps.segmentation.tcpv6]
-            .iter()
-            .any(Option::is_some)
+        if [
+            #[cfg(feature = "proto-ipv4")]
+            caps.segmentation.tcpv4,
+            #[cfg(feature = "proto-ipv6")]
+            caps.segmentation.tcpv6,
+        ]
+        .iter()
+        .any(Option::is_some)
         {
             assert!(
                 !caps.checksum.tcp.tx(),
