@@ -168,6 +168,8 @@ struct State {
     cfg: NicConfig,
     /// The medium below finishes transmit checksums.
     csum_below: bool,
+    /// The medium below verified every received checksum.
+    verified_below: bool,
     handshakes: HashMap<(SocketAddrV4, SocketAddrV4), Isns>,
     flows: slab::Slab<Sock>,
     by_key: HashMap<(SocketAddrV4, SocketAddrV4), usize>,
@@ -210,8 +212,8 @@ impl Shared {
 impl State {
     fn rx(&mut self, frame: &[u8], placed: &mut Placed) -> bool {
         let Some(seg) = frame::parse_headers(frame) else { return true };
-        let verified = self.cfg.checksum;
-        if verified && !frame::verify(frame, &seg) {
+        let verified = self.cfg.checksum || self.verified_below;
+        if !self.verified_below && self.cfg.checksum && !frame::verify(frame, &seg) {
             self.stats.rx_csum_bad += 1;
             self.stats.drop += 1;
             return false;
@@ -325,8 +327,10 @@ impl<D> OffloadNic<D> {
         let state = State {
             cfg: NicConfig { active: cfg.active.intersection(cfg.hw), ..cfg },
             // A medium that finishes transmit checksums itself (a TAP with
-            // checksum offload) leaves the NIC none to write.
+            // checksum offload) leaves the NIC none to write, and one that
+            // checks received ones none to verify.
             csum_below: !inner.capabilities().checksum.tcp.tx(),
+            verified_below: !inner.capabilities().checksum.tcp.rx(),
             handshakes: HashMap::new(),
             flows: slab::Slab::new(),
             by_key: HashMap::new(),

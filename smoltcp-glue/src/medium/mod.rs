@@ -80,3 +80,18 @@ pub(crate) fn finish_checksum(frame: &mut [u8]) {
         tcp.fill_checksum(&src, &dst);
     }
 }
+
+/// Whether a frame's TCP checksum is right; true for anything but a
+/// well-formed TCP/IPv4 segment (the stack judges those).
+pub(crate) fn tcp_checksum_ok(frame: &[u8]) -> bool {
+    let Ok(eth) = EthernetFrame::new_checked(frame) else { return true };
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return true;
+    }
+    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else { return true };
+    if ip.next_header() != IpProtocol::Tcp {
+        return true;
+    }
+    let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else { return true };
+    tcp.verify_checksum(&ip.src_addr().into(), &ip.dst_addr().into())
+}

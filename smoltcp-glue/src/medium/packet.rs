@@ -8,6 +8,11 @@
 //! a millisecond added to every round trip of a request/response
 //! protocol.) Frames leave with one `send` each, past the qdisc.
 //!
+//! A frame the kernel vouches for (its checksum verified by a NIC, or left
+//! for a NIC to finish because this host's own stack sent it) goes up as
+//! it is; any other TCP segment has its checksum verified here, and a bad
+//! one is dropped.
+//!
 //! A frame larger than a ring slot (up to 64 KiB) is one the kernel merged
 //! or never cut: GRO or LRO on a NIC, or TSO from this host's own stack on
 //! the other end of a veth. The kernel queues it whole on the socket and
@@ -22,7 +27,7 @@
 //! Needs CAP_NET_RAW.
 
 use crate::medium::sleep::FdSleep;
-use crate::medium::{IfReq, LinkStats, finish_checksum, interface_mtu};
+use crate::medium::{IfReq, LinkStats, finish_checksum, interface_mtu, tcp_checksum_ok};
 use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
@@ -37,6 +42,8 @@ const ETHERNET_HEADER: usize = 14;
 const RING_FRAMES: usize = 1024;
 /// Bytes in one block of the ring, a few frames each.
 const RING_BLOCK: usize = 64 << 10;
+/// The kernel or the NIC verified the frame's checksum.
+const TP_STATUS_CSUM_VALID: u32 = 1 << 7;
 /// `sll_pkttype` of a frame this host sent.
 const PACKET_OUTGOING: u8 = 4;
 /// The largest frame: an IP packet of 64 KiB and an Ethernet header with a
@@ -364,9 +371,12 @@ impl Device for Packet {
                 continue;
             }
             // SAFETY: as above; the frame is ours until `status` is reset.
-            let frame = unsafe { std::slice::from_raw_parts_mut(slot.add(mac), snap as usize) };
-            if s & libc::TP_STATUS_CSUMNOTREADY != 0 {
-                finish_checksum(frame);
+            let frame = unsafe { std::slice::from_raw_parts(slot.add(mac), snap as usize) };
+            let vouched = libc::TP_STATUS_CSUMNOTREADY | TP_STATUS_CSUM_VALID;
+            if s & vouched == 0 && !tcp_checksum_ok(frame) {
+                status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+                self.stats.rx_dropped += 1;
+                continue;
             }
             self.stats.rx_frames += 1;
             let Packet { sock, tx, stats, .. } = self;
@@ -383,6 +393,9 @@ impl Device for Packet {
         let mut caps = DeviceCapabilities::default();
         caps.medium = phy::Medium::Ethernet;
         caps.max_transmission_unit = self.mtu;
+        // Received checksums are checked (or vouched for) here; sent ones
+        // are the stack's or its NIC's to write.
+        caps.checksum.tcp = phy::Checksum::Tx;
         caps
     }
 }

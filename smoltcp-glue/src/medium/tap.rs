@@ -5,18 +5,21 @@
 //! persistent TAP owned by the user, in the caller's network namespace.
 //!
 //! Each frame carries a virtio-net header (`IFF_VNET_HDR`), and the TAP
-//! takes checksum and TCP segmentation offload (`TUNSETOFFLOAD`): the stack
-//! computes no TCP checksum (the kernel finishes it where a frame leaves
-//! for a device that needs it, and nowhere else), and, told the TAP
-//! segments, hands down TCP segments of up to 64 KiB in one `write`, which
-//! the kernel cuts to the stack's segment size only where it must (a
-//! bridge port or a peer without TSO); another TAP with TSO reads them
-//! whole. Frames come up as large as the sender made them, their checksum
-//! completed here where the kernel left it for a NIC. The link's MTU still
-//! bounds what the other end sends, through the MSS the stack advertises.
+//! takes checksum and TCP segmentation offload (`TUNSETOFFLOAD`), as a NIC
+//! does. On transmit the stack computes no TCP checksum (the kernel
+//! finishes it where a frame leaves for a device that needs it, and
+//! nowhere else) and, told the TAP segments, hands down TCP segments of up
+//! to 64 KiB in one `write`, which the kernel cuts to the stack's segment
+//! size only where it must (a bridge port or a peer without TSO); another
+//! TAP with TSO reads them whole. On receive, frames come up as large as
+//! the sender made them; one the kernel vouches for (sent by this host,
+//! its checksum left for a NIC, or already verified) goes up as it is,
+//! any other TCP segment has its checksum verified here, and a bad one is
+//! dropped. The link's MTU still bounds what the other end sends, through
+//! the MSS the stack advertises.
 
 use crate::medium::sleep::FdSleep;
-use crate::medium::{IfReq, LinkStats, finish_checksum, interface_mtu};
+use crate::medium::{IfReq, LinkStats, interface_mtu, tcp_checksum_ok};
 use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
@@ -41,6 +44,7 @@ const LARGEST_FRAME: usize = 65535 + ETHERNET_HEADER;
 /// `struct virtio_net_hdr`, in the host's byte order (a TAP's default).
 const VNET_HDR: usize = 10;
 const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+const VIRTIO_NET_HDR_F_DATA_VALID: u8 = 2;
 const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
 
 /// A TAP interface opened in the current network namespace.
@@ -217,26 +221,29 @@ impl Device for Tap {
     type TxToken<'a> = TxToken<'a>;
 
     fn receive(&mut self, _now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
-        match (&self.file).read(&mut self.rx) {
-            Ok(n) if n > VNET_HDR => self.rx_len = n,
-            Ok(_) => return None,
-            Err(e) => {
-                if e.kind() != io::ErrorKind::WouldBlock {
-                    tracing::debug!(error = %e, "TAP read failed");
+        loop {
+            match (&self.file).read(&mut self.rx) {
+                Ok(n) if n > VNET_HDR => self.rx_len = n,
+                Ok(_) => return None,
+                Err(e) => {
+                    if e.kind() != io::ErrorKind::WouldBlock {
+                        tracing::debug!(error = %e, "TAP read failed");
+                    }
+                    return None;
                 }
-                return None;
             }
+            let vouched = VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_DATA_VALID;
+            if self.rx[0] & vouched == 0 && !tcp_checksum_ok(&self.rx[VNET_HDR..self.rx_len]) {
+                self.stats.rx_dropped += 1;
+                continue;
+            }
+            self.stats.rx_frames += 1;
+            let Tap { file, rx, rx_len, tx, stats, mtu, .. } = self;
+            return Some((
+                RxToken { frame: &rx[VNET_HDR..*rx_len] },
+                TxToken { file, buf: tx, link: *mtu, gso_size: None, stats },
+            ));
         }
-        let (hdr, frame) = self.rx[..self.rx_len].split_at_mut(VNET_HDR);
-        if hdr[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
-            finish_checksum(frame);
-        }
-        self.stats.rx_frames += 1;
-        let Tap { file, rx, rx_len, tx, stats, mtu, .. } = self;
-        Some((
-            RxToken { frame: &rx[VNET_HDR..*rx_len] },
-            TxToken { file, buf: tx, link: *mtu, gso_size: None, stats },
-        ))
     }
 
     fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
@@ -248,7 +255,7 @@ impl Device for Tap {
         let mut caps = DeviceCapabilities::default();
         caps.medium = phy::Medium::Ethernet;
         caps.max_transmission_unit = self.mtu;
-        caps.checksum.tcp = phy::Checksum::Rx;
+        caps.checksum.tcp = phy::Checksum::None;
         caps.segmentation.tcpv4 = NonZeroUsize::new(LARGEST_FRAME);
         caps
     }
