@@ -65,6 +65,9 @@ pub struct BenchOptions {
     /// Host, NIC and controller on threads of their own instead of in
     /// lockstep on one thread (over TAP they always are).
     pub threads: bool,
+    /// On threads, how long host and controller poll after their last
+    /// progress before they sleep (zero: at once).
+    pub busy_poll: Duration,
 }
 
 impl BenchOptions {
@@ -91,6 +94,7 @@ impl Default for BenchOptions {
             warmup: Duration::from_millis(200),
             duration: Duration::from_secs(1),
             link: None,
+            busy_poll: Duration::ZERO,
             threads: false,
         }
     }
@@ -463,13 +467,14 @@ fn run_once<M: Medium + Send + 'static>(
         );
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let busy_poll = o.busy_poll;
         let controller = std::thread::Builder::new()
             .name("bench-ctrl".into())
-            .spawn(move || serve(&mut ctrl, &clock, &flag))
+            .spawn(move || serve(&mut ctrl, &clock, &flag, busy_poll))
             .map_err(|e| e.to_string())?;
         let clocks = Clocks::Threads { nic, controller };
         let mut app = app(&clocks);
-        let result = run_host(&mut host, &mut app, &clock, limit);
+        let result = run_host(&mut host, &mut app, &clock, limit, o.busy_poll);
         let (error, sample) = (app.error, app.sample);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Clocks::Threads { controller, .. } = clocks {
@@ -897,6 +902,8 @@ pub struct Report {
     pub medium: String,
     /// "lockstep" (one thread) or "threads".
     pub mode: &'static str,
+    /// How long the threads polled before sleeping, in microseconds.
+    pub busy_poll_us: u64,
     pub spread_limit: f64,
     pub points: Vec<Point>,
     pub targets: Vec<TargetCheck>,
@@ -915,6 +922,7 @@ impl Report {
                 None => "in-process wire".into(),
             },
             mode: if o.threaded() { "threads" } else { "lockstep" },
+            busy_poll_us: o.busy_poll.as_micros() as u64,
             spread_limit: SPREAD_LIMIT,
             targets: check_targets(&points),
             points,

@@ -256,11 +256,11 @@ pub fn run(o: &DemoOptions, watch: Option<Watch>) -> Result<DemoReport, DemoErro
         let thread = std::thread::Builder::new()
             .name("nvme-ctrl".into())
             .spawn(move || {
-                serve(&mut ctrl, &clock, &flag);
+                serve(&mut ctrl, &clock, &flag, Duration::ZERO);
                 ctrl
             })
             .map_err(|e| DemoError::Setup(e.to_string()))?;
-        let result = run_host(&mut host, &mut app, &clock, limit);
+        let result = run_host(&mut host, &mut app, &clock, limit, Duration::ZERO);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         ctrl = thread.join().map_err(|_| DemoError::Panicked)?;
         result?;

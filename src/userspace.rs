@@ -322,8 +322,10 @@ pub fn run_host<D: Medium>(
     app: &mut dyn HostApp,
     clock: &Clock,
     limit: Duration,
+    busy_poll: Duration,
 ) -> Result<(), RunError> {
     let start = clock.now();
+    let mut idle = Idle::new(busy_poll);
     loop {
         let now = to_smol(clock.now());
         let progress = side.step(app, now)?;
@@ -333,20 +335,57 @@ pub fn run_host<D: Medium>(
         if clock.now().saturating_since(start) > limit {
             return Err(RunError::Timeout(limit));
         }
-        if !progress {
+        if idle.may_sleep(progress) {
             let at = side.poll_at(now);
             side.stack.wait(now, at);
         }
     }
 }
 
+/// When a real-time loop with nothing to do may sleep: at once, or, when
+/// busy polling, only after `busy` without progress (a sleep and the
+/// wake-up after it cost more than a short spin where replies come fast).
+struct Idle {
+    busy: Duration,
+    since: Option<std::time::Instant>,
+}
+
+impl Idle {
+    fn new(busy: Duration) -> Self {
+        Self { busy, since: None }
+    }
+
+    fn may_sleep(&mut self, progress: bool) -> bool {
+        if progress {
+            self.since = None;
+            return false;
+        }
+        if self.busy.is_zero() {
+            return true;
+        }
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() < self.busy {
+            std::hint::spin_loop();
+            return false;
+        }
+        self.since = None;
+        true
+    }
+}
+
 /// Serve a controller side in real time until `stop` is set.
-pub fn serve<D: Medium>(side: &mut ControllerSide<D>, clock: &Clock, stop: &AtomicBool) {
+pub fn serve<D: Medium>(
+    side: &mut ControllerSide<D>,
+    clock: &Clock,
+    stop: &AtomicBool,
+    busy_poll: Duration,
+) {
     // Storage that answers later ends the wait below.
     side.target.set_waker(side.stack.device().waker());
+    let mut idle = Idle::new(busy_poll);
     while !stop.load(Ordering::Relaxed) {
         let now = to_smol(clock.now());
-        if !side.step(now) {
+        if idle.may_sleep(side.step(now)) {
             let at = side.poll_at(now);
             let cap = now + smoltcp::time::Duration::from_millis(50);
             side.stack.wait(now, Some(at.map_or(cap, |a| a.min(cap))));
@@ -386,5 +425,33 @@ pub fn run_simulated<H: Medium>(
             Some(_) => now += smoltcp::time::Duration::from_micros(1),
             None => return Err(RunError::Stuck(elapsed)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Idle;
+    use std::time::Duration;
+
+    #[test]
+    fn without_busy_polling_an_idle_loop_sleeps_at_once() {
+        let mut idle = Idle::new(Duration::ZERO);
+        assert!(idle.may_sleep(false));
+        assert!(!idle.may_sleep(true), "never after progress");
+    }
+
+    #[test]
+    fn busy_polling_keeps_an_idle_loop_awake_until_the_time_is_up() {
+        // Long enough that no scheduler delay ends it.
+        let mut idle = Idle::new(Duration::from_secs(60));
+        assert!(!idle.may_sleep(false));
+        assert!(!idle.may_sleep(false));
+        // Progress starts the count again.
+        assert!(!idle.may_sleep(true));
+        assert!(!idle.may_sleep(false));
+        let mut idle = Idle::new(Duration::from_millis(1));
+        idle.may_sleep(false);
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(idle.may_sleep(false), "1 ms without progress");
     }
 }

@@ -195,6 +195,8 @@ fn bad_numbers_and_names_fail_before_any_work() {
         "cannot be used with",
     );
     refused(&["bench", "--iface", "lo"], "--iface takes HOSTIF,CTRLIF");
+    refused(&["bench", "--busy-poll", "0"], "give microseconds, 1..=1000000");
+    refused(&["host", "--connect", p, "--busy-poll", "50", "identify"], "required arguments");
     // The matrix would run for minutes before finding out.
     refused(&["bench", "--json", "/no/such/dir/x.json"], "cannot write /no/such/dir/x.json");
 }

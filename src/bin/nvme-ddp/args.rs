@@ -118,6 +118,15 @@ pub(crate) fn existing_iface(name: &str) -> Result<String, String> {
     }
 }
 
+/// `--busy-poll`: microseconds, 1 to 1000000.
+pub(crate) fn parse_busy_poll(s: &str) -> Result<std::time::Duration, String> {
+    s.parse::<u64>()
+        .ok()
+        .filter(|us| (1..=1_000_000).contains(us))
+        .map(std::time::Duration::from_micros)
+        .ok_or_else(|| format!("{s:?}: give microseconds, 1..=1000000"))
+}
+
 /// A non-negative number of seconds, fractions allowed.
 pub(crate) fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
     s.parse::<f64>()

@@ -12,7 +12,8 @@ use std::time::Duration;
 use ulp_ddp::Caps;
 
 use crate::args::{
-    List, existing_iface, list, on_off, parse_on_off, parse_qd, parse_queues, parse_rw,
+    List, existing_iface, list, on_off, parse_busy_poll, parse_on_off, parse_qd, parse_queues,
+    parse_rw,
 };
 use crate::progress::interrupt_flag;
 use std::io::Write;
@@ -71,6 +72,10 @@ pub(crate) struct BenchArgs {
     /// veth1,veth0 after `net up`, inside the namespace).
     #[arg(long, value_parser = parse_iface_pair)]
     iface: Option<(String, String)>,
+    /// On threads (and over TAPs or interfaces), keep polling this many
+    /// microseconds after the last progress before sleeping.
+    #[arg(long, value_name = "USECS", value_parser = parse_busy_poll)]
+    busy_poll: Option<Duration>,
     /// Write the points as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -121,6 +126,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         duration: Duration::from_secs_f64(a.time),
         threads: a.threads,
         link,
+        busy_poll: a.busy_poll.unwrap_or_default(),
     };
     if o.bs.iter().any(|&b| b == 0 || b % 512 != 0) {
         bail!("block sizes must be multiples of 512");

@@ -134,7 +134,7 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
                 .with_listener(listener);
         let stop = interrupt_flag()?;
         tracing::info!(link = ?a.link.name(), ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = a.transport.name(), "listening on smoltcp");
-        userspace::serve(&mut side, &clock, &stop);
+        userspace::serve(&mut side, &clock, &stop, a.link.busy_poll());
         let (ulp, tx) = side.stats();
         for line in
             OffloadReport::controller(nic.caps().1, nic.stats(), ulp, tx).lines("controller")

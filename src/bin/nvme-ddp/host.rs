@@ -163,7 +163,7 @@ pub(crate) fn run_app(
             let clock = Clock::new();
             let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
             let mut side = userspace::HostSide::new(stack, host, remote, Some(nic.clone()));
-            userspace::run_host(&mut side, app, &clock, limit)?;
+            userspace::run_host(&mut side, app, &clock, limit, a.link.busy_poll())?;
             let (ulp, tx) = side.host.stats();
             Some(OffloadReport::new(nic.caps().1, nic.stats(), ulp, tx))
         }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use ulp_ddp::{Caps, DdpDevice};
 
-use crate::args::{existing_iface, parse_threshold};
+use crate::args::{existing_iface, parse_busy_poll, parse_threshold};
 
 /// A user-space (smoltcp) transport on a TAP device or another interface
 /// instead of kernel TCP.
@@ -37,6 +37,11 @@ pub(crate) struct LinkArgs {
     /// by '+' (ddp+crc).
     #[arg(long, requires = "link", global = true, value_parser = Caps::parse)]
     pub(crate) offload: Option<Caps>,
+    /// Keep polling this many microseconds after the last progress before
+    /// sleeping (default 0: sleep at once). Costs a core while it spins;
+    /// for latency runs.
+    #[arg(long, value_name = "USECS", requires = "link", global = true, value_parser = parse_busy_poll)]
+    pub(crate) busy_poll: Option<std::time::Duration>,
     /// Map transfers from this size (default: the NIC's threshold, 32k).
     #[arg(long, requires = "link", global = true, value_parser = parse_threshold)]
     pub(crate) ddp_threshold: Option<u32>,
@@ -59,6 +64,11 @@ impl LinkArgs {
             .filter(|p| *p <= 32)
             .with_context(|| format!("--ip {ip}: bad prefix"))?;
         Ok(Some(smoltcp::wire::Ipv4Cidr::new(addr, prefix)))
+    }
+
+    /// How long the loop polls before it sleeps.
+    pub(crate) fn busy_poll(&self) -> std::time::Duration {
+        self.busy_poll.unwrap_or_default()
     }
 
     /// The interface asked for, if any.
