@@ -8,14 +8,16 @@
 #     nvmeddp-io; tests/vm/netns.sh) with bridge br0 (198.18.0.1/24) and TAPs
 #     tap0 (the guest), tap1 (our smoltcp NVMe/TCP controller,
 #     198.18.0.2), tap2 (our smoltcp host, 198.18.0.3) and tap3 (our smoltcp
-#     NVMe/RDMA controller, 198.18.0.4); torn down on exit
-#   - our controller four times, each with a 128 MiB RAM namespace:
-#     NVMe/TCP over kernel TCP on 198.18.0.1:4420 and over smoltcp on tap1
-#     with every offload on; NVMe/RDMA over kernel TCP on 198.18.0.1:4421
-#     with MPA CRCs required, and over smoltcp on tap3 with every offload on
-#     (CRCs as siw asks: off)
+#     NVMe/RDMA controller, 198.18.0.4), and a veth pair whose end veth1 is
+#     on the bridge and whose end veth0 carries our smoltcp NVMe/TCP
+#     controller through AF_PACKET (198.18.0.5); torn down on exit
+#   - our controller five times, each with a 128 MiB RAM namespace:
+#     NVMe/TCP over kernel TCP on 198.18.0.1:4420, over smoltcp on tap1 and
+#     over smoltcp on veth0 (--iface) with every offload on; NVMe/RDMA over
+#     kernel TCP on 198.18.0.1:4421 with MPA CRCs required, and over
+#     smoltcp on tap3 with every offload on (CRCs as siw asks: off)
 #   - the guest (guest/interop-guest.sh) runs the Linux host against all
-#     four, NVMe/TCP without and with digests: discover, connect, list,
+#     five, NVMe/TCP without and with digests: discover, connect, list,
 #     id-ctrl, fio verified writes (4 jobs x 16 MiB at QD 32, 4 KiB and
 #     128 KiB), disconnect, a clean kernel log
 #   - recovery, the Linux host against our NVMe/TCP controller on a file
@@ -49,6 +51,7 @@ BRIDGE_IP=198.18.0.1
 SMOL_CTRL_IP=198.18.0.2
 SMOL_HOST_IP=198.18.0.3
 SMOL_RDMA_IP=198.18.0.4
+SMOL_IFACE_IP=198.18.0.5
 GUEST_IP=198.18.0.10
 PORT=4420
 RDMA_PORT=4421
@@ -108,7 +111,7 @@ rc=0
 "$HERE/build-guest.sh" "$CACHE_DIR" >"$TMP/build-guest.log" 2>&1 || rc=$?
 ((rc == 0)) || { ((rc == 77)) && skip "cannot build the guest: $(tail -n1 "$TMP/build-guest.log")"; say "FAIL: build-guest.sh ($rc)"; exit 1; }
 
-# --- namespace: bridge and three TAPs -------------------------------------------
+# --- namespace: bridge, four TAPs and a veth pair --------------------------------
 ip netns add "$NS" || skip "cannot create a network namespace"
 in_ns() { ip netns exec "$NS" "$@"; }
 ip -n "$NS" link set lo up
@@ -120,6 +123,11 @@ for t in tap0 tap1 tap2 tap3; do
 	ip -n "$NS" link set "$t" master br0
 	ip -n "$NS" link set "$t" up
 done
+# veth0 has no address: the kernel leaves its traffic to our packet socket.
+ip -n "$NS" link add veth0 type veth peer veth1
+ip -n "$NS" link set veth1 master br0
+ip -n "$NS" link set veth1 up
+ip -n "$NS" link set veth0 up
 
 # --- our controllers -------------------------------------------------------------
 # (ip netns exec execs the program, so $! is the controller itself.)
@@ -128,6 +136,9 @@ ip netns exec "$NS" "$BIN" controller --listen "$BRIDGE_IP:$PORT" --ns ram:128M 
 PIDS+=($!)
 ip netns exec "$NS" "$BIN" controller --tap tap1 --ip "$SMOL_CTRL_IP/24" --listen "0.0.0.0:$PORT" \
 	--ns ram:128M --nqn "$NQN" --offload all >"$TMP/ctrl-smoltcp.log" 2>&1 &
+PIDS+=($!)
+ip netns exec "$NS" "$BIN" controller --iface veth0 --ip "$SMOL_IFACE_IP/24" --listen "0.0.0.0:$PORT" \
+	--ns ram:128M --nqn "$NQN" --offload all >"$TMP/ctrl-af-packet.log" 2>&1 &
 PIDS+=($!)
 ip netns exec "$NS" "$BIN" controller --transport rdma --ddgst --listen "$BRIDGE_IP:$RDMA_PORT" \
 	--ns ram:128M --nqn "$NQN" >"$TMP/ctrl-kernel-tcp-rdma.log" 2>&1 &
@@ -145,7 +156,7 @@ restart_ctrl() {
 	PIDS+=("$RESTART_PID")
 }
 restart_ctrl
-CTRLS="kernel-tcp smoltcp kernel-tcp-rdma smoltcp-rdma restart"
+CTRLS="kernel-tcp smoltcp af-packet kernel-tcp-rdma smoltcp-rdma restart"
 for _ in $(seq 50); do
 	up=1
 	for c in $CTRLS; do grep -q listening "$TMP/ctrl-$c.log" || up=0; done
@@ -162,7 +173,7 @@ done
 	--env "NQN=$NQN" --env "TARGET_NQN=$TARGET_NQN" --env "PORT=$PORT" \
 	--env "RDMA_PORT=$RDMA_PORT" --env "SIGNAL_PORT=$SIGNAL_PORT" --env "SIGNAL_TIMEOUT=$TIMEOUT" \
 	--env "RESTART_TARGET=$BRIDGE_IP:$RESTART_PORT" \
-	--env "TARGETS=kernel-tcp=tcp:$BRIDGE_IP:$PORT smoltcp=tcp:$SMOL_CTRL_IP:$PORT kernel-tcp-rdma-crc=rdma:$BRIDGE_IP:$RDMA_PORT smoltcp-rdma=rdma:$SMOL_RDMA_IP:$PORT" \
+	--env "TARGETS=kernel-tcp=tcp:$BRIDGE_IP:$PORT smoltcp=tcp:$SMOL_CTRL_IP:$PORT af-packet=tcp:$SMOL_IFACE_IP:$PORT kernel-tcp-rdma-crc=rdma:$BRIDGE_IP:$RDMA_PORT smoltcp-rdma=rdma:$SMOL_RDMA_IP:$PORT" \
 	--log "$TMP/guest-console.log" >"$TMP/guest.out" 2>"$TMP/guest.err" &
 GUEST_PID=$!
 
@@ -280,7 +291,7 @@ for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null |
 PIDS=()
 # Our smoltcp controllers' NICs placed the Linux host's H2CData by TTAG
 # and its Read Responses by STag.
-for c in smoltcp smoltcp-rdma; do
+for c in smoltcp af-packet smoltcp-rdma; do
 	placed=$(grep -aoE 'controller +NIC placed [^;]*' "$TMP/ctrl-$c.log" | tail -n1 || true)
 	if [[ $placed =~ placed\ [1-9] ]]; then
 		say "ok   our $c controller against the Linux host: $placed"
