@@ -4,10 +4,15 @@ pub mod link;
 pub mod packet;
 pub(crate) mod sleep;
 pub mod tap;
+pub(crate) mod vnet;
 pub mod wire;
 
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
 use std::io;
+
+pub(crate) const ETHERNET_HEADER: usize = 14;
+/// The largest frame: an IPv4 packet of 64 KiB in an Ethernet header.
+pub(crate) const LARGEST_FRAME: usize = 65535 + ETHERNET_HEADER;
 
 /// Frames a Linux interface medium carried, and those lost on the way: a
 /// send the kernel could not take (its queue was full), a frame too large
@@ -61,24 +66,6 @@ pub(crate) fn interface_mtu(name: &str) -> io::Result<usize> {
     }
     let mtu = i32::from_ne_bytes([req.data[0], req.data[1], req.data[2], req.data[3]]);
     usize::try_from(mtu).map_err(|_| io::Error::other("negative MTU"))
-}
-
-/// Completes the TCP checksum of a frame the kernel left for a NIC to
-/// finish (CHECKSUM_PARTIAL: sent by this host's own stack, and a veth,
-/// a bridge or a TAP never finishes it); a full checksum is recomputed
-/// unchanged.
-pub(crate) fn finish_checksum(frame: &mut [u8]) {
-    let Ok(mut eth) = EthernetFrame::new_checked(frame) else { return };
-    if eth.ethertype() != EthernetProtocol::Ipv4 {
-        return;
-    }
-    let Ok(mut ip) = Ipv4Packet::new_checked(eth.payload_mut()) else { return };
-    let (src, dst) = (ip.src_addr().into(), ip.dst_addr().into());
-    if ip.next_header() == IpProtocol::Tcp
-        && let Ok(mut tcp) = TcpPacket::new_checked(ip.payload_mut())
-    {
-        tcp.fill_checksum(&src, &dst);
-    }
 }
 
 /// Whether a frame's TCP checksum is right; true for anything but a

@@ -6,7 +6,14 @@
 //! ring is empty. (TPACKET_V3 hands a block over only when it fills or
 //! its retire timer fires, a millisecond at the least: fine for capture,
 //! a millisecond added to every round trip of a request/response
-//! protocol.) Frames leave with one `send` each, past the qdisc.
+//! protocol.)
+//!
+//! Frames leave with one `send` each, behind a virtio-net header
+//! (`PACKET_VNET_HDR`), so the socket takes checksum and TCP segmentation
+//! offload as a TAP does: the stack leaves TCP checksums to the kernel and
+//! hands down segments of up to 64 KiB in one `send`, which the kernel cuts
+//! to the stack's segment size where the device asks (a NIC without TSO,
+//! and a veth, which takes no segment from user space uncut).
 //!
 //! A frame the kernel vouches for (its checksum verified by a NIC, or left
 //! for a NIC to finish because this host's own stack sent it) goes up as
@@ -14,12 +21,10 @@
 //! one is dropped.
 //!
 //! A frame larger than a ring slot (up to 64 KiB) is one the kernel merged
-//! or never cut: GRO or LRO on a NIC, or TSO from this host's own stack on
-//! the other end of a veth. The kernel queues it whole on the socket and
-//! marks its slot; it is read from there and handed up as it is, large, as
-//! a NIC with receive offload would (the software NIC and the stack take
-//! any size). Its TCP checksum is completed, since such a frame's was
-//! either checked by whoever merged it or left for a NIC to fill.
+//! or never cut: GRO or LRO on a NIC, or TSO from the other end of a veth.
+//! The kernel queues it whole on the socket and marks its slot; it is read
+//! from there and handed up as it is, large, as a NIC with receive offload
+//! would (the software NIC and the stack take any size).
 //!
 //! The stack has its own MAC address, so the interface is promiscuous for
 //! as long as the socket is open; the kernel's own stack drops frames for
@@ -27,7 +32,10 @@
 //! Needs CAP_NET_RAW.
 
 use crate::medium::sleep::FdSleep;
-use crate::medium::{IfReq, LinkStats, finish_checksum, interface_mtu, tcp_checksum_ok};
+use crate::medium::vnet::{self, VNET_HDR};
+use crate::medium::{
+    ETHERNET_HEADER, IfReq, LARGEST_FRAME, LinkStats, interface_mtu, tcp_checksum_ok,
+};
 use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
@@ -36,7 +44,6 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-const ETHERNET_HEADER: usize = 14;
 /// Frames in the receive ring: more than a TCP window of full frames
 /// (a frame the ring has no slot for is dropped, and TCP resends it).
 const RING_FRAMES: usize = 1024;
@@ -46,11 +53,10 @@ const RING_BLOCK: usize = 64 << 10;
 const TP_STATUS_CSUM_VALID: u32 = 1 << 7;
 /// `sll_pkttype` of a frame this host sent.
 const PACKET_OUTGOING: u8 = 4;
-/// The largest frame: an IP packet of 64 KiB and an Ethernet header with a
-/// VLAN tag.
-const LARGEST_FRAME: usize = 65535 + 18;
-/// Socket buffer for frames too large for the ring (a few dozen).
-const LARGE_FRAME_QUEUE: libc::c_int = 4 << 20;
+/// Socket buffer for frames too large for the ring: a TCP window of 64 KiB
+/// segments, each charged at up to twice its size (32 MiB, the kernel
+/// doubles it); a frame that finds it full is dropped and TCP resends it.
+const LARGE_FRAME_QUEUE: libc::c_int = 16 << 20;
 
 /// An interface opened through AF_PACKET in the current network namespace.
 pub struct Packet {
@@ -146,10 +152,13 @@ impl Packet {
         let version = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
         setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &version)
             .map_err(context("TPACKET_V2".into()))?;
-        // Both are optimisations a kernel may lack: our own frames are
-        // also skipped by type below, and the qdisc only costs time.
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1i32)
+            .map_err(context("PACKET_VNET_HDR".into()))?;
+        // An optimisation a kernel may lack: our own frames are also
+        // skipped by type below. (No PACKET_QDISC_BYPASS: its direct path
+        // drops a TSO segment the device wants cut in software, as a veth
+        // does with one from user space, where the qdisc path cuts it.)
         let _ = setsockopt(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32);
-        let _ = setsockopt(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32);
         // Frames too large for a slot are queued whole beside the ring.
         setsockopt(fd, libc::SOL_PACKET, libc::PACKET_COPY_THRESH, &1i32)
             .map_err(context("PACKET_COPY_THRESH".into()))?;
@@ -157,9 +166,9 @@ impl Packet {
             let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &LARGE_FRAME_QUEUE);
         }
 
-        // The kernel puts a slot's frame after its header and address,
-        // aligned so that the IP header is: room for both, and 16 more.
-        let frame_size = (libc::TPACKET2_HDRLEN + 32 + frame).next_multiple_of(16);
+        // The kernel puts a slot's frame after its header, its address and
+        // a virtio-net header, aligned so that the IP header is.
+        let frame_size = (libc::TPACKET2_HDRLEN + 32 + VNET_HDR + frame).next_multiple_of(16);
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
         let block_size = frame_size.max(RING_BLOCK).next_multiple_of(page);
@@ -226,8 +235,8 @@ impl Packet {
             name: name.into(),
             mtu: frame,
             ring,
-            tx: vec![0; frame],
-            large: vec![0; LARGEST_FRAME],
+            tx: vec![0; VNET_HDR + LARGEST_FRAME],
+            large: vec![0; VNET_HDR + LARGEST_FRAME],
             stats: LinkStats::default(),
             sleep: FdSleep::new()?,
         })
@@ -288,18 +297,33 @@ impl phy::RxToken for RxToken<'_> {
 pub struct TxToken<'a> {
     sock: &'a OwnedFd,
     buf: &'a mut Vec<u8>,
+    /// The link's largest frame: larger ones go as GSO.
+    link: usize,
+    /// The segment size the stack asked a TSO segment to be cut to.
+    gso_size: Option<u16>,
     stats: &'a mut LinkStats,
 }
 
 impl phy::TxToken for TxToken<'_> {
+    fn set_meta(&mut self, meta: phy::PacketMeta) {
+        self.gso_size = meta.segmentation_offload_size.map(u16::from);
+    }
+
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        debug_assert!(len <= self.buf.len(), "a {len}-byte frame on a smaller MTU");
-        if self.buf.len() < len {
-            self.buf.resize(len, 0);
+        debug_assert!(VNET_HDR + len <= self.buf.len(), "a {len}-byte frame on a packet socket");
+        if self.buf.len() < VNET_HDR + len {
+            self.buf.resize(VNET_HDR + len, 0);
         }
-        let r = f(&mut self.buf[..len]);
+        let (hdr, frame) = self.buf[..VNET_HDR + len].split_at_mut(VNET_HDR);
+        let r = f(frame);
+        if !vnet::offload(hdr, frame, self.link, self.gso_size) {
+            self.stats.tx_dropped += 1;
+            tracing::debug!(len, "a frame larger than the link that is not TCP/IPv4; dropped");
+            return r;
+        }
+        let out = &self.buf[..VNET_HDR + len];
         // SAFETY: a send of bytes we own on the bound socket.
-        let n = unsafe { libc::send(self.sock.as_raw_fd(), self.buf.as_ptr().cast(), len, 0) };
+        let n = unsafe { libc::send(self.sock.as_raw_fd(), out.as_ptr().cast(), out.len(), 0) };
         if n < 0 {
             self.stats.tx_dropped += 1;
             let e = io::Error::last_os_error();
@@ -352,15 +376,19 @@ impl Device for Packet {
                     )
                 };
                 let Ok(n) = usize::try_from(n) else { continue };
-                if n > self.large.len() {
+                if n <= VNET_HDR || n > self.large.len() {
                     continue;
                 }
-                finish_checksum(&mut self.large[..n]);
+                let frame = &self.large[VNET_HDR..n];
+                if !vnet::vouched(&self.large) && !tcp_checksum_ok(frame) {
+                    self.stats.rx_dropped += 1;
+                    continue;
+                }
                 self.stats.rx_frames += 1;
-                let Packet { sock, tx, large, stats, .. } = self;
+                let Packet { sock, tx, large, stats, mtu, .. } = self;
                 return Some((
-                    RxToken { frame: &large[..n], slot: None },
-                    TxToken { sock, buf: tx, stats },
+                    RxToken { frame: &large[VNET_HDR..n], slot: None },
+                    TxToken { sock, buf: tx, link: *mtu, gso_size: None, stats },
                 ));
             }
             if snap < len {
@@ -379,23 +407,27 @@ impl Device for Packet {
                 continue;
             }
             self.stats.rx_frames += 1;
-            let Packet { sock, tx, stats, .. } = self;
-            return Some((RxToken { frame, slot: Some(status) }, TxToken { sock, buf: tx, stats }));
+            let Packet { sock, tx, stats, mtu, .. } = self;
+            return Some((
+                RxToken { frame, slot: Some(status) },
+                TxToken { sock, buf: tx, link: *mtu, gso_size: None, stats },
+            ));
         }
     }
 
     fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
-        let Packet { sock, tx, stats, .. } = self;
-        Some(TxToken { sock, buf: tx, stats })
+        let Packet { sock, tx, stats, mtu, .. } = self;
+        Some(TxToken { sock, buf: tx, link: *mtu, gso_size: None, stats })
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
         let mut caps = DeviceCapabilities::default();
         caps.medium = phy::Medium::Ethernet;
         caps.max_transmission_unit = self.mtu;
-        // Received checksums are checked (or vouched for) here; sent ones
-        // are the stack's or its NIC's to write.
-        caps.checksum.tcp = phy::Checksum::Tx;
+        // Received checksums are checked (or vouched for) here, sent ones
+        // finished by the kernel, and large segments cut by it.
+        caps.checksum.tcp = phy::Checksum::None;
+        caps.segmentation.tcpv4 = std::num::NonZeroUsize::new(LARGEST_FRAME);
         caps
     }
 }

@@ -1,0 +1,152 @@
+//! The virtio-net header a TAP (`IFF_VNET_HDR`) and a packet socket
+//! (`PACKET_VNET_HDR`) put before each frame: how the kernel and we tell
+//! each other about checksums left to finish and segments left to cut.
+
+use crate::medium::ETHERNET_HEADER;
+use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
+
+/// `struct virtio_net_hdr`, in the host's byte order.
+pub(crate) const VNET_HDR: usize = 10;
+const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+const VIRTIO_NET_HDR_F_DATA_VALID: u8 = 2;
+const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
+
+/// Whether the kernel vouches for the checksum of the frame behind `hdr`:
+/// sent by this host, its checksum left for a NIC to finish, or verified.
+pub(crate) fn vouched(hdr: &[u8]) -> bool {
+    hdr[0] & (VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_DATA_VALID) != 0
+}
+
+/// Fill the virtio-net header `hdr` for `frame`. A TCP/IPv4 segment leaves
+/// its checksum to the kernel (the checksum field holds the pseudo-header
+/// sum, as a stack handing a NIC a segment leaves it), and one larger than
+/// the link's `link`-byte frames goes as GSO, cut to `gso_size` (the
+/// stack's) or else to what fits the link. False if a frame too large for
+/// the link is not such a segment.
+pub(crate) fn offload(hdr: &mut [u8], frame: &mut [u8], link: usize, gso_size: Option<u16>) -> bool {
+    hdr.fill(0);
+    let Some((ip_at, tcp_at, payload_at)) = tcp_ipv4_offsets(frame) else {
+        return frame.len() <= link;
+    };
+    let ip = &frame[ip_at..];
+    let tcp_len = usize::from(u16::from_be_bytes([ip[2], ip[3]])) - (tcp_at - ip_at);
+    let mut sum = u32::from(u8::from(IpProtocol::Tcp)) + tcp_len as u32;
+    for word in ip[12..20].chunks_exact(2) {
+        sum += u32::from(u16::from_be_bytes([word[0], word[1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    frame[tcp_at + 16..tcp_at + 18].copy_from_slice(&(sum as u16).to_be_bytes());
+    hdr[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+    hdr[6..8].copy_from_slice(&(tcp_at as u16).to_ne_bytes());
+    hdr[8..10].copy_from_slice(&16u16.to_ne_bytes());
+    if frame.len() > link {
+        let fits = (link - ETHERNET_HEADER).saturating_sub(payload_at - ip_at);
+        let mss = gso_size.map_or(fits, usize::from).min(fits);
+        if mss == 0 {
+            return false;
+        }
+        hdr[1] = VIRTIO_NET_HDR_GSO_TCPV4;
+        hdr[2..4].copy_from_slice(&(payload_at as u16).to_ne_bytes());
+        hdr[4..6].copy_from_slice(&(mss as u16).to_ne_bytes());
+    }
+    true
+}
+
+/// Where the IP header, the TCP header and the payload of a TCP/IPv4
+/// frame start.
+fn tcp_ipv4_offsets(frame: &[u8]) -> Option<(usize, usize, usize)> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    if ip.next_header() != IpProtocol::Tcp {
+        return None;
+    }
+    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    let tcp_at = ETHERNET_HEADER + usize::from(ip.header_len());
+    Some((ETHERNET_HEADER, tcp_at, tcp_at + usize::from(tcp.header_len())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An Ethernet frame with a TCP/IPv4 segment of `payload` bytes.
+    fn segment(payload: usize) -> Vec<u8> {
+        let mut f = vec![0u8; ETHERNET_HEADER + 20 + 20 + payload];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let ip = &mut f[ETHERNET_HEADER..];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&((40 + payload) as u16).to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 6;
+        ip[12..16].copy_from_slice(&[198, 18, 0, 3]);
+        ip[16..20].copy_from_slice(&[198, 18, 0, 2]);
+        let tcp = &mut ip[20..];
+        tcp[12] = 5 << 4;
+        for (i, b) in tcp[20..].iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        f
+    }
+
+    /// What a NIC (or the kernel) does with a partial checksum: sum the
+    /// TCP segment from `csum_start`, seeded by the field, and store it.
+    fn complete(hdr: &[u8], frame: &mut [u8]) {
+        let start = usize::from(u16::from_ne_bytes([hdr[6], hdr[7]]));
+        let at = start + usize::from(u16::from_ne_bytes([hdr[8], hdr[9]]));
+        let mut sum: u32 = frame[start..]
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
+            .sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        frame[at..at + 2].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    }
+
+    fn verifies(frame: &[u8]) -> bool {
+        let ip = Ipv4Packet::new_checked(&frame[ETHERNET_HEADER..]).unwrap();
+        let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+        tcp.verify_checksum(&ip.src_addr().into(), &ip.dst_addr().into())
+    }
+
+    #[test]
+    fn a_segment_leaves_its_checksum_partial_and_a_large_one_goes_as_gso() {
+        let mut hdr = [0xffu8; VNET_HDR];
+        let mut small = segment(100);
+        assert!(offload(&mut hdr, &mut small, 1514, None));
+        assert_eq!((hdr[0], hdr[1]), (VIRTIO_NET_HDR_F_NEEDS_CSUM, 0));
+        assert_eq!(u16::from_ne_bytes([hdr[6], hdr[7]]), 34);
+        assert_eq!(u16::from_ne_bytes([hdr[8], hdr[9]]), 16);
+        assert!(!verifies(&small));
+        complete(&hdr, &mut small);
+        assert!(verifies(&small), "the pseudo-header sum seeds a checksum that verifies");
+
+        let mut large = segment(20_000);
+        assert!(offload(&mut hdr, &mut large, 1514, Some(1000)));
+        assert_eq!(hdr[1], VIRTIO_NET_HDR_GSO_TCPV4);
+        assert_eq!(u16::from_ne_bytes([hdr[2], hdr[3]]), 54, "headers up to the payload");
+        assert_eq!(u16::from_ne_bytes([hdr[4], hdr[5]]), 1000, "the stack's segment size");
+        // Without one, what fits the link; never more than fits.
+        assert!(offload(&mut hdr, &mut segment(20_000), 1514, None));
+        assert_eq!(u16::from_ne_bytes([hdr[4], hdr[5]]), 1460);
+        assert!(offload(&mut hdr, &mut segment(20_000), 1514, Some(9000)));
+        assert_eq!(u16::from_ne_bytes([hdr[4], hdr[5]]), 1460);
+        complete(&hdr, &mut large);
+        assert!(verifies(&large));
+    }
+
+    #[test]
+    fn a_frame_too_large_for_the_link_that_is_not_tcp_is_refused() {
+        let mut hdr = [0u8; VNET_HDR];
+        let mut arp = vec![0u8; 2000];
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        assert!(!offload(&mut hdr, &mut arp, 1514, None));
+        assert!(offload(&mut hdr, &mut arp[..60], 1514, None));
+        assert_eq!(hdr, [0; VNET_HDR], "nothing to offload");
+    }
+}
