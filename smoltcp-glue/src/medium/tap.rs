@@ -20,7 +20,9 @@
 
 use crate::medium::sleep::FdSleep;
 use crate::medium::vnet::{self, VNET_HDR};
-use crate::medium::{ETHERNET_HEADER, IfReq, LARGEST_FRAME, LinkStats, interface_mtu, tcp_checksum_ok};
+use crate::medium::{
+    ETHERNET_HEADER, IfReq, LARGEST_FRAME, LinkStats, interface_mtu, tcp_checksum_ok,
+};
 use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
@@ -37,7 +39,6 @@ const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
 const TUN_F_CSUM: libc::c_uint = 0x01;
 const TUN_F_TSO4: libc::c_uint = 0x02;
-
 
 /// A TAP interface opened in the current network namespace.
 pub struct Tap {

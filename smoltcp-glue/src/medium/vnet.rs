@@ -23,7 +23,12 @@ pub(crate) fn vouched(hdr: &[u8]) -> bool {
 /// the link's `link`-byte frames goes as GSO, cut to `gso_size` (the
 /// stack's) or else to what fits the link. False if a frame too large for
 /// the link is not such a segment.
-pub(crate) fn offload(hdr: &mut [u8], frame: &mut [u8], link: usize, gso_size: Option<u16>) -> bool {
+pub(crate) fn offload(
+    hdr: &mut [u8],
+    frame: &mut [u8],
+    link: usize,
+    gso_size: Option<u16>,
+) -> bool {
     hdr.fill(0);
     let Some((ip_at, tcp_at, payload_at)) = tcp_ipv4_offsets(frame) else {
         return frame.len() <= link;
