@@ -4,6 +4,7 @@
 use crate::medium::LinkStats;
 use crate::medium::packet::{self, Packet};
 use crate::medium::tap::{self, Tap};
+use crate::medium::vnet::TxToken;
 use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
@@ -67,25 +68,11 @@ pub enum RxToken<'a> {
     Packet(packet::RxToken<'a>),
 }
 
-pub enum TxToken<'a> {
-    Tap(tap::TxToken<'a>),
-    Packet(packet::TxToken<'a>),
-}
-
 impl phy::RxToken for RxToken<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         match self {
             RxToken::Tap(t) => t.consume(f),
             RxToken::Packet(t) => t.consume(f),
-        }
-    }
-}
-
-impl phy::TxToken for TxToken<'_> {
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        match self {
-            TxToken::Tap(t) => t.consume(len, f),
-            TxToken::Packet(t) => t.consume(len, f),
         }
     }
 }
@@ -96,17 +83,15 @@ impl Device for Link {
 
     fn receive(&mut self, now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
         match self {
-            Link::Tap(t) => t.receive(now).map(|(r, x)| (RxToken::Tap(r), TxToken::Tap(x))),
-            Link::Packet(p) => {
-                p.receive(now).map(|(r, x)| (RxToken::Packet(r), TxToken::Packet(x)))
-            }
+            Link::Tap(t) => t.receive(now).map(|(r, x)| (RxToken::Tap(r), x)),
+            Link::Packet(p) => p.receive(now).map(|(r, x)| (RxToken::Packet(r), x)),
         }
     }
 
     fn transmit(&mut self, now: Instant) -> Option<TxToken<'_>> {
         match self {
-            Link::Tap(t) => t.transmit(now).map(TxToken::Tap),
-            Link::Packet(p) => p.transmit(now).map(TxToken::Packet),
+            Link::Tap(t) => t.transmit(now),
+            Link::Packet(p) => p.transmit(now),
         }
     }
 

@@ -32,7 +32,7 @@
 //! Needs CAP_NET_RAW.
 
 use crate::medium::sleep::FdSleep;
-use crate::medium::vnet::{self, VNET_HDR};
+use crate::medium::vnet::{self, TxToken, VNET_HDR};
 use crate::medium::{
     ETHERNET_HEADER, IfReq, LARGEST_FRAME, LinkStats, interface_mtu, tcp_checksum_ok,
 };
@@ -41,7 +41,7 @@ use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Frames in the receive ring: more than a TCP window of full frames
@@ -294,47 +294,6 @@ impl phy::RxToken for RxToken<'_> {
     }
 }
 
-pub struct TxToken<'a> {
-    sock: &'a OwnedFd,
-    buf: &'a mut Vec<u8>,
-    /// The link's largest frame: larger ones go as GSO.
-    link: usize,
-    /// The segment size the stack asked a TSO segment to be cut to.
-    gso_size: Option<u16>,
-    stats: &'a mut LinkStats,
-}
-
-impl phy::TxToken for TxToken<'_> {
-    fn set_meta(&mut self, meta: phy::PacketMeta) {
-        self.gso_size = meta.segmentation_offload_size.map(u16::from);
-    }
-
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        debug_assert!(VNET_HDR + len <= self.buf.len(), "a {len}-byte frame on a packet socket");
-        if self.buf.len() < VNET_HDR + len {
-            self.buf.resize(VNET_HDR + len, 0);
-        }
-        let (hdr, frame) = self.buf[..VNET_HDR + len].split_at_mut(VNET_HDR);
-        let r = f(frame);
-        if !vnet::offload(hdr, frame, self.link, self.gso_size) {
-            self.stats.tx_dropped += 1;
-            tracing::debug!(len, "a frame larger than the link that is not TCP/IPv4; dropped");
-            return r;
-        }
-        let out = &self.buf[..VNET_HDR + len];
-        // SAFETY: a send of bytes we own on the bound socket.
-        let n = unsafe { libc::send(self.sock.as_raw_fd(), out.as_ptr().cast(), out.len(), 0) };
-        if n < 0 {
-            self.stats.tx_dropped += 1;
-            let e = io::Error::last_os_error();
-            tracing::debug!(error = %e, "packet socket send failed; frame dropped");
-        } else {
-            self.stats.tx_frames += 1;
-        }
-        r
-    }
-}
-
 impl Device for Packet {
     type RxToken<'a> = RxToken<'a>;
     type TxToken<'a> = TxToken<'a>;
@@ -388,7 +347,7 @@ impl Device for Packet {
                 let Packet { sock, tx, large, stats, mtu, .. } = self;
                 return Some((
                     RxToken { frame: &large[VNET_HDR..n], slot: None },
-                    TxToken { sock, buf: tx, link: *mtu, gso_size: None, stats },
+                    TxToken::new((*sock).as_fd(), tx, *mtu, stats),
                 ));
             }
             if snap < len {
@@ -410,25 +369,18 @@ impl Device for Packet {
             let Packet { sock, tx, stats, mtu, .. } = self;
             return Some((
                 RxToken { frame, slot: Some(status) },
-                TxToken { sock, buf: tx, link: *mtu, gso_size: None, stats },
+                TxToken::new((*sock).as_fd(), tx, *mtu, stats),
             ));
         }
     }
 
     fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
         let Packet { sock, tx, stats, mtu, .. } = self;
-        Some(TxToken { sock, buf: tx, link: *mtu, gso_size: None, stats })
+        Some(TxToken::new((*sock).as_fd(), tx, *mtu, stats))
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
-        let mut caps = DeviceCapabilities::default();
-        caps.medium = phy::Medium::Ethernet;
-        caps.max_transmission_unit = self.mtu;
-        // Received checksums are checked (or vouched for) here, sent ones
-        // finished by the kernel, and large segments cut by it.
-        caps.checksum.tcp = phy::Checksum::None;
-        caps.segmentation.tcpv4 = std::num::NonZeroUsize::new(LARGEST_FRAME);
-        caps
+        vnet::capabilities(self.mtu)
     }
 }
 

@@ -19,7 +19,7 @@
 //! the MSS the stack advertises.
 
 use crate::medium::sleep::FdSleep;
-use crate::medium::vnet::{self, VNET_HDR};
+use crate::medium::vnet::{self, TxToken, VNET_HDR};
 use crate::medium::{
     ETHERNET_HEADER, IfReq, LARGEST_FRAME, LinkStats, interface_mtu, tcp_checksum_ok,
 };
@@ -27,9 +27,8 @@ use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::num::NonZeroUsize;
-use std::os::fd::{AsRawFd, RawFd};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
@@ -110,49 +109,9 @@ pub struct RxToken<'a> {
     frame: &'a [u8],
 }
 
-pub struct TxToken<'a> {
-    file: &'a File,
-    buf: &'a mut Vec<u8>,
-    /// The link's largest frame: larger ones go as GSO.
-    link: usize,
-    /// The segment size the stack asked a TSO segment to be cut to.
-    gso_size: Option<u16>,
-    stats: &'a mut LinkStats,
-}
-
 impl phy::RxToken for RxToken<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         f(self.frame)
-    }
-}
-
-impl phy::TxToken for TxToken<'_> {
-    fn set_meta(&mut self, meta: phy::PacketMeta) {
-        self.gso_size = meta.segmentation_offload_size.map(u16::from);
-    }
-
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        // The stack never asks for more than the largest frame it was told
-        // the TAP takes; were it to, the frame is sent whole.
-        debug_assert!(VNET_HDR + len <= self.buf.len(), "a {len}-byte frame on a TAP");
-        if self.buf.len() < VNET_HDR + len {
-            self.buf.resize(VNET_HDR + len, 0);
-        }
-        let (hdr, frame) = self.buf[..VNET_HDR + len].split_at_mut(VNET_HDR);
-        let r = f(frame);
-        if !vnet::offload(hdr, frame, self.link, self.gso_size) {
-            self.stats.tx_dropped += 1;
-            tracing::debug!(len, "a frame larger than the link that is not TCP/IPv4; dropped");
-            return r;
-        }
-        match (&*self.file).write(&self.buf[..VNET_HDR + len]) {
-            Ok(_) => self.stats.tx_frames += 1,
-            Err(e) => {
-                self.stats.tx_dropped += 1;
-                tracing::debug!(error = %e, "TAP write failed; frame dropped");
-            }
-        }
-        r
     }
 }
 
@@ -180,23 +139,18 @@ impl Device for Tap {
             let Tap { file, rx, rx_len, tx, stats, mtu, .. } = self;
             return Some((
                 RxToken { frame: &rx[VNET_HDR..*rx_len] },
-                TxToken { file, buf: tx, link: *mtu, gso_size: None, stats },
+                TxToken::new((*file).as_fd(), tx, *mtu, stats),
             ));
         }
     }
 
     fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
         let Tap { file, tx, stats, mtu, .. } = self;
-        Some(TxToken { file, buf: tx, link: *mtu, gso_size: None, stats })
+        Some(TxToken::new((*file).as_fd(), tx, *mtu, stats))
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
-        let mut caps = DeviceCapabilities::default();
-        caps.medium = phy::Medium::Ethernet;
-        caps.max_transmission_unit = self.mtu;
-        caps.checksum.tcp = phy::Checksum::None;
-        caps.segmentation.tcpv4 = NonZeroUsize::new(LARGEST_FRAME);
-        caps
+        vnet::capabilities(self.mtu)
     }
 }
 

@@ -2,14 +2,86 @@
 //! (`PACKET_VNET_HDR`) put before each frame: how the kernel and we tell
 //! each other about checksums left to finish and segments left to cut.
 
-use crate::medium::ETHERNET_HEADER;
+use crate::medium::{ETHERNET_HEADER, LARGEST_FRAME, LinkStats};
+use smoltcp::phy::{self, DeviceCapabilities};
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// `struct virtio_net_hdr`, in the host's byte order.
 pub(crate) const VNET_HDR: usize = 10;
 const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
 const VIRTIO_NET_HDR_F_DATA_VALID: u8 = 2;
 const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
+
+/// What a medium with a virtio-net header offers the stack, on a link of
+/// `mtu`-byte frames: received checksums checked (or vouched for) by the
+/// medium, sent ones finished by the kernel, and TCP segments of up to
+/// 64 KiB cut by it.
+pub(crate) fn capabilities(mtu: usize) -> DeviceCapabilities {
+    let mut caps = DeviceCapabilities::default();
+    caps.medium = phy::Medium::Ethernet;
+    caps.max_transmission_unit = mtu;
+    caps.checksum.tcp = phy::Checksum::None;
+    caps.segmentation.tcpv4 = std::num::NonZeroUsize::new(LARGEST_FRAME);
+    caps
+}
+
+/// A frame to send behind a virtio-net header, with one `write` to a TAP
+/// or a bound packet socket.
+pub struct TxToken<'a> {
+    fd: BorrowedFd<'a>,
+    buf: &'a mut Vec<u8>,
+    /// The link's largest frame: larger ones go as GSO.
+    link: usize,
+    /// The segment size the stack asked a TSO segment to be cut to.
+    gso_size: Option<u16>,
+    stats: &'a mut LinkStats,
+}
+
+impl<'a> TxToken<'a> {
+    pub(crate) fn new(
+        fd: BorrowedFd<'a>,
+        buf: &'a mut Vec<u8>,
+        link: usize,
+        stats: &'a mut LinkStats,
+    ) -> Self {
+        Self { fd, buf, link, gso_size: None, stats }
+    }
+}
+
+impl phy::TxToken for TxToken<'_> {
+    fn set_meta(&mut self, meta: phy::PacketMeta) {
+        self.gso_size = meta.segmentation_offload_size.map(u16::from);
+    }
+
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        // The stack never asks for more than the largest frame it was told
+        // the medium takes; were it to, the frame is sent whole.
+        debug_assert!(VNET_HDR + len <= self.buf.len(), "a {len}-byte frame");
+        if self.buf.len() < VNET_HDR + len {
+            self.buf.resize(VNET_HDR + len, 0);
+        }
+        let (hdr, frame) = self.buf[..VNET_HDR + len].split_at_mut(VNET_HDR);
+        let r = f(frame);
+        if !offload(hdr, frame, self.link, self.gso_size) {
+            self.stats.tx_dropped += 1;
+            tracing::debug!(len, "a frame larger than the link that is not TCP/IPv4; dropped");
+            return r;
+        }
+        let out = &self.buf[..VNET_HDR + len];
+        // SAFETY: a write of bytes we own to a descriptor we borrow.
+        let n = unsafe { libc::write(self.fd.as_raw_fd(), out.as_ptr().cast(), out.len()) };
+        if n < 0 {
+            self.stats.tx_dropped += 1;
+            let e = io::Error::last_os_error();
+            tracing::debug!(error = %e, "frame not sent; dropped");
+        } else {
+            self.stats.tx_frames += 1;
+        }
+        r
+    }
+}
 
 /// Whether the kernel vouches for the checksum of the frame behind `hdr`:
 /// sent by this host, its checksum left for a NIC to finish, or verified.
