@@ -1,7 +1,6 @@
 //! A Linux network interface the stack runs on, by how it is reached: a
 //! TAP device the kernel bridges, or any interface through AF_PACKET.
 
-use crate::medium::LinkStats;
 use crate::medium::packet::{self, Packet};
 use crate::medium::tap::{self, Tap};
 use crate::medium::vnet::TxToken;
@@ -43,23 +42,9 @@ pub enum Link {
 }
 
 impl Link {
-    pub fn name(&self) -> &str {
-        match self {
-            Link::Tap(t) => t.name(),
-            Link::Packet(p) => p.name(),
-        }
-    }
-
     /// The link's IP MTU.
     pub fn ip_mtu(&self) -> usize {
         self.capabilities().max_transmission_unit - 14
-    }
-
-    pub fn stats(&self) -> LinkStats {
-        match self {
-            Link::Tap(t) => t.stats(),
-            Link::Packet(p) => p.stats(),
-        }
     }
 }
 

@@ -9,6 +9,7 @@ pub mod wire;
 
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 pub(crate) const ETHERNET_HEADER: usize = 14;
 /// The largest frame: an IPv4 packet of 64 KiB in an Ethernet header.
@@ -48,24 +49,35 @@ impl IfReq {
     }
 }
 
-/// The IP MTU of interface `name` (SIOCGIFMTU).
-pub(crate) fn interface_mtu(name: &str) -> io::Result<usize> {
-    // SAFETY: a plain datagram socket, closed below.
-    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+/// Ask the kernel about interface `name` with `request` (SIOCGIF*), on a
+/// datagram socket of its own; the `ifreq` the kernel filled.
+fn interface_ioctl(name: &str, request: libc::c_ulong) -> io::Result<IfReq> {
+    let mut req = IfReq::new(name)?;
+    // SAFETY: a plain datagram socket, owned below.
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if sock < 0 {
         return Err(io::Error::last_os_error());
     }
-    let mut req = IfReq::new(name)?;
-    // SAFETY: SIOCGIFMTU fills the `ifreq` we own.
-    let r = unsafe { libc::ioctl(sock, libc::SIOCGIFMTU, &mut req as *mut IfReq) };
-    let err = io::Error::last_os_error();
-    // SAFETY: `sock` is ours.
-    unsafe { libc::close(sock) };
-    if r < 0 {
-        return Err(err);
+    // SAFETY: a descriptor we just opened, closed when this drops.
+    let sock = unsafe { OwnedFd::from_raw_fd(sock) };
+    // SAFETY: the request fills the `ifreq` we own.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), request, &mut req as *mut IfReq) } < 0 {
+        return Err(io::Error::last_os_error());
     }
-    let mtu = i32::from_ne_bytes([req.data[0], req.data[1], req.data[2], req.data[3]]);
+    Ok(req)
+}
+
+/// The IP MTU of interface `name` (SIOCGIFMTU).
+pub(crate) fn interface_mtu(name: &str) -> io::Result<usize> {
+    let data = interface_ioctl(name, libc::SIOCGIFMTU)?.data;
+    let mtu = i32::from_ne_bytes([data[0], data[1], data[2], data[3]]);
     usize::try_from(mtu).map_err(|_| io::Error::other("negative MTU"))
+}
+
+/// Whether interface `name` is administratively up (SIOCGIFFLAGS).
+pub(crate) fn interface_up(name: &str) -> io::Result<bool> {
+    let data = interface_ioctl(name, libc::SIOCGIFFLAGS)?.data;
+    Ok(libc::c_short::from_ne_bytes([data[0], data[1]]) & libc::IFF_UP as libc::c_short != 0)
 }
 
 /// Whether a frame's TCP checksum is right; true for anything but a

@@ -34,7 +34,7 @@
 use crate::medium::sleep::FdSleep;
 use crate::medium::vnet::{self, TxToken, VNET_HDR};
 use crate::medium::{
-    ETHERNET_HEADER, IfReq, LARGEST_FRAME, LinkStats, interface_mtu, tcp_checksum_ok,
+    ETHERNET_HEADER, LARGEST_FRAME, LinkStats, interface_mtu, interface_up, tcp_checksum_ok,
 };
 use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
@@ -255,24 +255,6 @@ impl Packet {
     }
 }
 
-/// Whether interface `name` is administratively up (SIOCGIFFLAGS).
-fn interface_up(name: &str) -> io::Result<bool> {
-    // SAFETY: a plain datagram socket, owned below.
-    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if sock < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor we just opened.
-    let sock = unsafe { OwnedFd::from_raw_fd(sock) };
-    let mut req = IfReq::new(name)?;
-    // SAFETY: SIOCGIFFLAGS fills the `ifreq` we own.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req as *mut IfReq) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let flags = libc::c_short::from_ne_bytes([req.data[0], req.data[1]]);
-    Ok(flags & libc::IFF_UP as libc::c_short != 0)
-}
-
 /// A frame in the ring, whose slot goes back to the kernel when the token
 /// is dropped, or one read from beside it.
 pub struct RxToken<'a> {
@@ -336,6 +318,7 @@ impl Device for Packet {
                 };
                 let Ok(n) = usize::try_from(n) else { continue };
                 if n <= VNET_HDR || n > self.large.len() {
+                    self.stats.rx_dropped += 1;
                     continue;
                 }
                 let frame = &self.large[VNET_HDR..n];

@@ -185,9 +185,7 @@ impl VirtualWire {
     /// NIC's own `caps`: the ring between a NIC and its host. Each frame
     /// keeps its metadata on the way (a TSO segment's size).
     pub fn ring(caps: &DeviceCapabilities, capacity: usize) -> (WireEnd, WireEnd) {
-        let mut caps = caps.clone();
-        caps.medium = phy::Medium::Ethernet;
-        Self::with_caps(caps, capacity)
+        Self::with_caps(caps.clone(), capacity)
     }
 
     fn with_caps(caps: DeviceCapabilities, capacity: usize) -> (WireEnd, WireEnd) {
