@@ -18,6 +18,7 @@ pub use medium::link::{Link, LinkName};
 pub use medium::packet::Packet;
 pub use medium::tap::Tap;
 pub use medium::wire::{VirtualWire, WireEnd, WireStats};
+pub use medium::xdp::Xdp;
 pub use pcap::{PcapFile, capture};
 pub use stack::{Stack, StackConfig, TcpConn};
 

@@ -1,9 +1,11 @@
 //! A Linux network interface the stack runs on, by how it is reached: a
-//! TAP device the kernel bridges, or any interface through AF_PACKET.
+//! TAP device the kernel bridges, or any interface through AF_XDP where it
+//! can be, AF_PACKET where not.
 
 use crate::medium::packet::{self, Packet};
 use crate::medium::tap::{self, Tap};
-use crate::medium::vnet::TxToken;
+use crate::medium::vnet;
+use crate::medium::xdp::{self, Xdp};
 use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
@@ -18,11 +20,19 @@ pub enum LinkName {
 }
 
 impl LinkName {
-    /// Open it; `mtu` is the IP MTU, the interface's when not given.
+    /// Open it; `mtu` is the IP MTU, the interface's when not given. An
+    /// interface is opened through AF_XDP if it can be, else AF_PACKET.
     pub fn open(&self, mtu: Option<usize>) -> io::Result<Link> {
         Ok(match self {
             LinkName::Tap(n) => Link::Tap(Tap::open(n, mtu)?),
-            LinkName::Iface(n) => Link::Packet(Packet::open(n, mtu)?),
+            LinkName::Iface(n) => match Xdp::open(n, mtu) {
+                Ok(x) => Link::Xdp(x),
+                Err(e) => {
+                    let p = Packet::open(n, mtu)?;
+                    tracing::info!(iface = %n, "no AF_XDP ({e}); AF_PACKET instead");
+                    Link::Packet(p)
+                }
+            },
         })
     }
 }
@@ -39,9 +49,20 @@ impl fmt::Display for LinkName {
 pub enum Link {
     Tap(Tap),
     Packet(Packet),
+    Xdp(Xdp),
 }
 
 impl Link {
+    /// How frames reach the stack, for people reading logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Link::Tap(_) => "TAP",
+            Link::Packet(_) => "AF_PACKET",
+            Link::Xdp(x) if x.zero_copy() => "AF_XDP (zero copy)",
+            Link::Xdp(_) => "AF_XDP (copy mode)",
+        }
+    }
+
     /// The link's IP MTU.
     pub fn ip_mtu(&self) -> usize {
         self.capabilities().max_transmission_unit - 14
@@ -51,6 +72,7 @@ impl Link {
 pub enum RxToken<'a> {
     Tap(tap::RxToken<'a>),
     Packet(packet::RxToken<'a>),
+    Xdp(xdp::RxToken<'a>),
 }
 
 impl phy::RxToken for RxToken<'_> {
@@ -58,6 +80,27 @@ impl phy::RxToken for RxToken<'_> {
         match self {
             RxToken::Tap(t) => t.consume(f),
             RxToken::Packet(t) => t.consume(f),
+            RxToken::Xdp(t) => t.consume(f),
+        }
+    }
+}
+
+pub enum TxToken<'a> {
+    Vnet(vnet::TxToken<'a>),
+    Xdp(xdp::TxToken<'a>),
+}
+
+impl phy::TxToken for TxToken<'_> {
+    fn set_meta(&mut self, meta: phy::PacketMeta) {
+        if let TxToken::Vnet(t) = self {
+            t.set_meta(meta)
+        }
+    }
+
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        match self {
+            TxToken::Vnet(t) => t.consume(len, f),
+            TxToken::Xdp(t) => t.consume(len, f),
         }
     }
 }
@@ -68,15 +111,19 @@ impl Device for Link {
 
     fn receive(&mut self, now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
         match self {
-            Link::Tap(t) => t.receive(now).map(|(r, x)| (RxToken::Tap(r), x)),
-            Link::Packet(p) => p.receive(now).map(|(r, x)| (RxToken::Packet(r), x)),
+            Link::Tap(t) => t.receive(now).map(|(r, x)| (RxToken::Tap(r), TxToken::Vnet(x))),
+            Link::Packet(p) => {
+                p.receive(now).map(|(r, x)| (RxToken::Packet(r), TxToken::Vnet(x)))
+            }
+            Link::Xdp(d) => d.receive(now).map(|(r, x)| (RxToken::Xdp(r), TxToken::Xdp(x))),
         }
     }
 
     fn transmit(&mut self, now: Instant) -> Option<TxToken<'_>> {
         match self {
-            Link::Tap(t) => t.transmit(now),
-            Link::Packet(p) => p.transmit(now),
+            Link::Tap(t) => t.transmit(now).map(TxToken::Vnet),
+            Link::Packet(p) => p.transmit(now).map(TxToken::Vnet),
+            Link::Xdp(d) => d.transmit(now).map(TxToken::Xdp),
         }
     }
 
@@ -84,15 +131,23 @@ impl Device for Link {
         match self {
             Link::Tap(t) => t.capabilities(),
             Link::Packet(p) => p.capabilities(),
+            Link::Xdp(d) => d.capabilities(),
         }
     }
 }
 
 impl Medium for Link {
+    fn flush(&self) {
+        if let Link::Xdp(d) = self {
+            d.flush()
+        }
+    }
+
     fn waker(&self) -> std::task::Waker {
         match self {
             Link::Tap(t) => t.waker(),
             Link::Packet(p) => p.waker(),
+            Link::Xdp(d) => d.waker(),
         }
     }
 
@@ -100,6 +155,7 @@ impl Medium for Link {
         match self {
             Link::Tap(t) => t.wait(timeout),
             Link::Packet(p) => p.wait(timeout),
+            Link::Xdp(d) => d.wait(timeout),
         }
     }
 
@@ -107,6 +163,7 @@ impl Medium for Link {
         match self {
             Link::Tap(t) => t.wait_with(also, timeout),
             Link::Packet(p) => p.wait_with(also, timeout),
+            Link::Xdp(d) => d.wait_with(also, timeout),
         }
     }
 }

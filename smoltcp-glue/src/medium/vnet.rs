@@ -2,9 +2,11 @@
 //! (`PACKET_VNET_HDR`) put before each frame: how the kernel and we tell
 //! each other about checksums left to finish and segments left to cut.
 
-use crate::medium::{ETHERNET_HEADER, LARGEST_FRAME, LinkStats};
+use crate::medium::{
+    ETHERNET_HEADER, LARGEST_FRAME, LinkStats, pseudo_header_sum, tcp_ipv4_offsets,
+};
 use smoltcp::phy::{self, DeviceCapabilities};
-use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
+use smoltcp::wire::Ipv4Packet;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
@@ -105,16 +107,10 @@ pub(crate) fn offload(
     let Some((ip_at, tcp_at, payload_at)) = tcp_ipv4_offsets(frame) else {
         return frame.len() <= link;
     };
-    let ip = &frame[ip_at..];
-    let tcp_len = usize::from(u16::from_be_bytes([ip[2], ip[3]])) - (tcp_at - ip_at);
-    let mut sum = u32::from(u8::from(IpProtocol::Tcp)) + tcp_len as u32;
-    for word in ip[12..20].chunks_exact(2) {
-        sum += u32::from(u16::from_be_bytes([word[0], word[1]]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    frame[tcp_at + 16..tcp_at + 18].copy_from_slice(&(sum as u16).to_be_bytes());
+    let ip = Ipv4Packet::new_unchecked(&frame[ip_at..]);
+    let tcp_len = usize::from(ip.total_len()) - (tcp_at - ip_at);
+    let sum = pseudo_header_sum(ip.src_addr(), ip.dst_addr(), tcp_len);
+    frame[tcp_at + 16..tcp_at + 18].copy_from_slice(&sum.to_be_bytes());
     hdr[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
     hdr[6..8].copy_from_slice(&(tcp_at as u16).to_ne_bytes());
     hdr[8..10].copy_from_slice(&16u16.to_ne_bytes());
@@ -131,25 +127,10 @@ pub(crate) fn offload(
     true
 }
 
-/// Where the IP header, the TCP header and the payload of a TCP/IPv4
-/// frame start.
-fn tcp_ipv4_offsets(frame: &[u8]) -> Option<(usize, usize, usize)> {
-    let eth = EthernetFrame::new_checked(frame).ok()?;
-    if eth.ethertype() != EthernetProtocol::Ipv4 {
-        return None;
-    }
-    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
-    if ip.next_header() != IpProtocol::Tcp {
-        return None;
-    }
-    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
-    let tcp_at = ETHERNET_HEADER + usize::from(ip.header_len());
-    Some((ETHERNET_HEADER, tcp_at, tcp_at + usize::from(tcp.header_len())))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use smoltcp::wire::TcpPacket;
 
     /// An Ethernet frame with a TCP/IPv4 segment of `payload` bytes.
     fn segment(payload: usize) -> Vec<u8> {
@@ -215,6 +196,25 @@ mod tests {
         assert_eq!(u16::from_ne_bytes([hdr[4], hdr[5]]), 1460);
         complete(&hdr, &mut large);
         assert!(verifies(&large));
+    }
+
+    /// What AF_XDP receives from a sender on this host: a segment whose
+    /// checksum was left partial. It is finished (there is nothing to check
+    /// it against, as there is not in the kernel); a full one passes as it
+    /// is, and is refused once damaged.
+    #[test]
+    fn a_partial_checksum_is_finished_on_receipt_and_a_bad_one_refused() {
+        let mut hdr = [0u8; VNET_HDR];
+        let mut frame = segment(1000);
+        assert!(offload(&mut hdr, &mut frame, 1514, None));
+        assert!(!verifies(&frame));
+        assert!(crate::medium::tcp_checksum_finished(&mut frame));
+        assert!(verifies(&frame), "finished");
+        let full = frame.clone();
+        assert!(crate::medium::tcp_checksum_finished(&mut frame));
+        assert_eq!(frame, full, "a full checksum is left alone");
+        frame[100] ^= 1;
+        assert!(!crate::medium::tcp_checksum_finished(&mut frame));
     }
 
     #[test]

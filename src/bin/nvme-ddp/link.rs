@@ -85,6 +85,7 @@ impl LinkArgs {
         let Some(name) = self.name() else { return Ok(None) };
         let link = name.open(self.mtu).with_context(|| format!("opening {name}"))?;
         let mtu = link.ip_mtu();
+        tracing::info!(%name, via = link.kind(), mtu, "link open");
         let offload = self.offload.unwrap_or(Caps::ALL);
         let (dev, nic) =
             userspace::chain(link, Profile::default(), seed, self.pcap.as_deref(), offload)?;

@@ -1,0 +1,692 @@
+//! Any Linux network interface through an AF_XDP socket: frames go between
+//! the driver and the stack through rings in memory we share with the
+//! kernel (the UMEM), skipping the kernel's network stack, and with a
+//! driver that supports it, without a copy.
+//!
+//! An XDP program on the interface hands every frame of receive queue 0 to
+//! the socket. It is six instructions, loaded with the `bpf` system call
+//! and attached in the driver (native XDP) through a BPF link, so closing
+//! the medium detaches it. The interface then belongs to the stack: the
+//! kernel sees none of its frames.
+//!
+//! Where this does not work, [`Xdp::open`] fails with the reason and the
+//! caller falls back to AF_PACKET: a kernel or driver without native XDP,
+//! more than one receive queue (only queue 0 is bound), or frames larger
+//! than a UMEM chunk (an IP MTU above 3,826 bytes; a veth refuses XDP above
+//! about 3,500). No checksum or segmentation offload crosses AF_XDP: the
+//! stack (or the software NIC below it) computes every checksum and sends
+//! segments that fit the link, and the medium verifies every received TCP
+//! checksum, finishing those a sender on this host left partial.
+//! Needs CAP_NET_ADMIN and CAP_BPF (root).
+
+use crate::medium::sleep::FdSleep;
+use crate::medium::{
+    ETHERNET_HEADER, LinkStats, interface_mtu, interface_up, tcp_checksum_finished,
+};
+use crate::{Medium, WireEnd};
+use smoltcp::phy::{self, Device, DeviceCapabilities};
+use smoltcp::time::{Duration, Instant};
+use std::cell::Cell;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Bytes in one UMEM chunk: one frame each.
+const CHUNK: usize = 4096;
+/// Room the kernel keeps before a received frame in its chunk.
+const XDP_PACKET_HEADROOM: usize = 256;
+/// Chunks for receiving, and as many for sending; every ring holds this
+/// many entries, so none can overflow.
+const FRAMES: usize = 2048;
+/// Frames queued to send before the kernel is told.
+const KICK_BATCH: u32 = 64;
+
+// The bpf(2) commands, program and map types and attach flags we use
+// (linux/bpf.h, linux/if_link.h).
+const BPF_MAP_CREATE: libc::c_int = 0;
+const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
+const BPF_PROG_LOAD: libc::c_int = 5;
+const BPF_LINK_CREATE: libc::c_int = 28;
+const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+const BPF_PROG_TYPE_XDP: u32 = 6;
+const BPF_XDP: u32 = 37;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+const BPF_PSEUDO_MAP_FD: u8 = 1;
+const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+const XDP_PASS: i32 = 2;
+
+/// An interface opened through AF_XDP in the current network namespace.
+pub struct Xdp {
+    name: String,
+    zero_copy: bool,
+    /// Largest frame, Ethernet header included.
+    mtu: usize,
+    rx: RxSide,
+    tx: TxSide,
+    sleep: FdSleep,
+    // Dropped in this order: the program leaves the interface first.
+    _link: OwnedFd,
+    sock: OwnedFd,
+    _map: OwnedFd,
+    _prog: OwnedFd,
+    _umem: Mapping,
+}
+
+/// A shared memory mapping, unmapped on drop.
+struct Mapping {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping belongs to its medium alone; the kernel's side of it
+// is handed over through the rings' producer and consumer words.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    fn new(fd: Option<RawFd>, len: usize, offset: u64) -> io::Result<Self> {
+        let (flags, fd) = match fd {
+            Some(fd) => (libc::MAP_SHARED | libc::MAP_POPULATE, fd),
+            None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1),
+        };
+        // SAFETY: a fresh mapping at an address of the kernel's choosing.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd,
+                offset as libc::off_t,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self { base: base.cast(), len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping we made, of this length.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// One of the four rings: a power-of-two array of `T` with a producer and
+/// a consumer index, one of them ours.
+struct Ring<T> {
+    _map: Mapping,
+    producer: *const AtomicU32,
+    consumer: *const AtomicU32,
+    flags: *const AtomicU32,
+    desc: *mut T,
+    /// Our copy of the index we own, and of the kernel's as last read.
+    ours: u32,
+    theirs: u32,
+}
+
+// SAFETY: as for `Mapping`.
+unsafe impl<T> Send for Ring<T> {}
+
+impl<T: Copy> Ring<T> {
+    fn map(fd: RawFd, off: &libc::xdp_ring_offset, pgoff: u64) -> io::Result<Self> {
+        let len = off.desc as usize + FRAMES * size_of::<T>();
+        let map = Mapping::new(Some(fd), len, pgoff)?;
+        // SAFETY: the offsets the kernel gave for this ring lie inside it.
+        let (producer, consumer, flags, desc) = unsafe {
+            (
+                map.base.add(off.producer as usize).cast::<AtomicU32>(),
+                map.base.add(off.consumer as usize).cast::<AtomicU32>(),
+                map.base.add(off.flags as usize).cast::<AtomicU32>(),
+                map.base.add(off.desc as usize).cast::<T>(),
+            )
+        };
+        Ok(Self { _map: map, producer, consumer, flags, desc, ours: 0, theirs: 0 })
+    }
+
+    fn word(&self, p: *const AtomicU32) -> &AtomicU32 {
+        // SAFETY: `p` points into `self.map`, which lives as long as `self`.
+        unsafe { &*p }
+    }
+
+    fn slot(&self, i: u32) -> *mut T {
+        // SAFETY: masked to the ring's `FRAMES` entries.
+        unsafe { self.desc.add(i as usize & (FRAMES - 1)) }
+    }
+
+    fn needs_wakeup(&self) -> bool {
+        self.word(self.flags).load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
+    }
+
+    /// As the consumer: the next entry, if the kernel has produced one.
+    fn peek(&mut self) -> Option<T> {
+        if self.ours == self.theirs {
+            self.theirs = self.word(self.producer).load(Ordering::Acquire);
+            if self.ours == self.theirs {
+                return None;
+            }
+        }
+        // SAFETY: an entry the kernel produced (acquire above).
+        Some(unsafe { self.slot(self.ours).read() })
+    }
+
+    /// As the consumer: hand the entry `peek` returned back.
+    fn release(&mut self) {
+        self.ours = self.ours.wrapping_add(1);
+        let ours = self.ours;
+        self.word(self.consumer).store(ours, Ordering::Release);
+    }
+
+    /// As the producer: queue `entry`. The rings hold every frame there is,
+    /// so there is always room.
+    fn push(&mut self, entry: T) {
+        // SAFETY: an entry the kernel has consumed or never had.
+        unsafe { self.slot(self.ours).write(entry) };
+        self.ours = self.ours.wrapping_add(1);
+        let ours = self.ours;
+        self.word(self.producer).store(ours, Ordering::Release);
+    }
+}
+
+/// The receive ring and the fill ring that gives the kernel chunks to
+/// receive into.
+struct RxSide {
+    rx: Ring<libc::xdp_desc>,
+    fill: Ring<u64>,
+    umem: *mut u8,
+    fd: RawFd,
+    frames: u64,
+    dropped: u64,
+}
+
+// SAFETY: `umem` points into the medium's own mapping.
+unsafe impl Send for RxSide {}
+
+impl RxSide {
+    /// Done with the frame `peek` returned: its chunk may receive again.
+    fn give_back(&mut self, chunk: u64) {
+        self.rx.release();
+        self.fill.push(chunk);
+    }
+
+    /// With nothing received, wake a driver that waits to be told about
+    /// chunks to receive into (zero-copy drivers may).
+    fn wake_driver(&self) {
+        if self.fill.needs_wakeup() {
+            // SAFETY: an empty non-blocking receive on our socket.
+            unsafe {
+                libc::recvfrom(
+                    self.fd,
+                    std::ptr::null_mut(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+        }
+    }
+}
+
+/// The transmit ring, the completion ring that returns sent chunks, and the
+/// chunks free to send from.
+struct TxSide {
+    tx: Ring<libc::xdp_desc>,
+    completion: Ring<u64>,
+    free: Vec<u64>,
+    umem: *mut u8,
+    fd: RawFd,
+    /// Frames queued since the kernel was last told.
+    pending: Cell<u32>,
+    /// Where a frame with no chunk to go in is written, and dropped.
+    scratch: Vec<u8>,
+    frames: u64,
+    dropped: u64,
+}
+
+// SAFETY: as for `RxSide`.
+unsafe impl Send for TxSide {}
+
+impl TxSide {
+    /// Take back the chunks the kernel has sent.
+    fn reclaim(&mut self) {
+        while let Some(addr) = self.completion.peek() {
+            self.free.push(addr);
+            self.completion.release();
+        }
+    }
+
+    /// Tell the kernel about the frames queued (copy mode sends only then).
+    fn kick(&self) {
+        if self.pending.replace(0) == 0 {
+            return;
+        }
+        if self.tx.needs_wakeup() {
+            // SAFETY: an empty non-blocking send on our socket; EAGAIN and
+            // EBUSY mean the kernel is still sending, and it goes on.
+            unsafe {
+                libc::sendto(self.fd, std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0)
+            };
+        }
+    }
+
+    /// A chunk to send from, asking the kernel for sent ones if none is
+    /// free.
+    fn chunk(&mut self) -> Option<u64> {
+        if self.free.is_empty() {
+            self.reclaim();
+            if self.free.is_empty() {
+                self.kick();
+                self.reclaim();
+            }
+        }
+        self.free.pop()
+    }
+}
+
+fn bpf<T>(cmd: libc::c_int, attr: &mut T) -> io::Result<libc::c_long> {
+    // SAFETY: `attr` is the union member `cmd` reads, zero-padded, of the
+    // size we pass.
+    let r = unsafe {
+        libc::syscall(libc::SYS_bpf, cmd, attr as *mut T, size_of::<T>() as libc::c_uint)
+    };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r) }
+}
+
+fn owned(fd: libc::c_long) -> OwnedFd {
+    // SAFETY: a descriptor the kernel just returned to us alone.
+    unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
+}
+
+fn setsockopt<T>(fd: RawFd, opt: libc::c_int, val: &T) -> io::Result<()> {
+    // SAFETY: `val` is a live value of the size we pass.
+    let r = unsafe {
+        libc::setsockopt(fd, libc::SOL_XDP, opt, (val as *const T).cast(), size_of::<T>() as u32)
+    };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Read option `opt`, a plain C struct the kernel fills.
+fn getsockopt<T>(fd: RawFd, opt: libc::c_int) -> io::Result<T> {
+    // SAFETY: the options read here are plain integers, valid all zero.
+    let mut val: T = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<T>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `val`.
+    let r =
+        unsafe { libc::getsockopt(fd, libc::SOL_XDP, opt, (&mut val as *mut T).cast(), &mut len) };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(val) }
+}
+
+fn context(what: &str) -> impl FnOnce(io::Error) -> io::Error + '_ {
+    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// The program: `return bpf_redirect_map(&map, ctx->rx_queue_index,
+/// XDP_PASS)`, which hands a frame to the socket of its receive queue and
+/// any frame of a queue without one to the kernel.
+fn program(map: RawFd) -> [u64; 6] {
+    let insn = |code: u8, dst: u8, src: u8, off: i16, imm: i32| {
+        u64::from(code)
+            | u64::from(dst | src << 4) << 8
+            | u64::from(off as u16) << 16
+            | u64::from(imm as u32) << 32
+    };
+    [
+        insn(0x61, 2, 1, 16, 0),                     // r2 = *(u32 *)(r1 + 16)
+        insn(0x18, 1, BPF_PSEUDO_MAP_FD, 0, map),    // r1 = map (two slots)
+        0,                                           //
+        insn(0xb7, 3, 0, 0, XDP_PASS),               // r3 = XDP_PASS
+        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),  // call bpf_redirect_map
+        insn(0x95, 0, 0, 0, 0),                      // exit
+    ]
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MapCreate {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+}
+
+#[repr(C)]
+struct MapUpdate {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoad {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+
+#[repr(C)]
+struct LinkCreate {
+    prog_fd: u32,
+    target_ifindex: u32,
+    attach_type: u32,
+    flags: u32,
+}
+
+/// Receive queues of interface `name` the kernel has set up.
+fn rx_queues(name: &str) -> io::Result<usize> {
+    let dir = std::fs::read_dir(format!("/sys/class/net/{name}/queues"))?;
+    Ok(dir.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count())
+}
+
+impl Xdp {
+    /// Attach to interface `name`. `mtu` is the IP MTU; without it, the
+    /// interface's is used. Fails, with the reason, where the interface,
+    /// its driver or the kernel cannot do it.
+    pub fn open(name: &str, mtu: Option<usize>) -> io::Result<Self> {
+        let c_name = CString::new(name)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"))?;
+        // SAFETY: a NUL-terminated name.
+        let ifindex = unsafe { libc::if_nametoindex(c_name.as_ptr()) };
+        if ifindex == 0 {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("no interface {name}")));
+        }
+        if !interface_up(name)? {
+            return Err(io::Error::other(format!(
+                "interface {name} is down (ip link set {name} up)"
+            )));
+        }
+        let frame = mtu.map_or_else(|| interface_mtu(name), Ok)? + ETHERNET_HEADER;
+        if frame > CHUNK - XDP_PACKET_HEADROOM {
+            return Err(io::Error::other(format!(
+                "{frame}-byte frames do not fit a {CHUNK}-byte UMEM chunk"
+            )));
+        }
+        let queues = rx_queues(name).map_err(context("counting receive queues"))?;
+        if queues != 1 {
+            return Err(io::Error::other(format!(
+                "{queues} receive queues; AF_XDP binds queue 0 only (ethtool -L {name} combined 1)"
+            )));
+        }
+
+        // SAFETY: socket returns a new descriptor or -1.
+        let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(context("AF_XDP socket")(io::Error::last_os_error()));
+        }
+        let sock = owned(fd.into());
+        let umem = Mapping::new(None, 2 * FRAMES * CHUNK, 0).map_err(context("UMEM"))?;
+        let reg = libc::xdp_umem_reg {
+            addr: umem.base as u64,
+            len: umem.len as u64,
+            chunk_size: CHUNK as u32,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        setsockopt(fd, libc::XDP_UMEM_REG, &reg).map_err(context("registering the UMEM"))?;
+        for opt in
+            [libc::XDP_UMEM_FILL_RING, libc::XDP_UMEM_COMPLETION_RING, libc::XDP_RX_RING, libc::XDP_TX_RING]
+        {
+            setsockopt(fd, opt, &(FRAMES as u32)).map_err(context("ring sizes"))?;
+        }
+        let off: libc::xdp_mmap_offsets =
+            getsockopt(fd, libc::XDP_MMAP_OFFSETS).map_err(context("ring offsets"))?;
+        let rx = Ring::map(fd, &off.rx, libc::XDP_PGOFF_RX_RING as u64)?;
+        let tx = Ring::map(fd, &off.tx, libc::XDP_PGOFF_TX_RING as u64)?;
+        let mut fill = Ring::map(fd, &off.fr, libc::XDP_UMEM_PGOFF_FILL_RING)?;
+        let completion = Ring::map(fd, &off.cr, libc::XDP_UMEM_PGOFF_COMPLETION_RING)?;
+        // The first half of the chunks receive, the second half send.
+        for i in 0..FRAMES {
+            fill.push((i * CHUNK) as u64);
+        }
+
+        // The program and the map it sends frames through.
+        let mut create = MapCreate {
+            map_type: BPF_MAP_TYPE_XSKMAP,
+            key_size: 4,
+            value_size: 4,
+            max_entries: 1,
+        };
+        let map = owned(bpf(BPF_MAP_CREATE, &mut create).map_err(context("XSKMAP"))?);
+        let insns = program(map.as_raw_fd());
+        let license = c"GPL";
+        let mut load = ProgLoad {
+            prog_type: BPF_PROG_TYPE_XDP,
+            insn_cnt: insns.len() as u32,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            expected_attach_type: BPF_XDP,
+            ..ProgLoad::default()
+        };
+        load.prog_name[..8].copy_from_slice(b"nvme_ddp");
+        let prog = owned(bpf(BPF_PROG_LOAD, &mut load).map_err(context("loading the XDP program"))?);
+        let mut link = LinkCreate {
+            prog_fd: prog.as_raw_fd() as u32,
+            target_ifindex: ifindex,
+            attach_type: BPF_XDP,
+            flags: XDP_FLAGS_DRV_MODE,
+        };
+        let link = owned(
+            bpf(BPF_LINK_CREATE, &mut link)
+                .map_err(context(&format!("native XDP on {name} (its driver may lack it)")))?,
+        );
+
+        let addr = libc::sockaddr_xdp {
+            sxdp_family: libc::AF_XDP as u16,
+            sxdp_flags: libc::XDP_USE_NEED_WAKEUP,
+            sxdp_ifindex: ifindex,
+            sxdp_queue_id: 0,
+            sxdp_shared_umem_fd: 0,
+        };
+        // A socket closed on this queue a moment ago holds it until the
+        // kernel's deferred release runs: wait for that, a second at most.
+        let mut tries = 0;
+        loop {
+            // SAFETY: `addr` is a sockaddr_xdp of the length we pass.
+            let r = unsafe {
+                libc::bind(
+                    fd,
+                    (&addr as *const libc::sockaddr_xdp).cast(),
+                    size_of::<libc::sockaddr_xdp>() as u32,
+                )
+            };
+            if r == 0 {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EBUSY) || tries == 100 {
+                return Err(context(&format!("binding to {name} queue 0"))(e));
+            }
+            tries += 1;
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let zero_copy = getsockopt::<libc::xdp_options>(fd, libc::XDP_OPTIONS)
+            .is_ok_and(|o| o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0);
+        let (key, value) = (0u32, fd as u32);
+        let mut update = MapUpdate {
+            map_fd: map.as_raw_fd() as u32,
+            _pad: 0,
+            key: &key as *const u32 as u64,
+            value: &value as *const u32 as u64,
+            flags: 0,
+        };
+        bpf(BPF_MAP_UPDATE_ELEM, &mut update).map_err(context("adding the socket to the map"))?;
+
+        let base = umem.base;
+        Ok(Self {
+            name: name.into(),
+            zero_copy,
+            mtu: frame,
+            rx: RxSide { rx, fill, umem: base, fd, frames: 0, dropped: 0 },
+            tx: TxSide {
+                tx,
+                completion,
+                free: (FRAMES..2 * FRAMES).rev().map(|i| (i * CHUNK) as u64).collect(),
+                umem: base,
+                fd,
+                pending: Cell::new(0),
+                scratch: vec![0; CHUNK],
+                frames: 0,
+                dropped: 0,
+            },
+            sleep: FdSleep::new()?,
+            _link: link,
+            sock,
+            _map: map,
+            _prog: prog,
+            _umem: umem,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the driver places frames in the UMEM itself (no copy).
+    pub fn zero_copy(&self) -> bool {
+        self.zero_copy
+    }
+
+    pub fn stats(&self) -> LinkStats {
+        LinkStats {
+            rx_frames: self.rx.frames,
+            rx_dropped: self.rx.dropped,
+            tx_frames: self.tx.frames,
+            tx_dropped: self.tx.dropped,
+        }
+    }
+
+    fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+}
+
+/// A received frame, read in its chunk; the chunk goes back to the fill
+/// ring when the token drops.
+pub struct RxToken<'a> {
+    frame: &'a [u8],
+    chunk: u64,
+    side: &'a mut RxSide,
+}
+
+impl Drop for RxToken<'_> {
+    fn drop(&mut self) {
+        self.side.give_back(self.chunk);
+    }
+}
+
+impl phy::RxToken for RxToken<'_> {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(self.frame)
+    }
+}
+
+/// A frame to send, written straight into a UMEM chunk.
+pub struct TxToken<'a> {
+    side: &'a mut TxSide,
+    mtu: usize,
+}
+
+impl phy::TxToken for TxToken<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let side = self.side;
+        let chunk = if len <= self.mtu { side.chunk() } else { None };
+        let Some(chunk) = chunk else {
+            side.dropped += 1;
+            side.scratch.resize(len.max(side.scratch.len()), 0);
+            return f(&mut side.scratch[..len]);
+        };
+        // SAFETY: a free chunk of the UMEM, ours until the completion ring
+        // returns it; `len` fits it.
+        let buf = unsafe { std::slice::from_raw_parts_mut(side.umem.add(chunk as usize), len) };
+        let r = f(buf);
+        side.tx.push(libc::xdp_desc { addr: chunk, len: len as u32, options: 0 });
+        side.frames += 1;
+        side.pending.set(side.pending.get() + 1);
+        if side.pending.get() >= KICK_BATCH {
+            side.kick();
+        }
+        r
+    }
+}
+
+impl Device for Xdp {
+    type RxToken<'a> = RxToken<'a>;
+    type TxToken<'a> = TxToken<'a>;
+
+    fn receive(&mut self, _now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
+        let rx = &mut self.rx;
+        loop {
+            let Some(desc) = rx.rx.peek() else {
+                rx.wake_driver();
+                return None;
+            };
+            let chunk = desc.addr & !(CHUNK as u64 - 1);
+            // SAFETY: the kernel wrote this frame into a receive chunk and
+            // handed it over; it stays ours until it goes back to the fill
+            // ring.
+            let frame = unsafe {
+                std::slice::from_raw_parts_mut(rx.umem.add(desc.addr as usize), desc.len as usize)
+            };
+            if !tcp_checksum_finished(frame) {
+                rx.dropped += 1;
+                rx.give_back(chunk);
+                continue;
+            }
+            rx.frames += 1;
+            let tx = TxToken { side: &mut self.tx, mtu: self.mtu };
+            return Some((RxToken { frame, chunk, side: rx }, tx));
+        }
+    }
+
+    fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
+        if self.tx.free.is_empty() {
+            self.tx.chunk().map(|c| self.tx.free.push(c))?;
+        }
+        Some(TxToken { side: &mut self.tx, mtu: self.mtu })
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = phy::Medium::Ethernet;
+        caps.max_transmission_unit = self.mtu;
+        // Received checksums are checked (or finished) here; sent ones are
+        // the stack's.
+        caps.checksum.tcp = phy::Checksum::Tx;
+        caps
+    }
+}
+
+impl Medium for Xdp {
+    fn flush(&self) {
+        self.tx.kick()
+    }
+
+    fn waker(&self) -> std::task::Waker {
+        self.sleep.waker()
+    }
+
+    fn wait(&self, timeout: Option<Duration>) {
+        self.tx.kick();
+        self.sleep.sleep(self.fd(), timeout)
+    }
+
+    fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>) {
+        self.tx.kick();
+        self.sleep.sleep_with(self.fd(), also, timeout)
+    }
+}
