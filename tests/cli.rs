@@ -195,6 +195,11 @@ fn bad_numbers_and_names_fail_before_any_work() {
         "cannot be used with",
     );
     refused(&["bench", "--iface", "lo"], "--iface takes HOSTIF,CTRLIF");
+    refused(&["bench", "--iface", "lo,lo", "--via", "dpdk"], "--via takes auto, xdp or packet");
+    refused(&["host", "--connect", p, "--via", "xdp", "identify"], "required arguments");
+    // AF_XDP asked for where it cannot be had says why, before any traffic.
+    let lo = ["--iface", "lo", "--via", "xdp", "--ip", "198.18.0.3/24", "identify"];
+    refused(&[&["host", "--connect", p][..], &lo].concat(), "do not fit a 4096-byte UMEM chunk");
     refused(&["bench", "--busy-poll", "0"], "give microseconds, 1..=1000000");
     refused(&["host", "--connect", p, "--busy-poll", "50", "identify"], "required arguments");
     // The matrix would run for minutes before finding out.

@@ -247,8 +247,7 @@ fn segments_beyond_the_mtu(v: &serde_json::Value) {
 fn net_up(tag: &str, mtu: &str) -> Netns {
     let exe = env!("CARGO_BIN_EXE_nvme-ddp");
     let ns = format!("nvmeddp-{tag}{}", std::process::id());
-    let up =
-        Command::new(exe).args(["net", "up", "--netns", &ns, "--mtu", mtu]).output().unwrap();
+    let up = Command::new(exe).args(["net", "up", "--netns", &ns, "--mtu", mtu]).output().unwrap();
     assert!(up.status.success(), "net up: {}", String::from_utf8_lossy(&up.stderr));
     Netns(ns)
 }

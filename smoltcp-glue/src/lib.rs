@@ -14,7 +14,7 @@ pub mod stack;
 
 pub use impair::{ImpairStats, Impairments, Profile};
 pub use medium::LinkStats;
-pub use medium::link::{Link, LinkName};
+pub use medium::link::{Link, LinkName, Via};
 pub use medium::packet::Packet;
 pub use medium::tap::Tap;
 pub use medium::wire::{VirtualWire, WireEnd, WireStats};

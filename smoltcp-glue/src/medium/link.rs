@@ -16,7 +16,17 @@ use std::io;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkName {
     Tap(String),
-    Iface(String),
+    Iface(String, Via),
+}
+
+/// How an interface that is not a TAP is reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Via {
+    /// AF_XDP where the interface takes it, else AF_PACKET.
+    #[default]
+    Auto,
+    Xdp,
+    Packet,
 }
 
 impl LinkName {
@@ -25,7 +35,9 @@ impl LinkName {
     pub fn open(&self, mtu: Option<usize>) -> io::Result<Link> {
         Ok(match self {
             LinkName::Tap(n) => Link::Tap(Tap::open(n, mtu)?),
-            LinkName::Iface(n) => match Xdp::open(n, mtu) {
+            LinkName::Iface(n, Via::Xdp) => Link::Xdp(Xdp::open(n, mtu)?),
+            LinkName::Iface(n, Via::Packet) => Link::Packet(Packet::open(n, mtu)?),
+            LinkName::Iface(n, Via::Auto) => match Xdp::open(n, mtu) {
                 Ok(x) => Link::Xdp(x),
                 Err(e) => {
                     let p = Packet::open(n, mtu)?;
@@ -41,7 +53,7 @@ impl fmt::Display for LinkName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LinkName::Tap(n) => write!(f, "tap {n}"),
-            LinkName::Iface(n) => write!(f, "iface {n}"),
+            LinkName::Iface(n, _) => write!(f, "iface {n}"),
         }
     }
 }
@@ -112,9 +124,7 @@ impl Device for Link {
     fn receive(&mut self, now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
         match self {
             Link::Tap(t) => t.receive(now).map(|(r, x)| (RxToken::Tap(r), TxToken::Vnet(x))),
-            Link::Packet(p) => {
-                p.receive(now).map(|(r, x)| (RxToken::Packet(r), TxToken::Vnet(x)))
-            }
+            Link::Packet(p) => p.receive(now).map(|(r, x)| (RxToken::Packet(r), TxToken::Vnet(x))),
             Link::Xdp(d) => d.receive(now).map(|(r, x)| (RxToken::Xdp(r), TxToken::Xdp(x))),
         }
     }

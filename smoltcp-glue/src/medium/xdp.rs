@@ -334,12 +334,12 @@ fn program(map: RawFd) -> [u64; 6] {
             | u64::from(imm as u32) << 32
     };
     [
-        insn(0x61, 2, 1, 16, 0),                     // r2 = *(u32 *)(r1 + 16)
-        insn(0x18, 1, BPF_PSEUDO_MAP_FD, 0, map),    // r1 = map (two slots)
-        0,                                           //
-        insn(0xb7, 3, 0, 0, XDP_PASS),               // r3 = XDP_PASS
-        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),  // call bpf_redirect_map
-        insn(0x95, 0, 0, 0, 0),                      // exit
+        insn(0x61, 2, 1, 16, 0),                    // r2 = *(u32 *)(r1 + 16)
+        insn(0x18, 1, BPF_PSEUDO_MAP_FD, 0, map),   // r1 = map (two slots)
+        0,                                          //
+        insn(0xb7, 3, 0, 0, XDP_PASS),              // r3 = XDP_PASS
+        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // call bpf_redirect_map
+        insn(0x95, 0, 0, 0, 0),                     // exit
     ]
 }
 
@@ -438,9 +438,12 @@ impl Xdp {
             tx_metadata_len: 0,
         };
         setsockopt(fd, libc::XDP_UMEM_REG, &reg).map_err(context("registering the UMEM"))?;
-        for opt in
-            [libc::XDP_UMEM_FILL_RING, libc::XDP_UMEM_COMPLETION_RING, libc::XDP_RX_RING, libc::XDP_TX_RING]
-        {
+        for opt in [
+            libc::XDP_UMEM_FILL_RING,
+            libc::XDP_UMEM_COMPLETION_RING,
+            libc::XDP_RX_RING,
+            libc::XDP_TX_RING,
+        ] {
             setsockopt(fd, opt, &(FRAMES as u32)).map_err(context("ring sizes"))?;
         }
         let off: libc::xdp_mmap_offsets =
@@ -455,12 +458,8 @@ impl Xdp {
         }
 
         // The program and the map it sends frames through.
-        let mut create = MapCreate {
-            map_type: BPF_MAP_TYPE_XSKMAP,
-            key_size: 4,
-            value_size: 4,
-            max_entries: 1,
-        };
+        let mut create =
+            MapCreate { map_type: BPF_MAP_TYPE_XSKMAP, key_size: 4, value_size: 4, max_entries: 1 };
         let map = owned(bpf(BPF_MAP_CREATE, &mut create).map_err(context("XSKMAP"))?);
         let insns = program(map.as_raw_fd());
         let license = c"GPL";
@@ -473,7 +472,8 @@ impl Xdp {
             ..ProgLoad::default()
         };
         load.prog_name[..8].copy_from_slice(b"nvme_ddp");
-        let prog = owned(bpf(BPF_PROG_LOAD, &mut load).map_err(context("loading the XDP program"))?);
+        let prog =
+            owned(bpf(BPF_PROG_LOAD, &mut load).map_err(context("loading the XDP program"))?);
         let mut link = LinkCreate {
             prog_fd: prog.as_raw_fd() as u32,
             target_ifindex: ifindex,

@@ -2,6 +2,7 @@
 
 use nvme_ddp::size::parse_size;
 use nvme_ddp::workload::Rw;
+use smoltcp_glue::Via;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -115,6 +116,16 @@ pub(crate) fn existing_iface(name: &str) -> Result<String, String> {
         Err(format!(
             "no network interface {name:?} here (`nvme-ddp net up` makes tap0, tap1, veth0 and veth1; run inside its namespace)"
         ))
+    }
+}
+
+/// `--via`: how an interface is reached.
+pub(crate) fn parse_via(s: &str) -> Result<Via, String> {
+    match s {
+        "auto" => Ok(Via::Auto),
+        "xdp" => Ok(Via::Xdp),
+        "packet" => Ok(Via::Packet),
+        _ => Err(format!("{s:?}: --via takes auto, xdp or packet")),
     }
 }
 

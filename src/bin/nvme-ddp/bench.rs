@@ -6,14 +6,14 @@ use nvme_ddp::size::{format_size, parse_size};
 use nvme_ddp::transport::Transport;
 use nvme_ddp::workload::Rw;
 use nvme_ddp::{bench, plot};
-use smoltcp_glue::LinkName;
+use smoltcp_glue::{LinkName, Via};
 use std::path::PathBuf;
 use std::time::Duration;
 use ulp_ddp::Caps;
 
 use crate::args::{
     List, existing_iface, list, on_off, parse_busy_poll, parse_on_off, parse_qd, parse_queues,
-    parse_rw,
+    parse_rw, parse_via,
 };
 use crate::progress::interrupt_flag;
 use std::io::Write;
@@ -68,10 +68,14 @@ pub(crate) struct BenchArgs {
     /// `net up`, inside the namespace) instead of the in-process wire.
     #[arg(long, value_parser = parse_tap_pair, conflicts_with = "iface")]
     tap: Option<(String, String)>,
-    /// Run over two interfaces through AF_PACKET, HOSTIF,CTRLIF (e.g.
-    /// veth1,veth0 after `net up`, inside the namespace).
+    /// Run over two interfaces, HOSTIF,CTRLIF (e.g. veth1,veth0 after
+    /// `net up`, inside the namespace), through AF_XDP or AF_PACKET (see
+    /// --via).
     #[arg(long, value_parser = parse_iface_pair)]
     iface: Option<(String, String)>,
+    /// How --iface reaches the interfaces: auto, xdp or packet.
+    #[arg(long, requires = "iface", value_parser = parse_via)]
+    via: Option<Via>,
     /// On threads (and over TAPs or interfaces), keep polling this many
     /// microseconds after the last progress before sleeping.
     #[arg(long, value_name = "USECS", value_parser = parse_busy_poll)]
@@ -91,7 +95,10 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     let d = bench::BenchOptions::default();
     let link = match (a.tap.clone(), a.iface.clone()) {
         (Some((h, c)), _) => Some((LinkName::Tap(h), LinkName::Tap(c))),
-        (_, Some((h, c))) => Some((LinkName::Iface(h), LinkName::Iface(c))),
+        (_, Some((h, c))) => {
+            let via = a.via.unwrap_or_default();
+            Some((LinkName::Iface(h, via), LinkName::Iface(c, via)))
+        }
         _ => None,
     };
     // Fail on a path that cannot be written before the matrix runs, not after.

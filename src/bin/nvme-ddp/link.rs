@@ -5,12 +5,12 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use nvme_ddp::userspace;
-use smoltcp_glue::{Link, LinkName, Profile, StackConfig};
+use smoltcp_glue::{Link, LinkName, Profile, StackConfig, Via};
 use std::path::PathBuf;
 use std::sync::Arc;
 use ulp_ddp::{Caps, DdpDevice};
 
-use crate::args::{existing_iface, parse_busy_poll, parse_threshold};
+use crate::args::{existing_iface, parse_busy_poll, parse_threshold, parse_via};
 
 /// A user-space (smoltcp) transport on a TAP device or another interface
 /// instead of kernel TCP.
@@ -19,10 +19,16 @@ pub(crate) struct LinkArgs {
     /// Run over smoltcp on this TAP device (inside its network namespace).
     #[arg(long, group = "link", requires = "ip", global = true, value_parser = existing_iface)]
     pub(crate) tap: Option<String>,
-    /// Run over smoltcp on this network interface through AF_PACKET (a NIC
-    /// or a veth end with no address of its own; GRO and LRO off).
+    /// Run over smoltcp on this network interface (a NIC or a veth end
+    /// with no address of its own; GRO and LRO off), through AF_XDP where
+    /// it can be, else AF_PACKET (see --via).
     #[arg(long, group = "link", requires = "ip", global = true, value_parser = existing_iface)]
     pub(crate) iface: Option<String>,
+    /// How --iface reaches the interface: auto (AF_XDP where the driver
+    /// runs native XDP on one receive queue and frames fit 4 KiB, else
+    /// AF_PACKET), xdp or packet (that one, or an error saying why not).
+    #[arg(long, requires = "iface", global = true, value_parser = parse_via)]
+    pub(crate) via: Option<Via>,
     /// Our address on the interface, e.g. 198.18.0.2/24.
     #[arg(long, requires = "link", global = true)]
     pub(crate) ip: Option<String>,
@@ -75,7 +81,7 @@ impl LinkArgs {
     pub(crate) fn name(&self) -> Option<LinkName> {
         match (&self.tap, &self.iface) {
             (Some(t), _) => Some(LinkName::Tap(t.clone())),
-            (_, Some(i)) => Some(LinkName::Iface(i.clone())),
+            (_, Some(i)) => Some(LinkName::Iface(i.clone(), self.via.unwrap_or_default())),
             _ => None,
         }
     }
