@@ -35,10 +35,10 @@ impl LinkName {
     pub fn open(&self, mtu: Option<usize>) -> io::Result<Link> {
         Ok(match self {
             LinkName::Tap(n) => Link::Tap(Tap::open(n, mtu)?),
-            LinkName::Iface(n, Via::Xdp) => Link::Xdp(Xdp::open(n, mtu)?),
+            LinkName::Iface(n, Via::Xdp) => Link::Xdp(Box::new(Xdp::open(n, mtu)?)),
             LinkName::Iface(n, Via::Packet) => Link::Packet(Packet::open(n, mtu)?),
             LinkName::Iface(n, Via::Auto) => match Xdp::open(n, mtu) {
-                Ok(x) => Link::Xdp(x),
+                Ok(x) => Link::Xdp(Box::new(x)),
                 Err(e) => {
                     let p = Packet::open(n, mtu)?;
                     tracing::info!(iface = %n, "no AF_XDP ({e}); AF_PACKET instead");
@@ -61,7 +61,8 @@ impl fmt::Display for LinkName {
 pub enum Link {
     Tap(Tap),
     Packet(Packet),
-    Xdp(Xdp),
+    /// Boxed: its four rings make it the largest by far.
+    Xdp(Box<Xdp>),
 }
 
 impl Link {
