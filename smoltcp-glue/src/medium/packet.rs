@@ -44,9 +44,12 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Frames in the receive ring: more than a TCP window of full frames
-/// (a frame the ring has no slot for is dropped, and TCP resends it).
-const RING_FRAMES: usize = 1024;
+/// Bytes of the receive ring, in as many slots as fit: more than the
+/// 4 MiB a host reading 128 KiB at queue depth 32 has in flight, in frames
+/// of any MTU (a frame the ring has no slot for is dropped, and TCP resends
+/// it after a timeout; 1,024 slots of 1,500-byte frames lost reads that
+/// way).
+const RING_BYTES: usize = 16 << 20;
 /// Bytes in one block of the ring, a few frames each.
 const RING_BLOCK: usize = 64 << 10;
 /// The kernel or the NIC verified the frame's checksum.
@@ -173,7 +176,7 @@ impl Packet {
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
         let block_size = frame_size.max(RING_BLOCK).next_multiple_of(page);
         let per_block = block_size / frame_size;
-        let blocks = RING_FRAMES.div_ceil(per_block);
+        let blocks = (RING_BYTES / block_size).max(1);
         let req = libc::tpacket_req {
             tp_block_size: block_size as u32,
             tp_block_nr: blocks as u32,
