@@ -38,7 +38,7 @@ const CHUNK: usize = 4096;
 const XDP_PACKET_HEADROOM: usize = 256;
 /// Chunks for receiving, and as many for sending; every ring holds this
 /// many entries, so none can overflow.
-const FRAMES: usize = 2048;
+const FRAMES: usize = 4096;
 /// Frames queued to send before the kernel is told.
 const KICK_BATCH: u32 = 64;
 
@@ -260,15 +260,21 @@ impl TxSide {
 
     /// Tell the kernel about the frames queued (copy mode sends only then).
     fn kick(&self) {
-        if self.pending.replace(0) == 0 {
+        let pending = self.pending.replace(0);
+        if pending == 0 || !self.tx.needs_wakeup() {
             return;
         }
-        if self.tx.needs_wakeup() {
-            // SAFETY: an empty non-blocking send on our socket; EAGAIN and
-            // EBUSY mean the kernel is still sending, and it goes on.
-            unsafe {
+        // In copy mode one send takes 32 frames at most and says EAGAIN
+        // while more wait: go on until they are all taken (or the kernel
+        // cannot, EBUSY or ENOBUFS, when the next kick tries again).
+        for _ in 0..=pending / 32 {
+            // SAFETY: an empty non-blocking send on our socket.
+            let r = unsafe {
                 libc::sendto(self.fd, std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0)
             };
+            if r >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
+                break;
+            }
         }
     }
 
