@@ -78,9 +78,24 @@ pub(crate) fn interface_mtu(name: &str) -> io::Result<usize> {
 }
 
 /// Whether interface `name` is administratively up (SIOCGIFFLAGS).
-pub(crate) fn interface_up(name: &str) -> io::Result<bool> {
+fn interface_up(name: &str) -> io::Result<bool> {
     let data = interface_ioctl(name, libc::SIOCGIFFLAGS)?.data;
     Ok(libc::c_short::from_ne_bytes([data[0], data[1]]) & libc::IFF_UP as libc::c_short != 0)
+}
+
+/// The index of interface `name`, which must exist and be up.
+pub(crate) fn interface_index(name: &str) -> io::Result<u32> {
+    let c_name = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"))?;
+    // SAFETY: a NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(c_name.as_ptr()) };
+    if ifindex == 0 {
+        return Err(io::Error::new(io::ErrorKind::NotFound, format!("no interface {name}")));
+    }
+    if !interface_up(name)? {
+        return Err(io::Error::other(format!("interface {name} is down (ip link set {name} up)")));
+    }
+    Ok(ifindex)
 }
 
 /// Whether a frame's TCP checksum is right; true for anything but a

@@ -34,12 +34,11 @@
 use crate::medium::sleep::FdSleep;
 use crate::medium::vnet::{self, TxToken, VNET_HDR};
 use crate::medium::{
-    ETHERNET_HEADER, LARGEST_FRAME, LinkStats, interface_mtu, interface_up, tcp_checksum_ok,
+    ETHERNET_HEADER, LARGEST_FRAME, LinkStats, interface_index, interface_mtu, tcp_checksum_ok,
 };
 use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -122,18 +121,7 @@ impl Packet {
     /// Attach to interface `name`. `mtu` is the IP MTU; without it, the
     /// interface's is used.
     pub fn open(name: &str, mtu: Option<usize>) -> io::Result<Self> {
-        let c_name = CString::new(name)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"))?;
-        // SAFETY: a NUL-terminated name.
-        let ifindex = unsafe { libc::if_nametoindex(c_name.as_ptr()) };
-        if ifindex == 0 {
-            return Err(io::Error::new(io::ErrorKind::NotFound, format!("no interface {name}")));
-        }
-        if !interface_up(name)? {
-            return Err(io::Error::other(format!(
-                "interface {name} is down (ip link set {name} up)"
-            )));
-        }
+        let ifindex = interface_index(name)?;
         let frame = mtu.map_or_else(|| interface_mtu(name), Ok)? + ETHERNET_HEADER;
 
         let proto = (libc::ETH_P_ALL as u16).to_be();

@@ -19,17 +19,19 @@
 //! checksum, finishing those a sender on this host left partial.
 //! Needs CAP_NET_ADMIN and CAP_BPF (root).
 
+mod bpf;
+
 use crate::medium::sleep::FdSleep;
 use crate::medium::{
-    ETHERNET_HEADER, LinkStats, interface_mtu, interface_up, tcp_checksum_finished,
+    ETHERNET_HEADER, LinkStats, interface_index, interface_mtu, tcp_checksum_finished,
 };
 use crate::{Medium, WireEnd};
+use bpf::{Redirect, owned};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
 use std::cell::Cell;
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Bytes in one UMEM chunk: one frame each.
@@ -42,20 +44,6 @@ const FRAMES: usize = 4096;
 /// Frames queued to send before the kernel is told.
 const KICK_BATCH: u32 = 64;
 
-// The bpf(2) commands, program and map types and attach flags we use
-// (linux/bpf.h, linux/if_link.h).
-const BPF_MAP_CREATE: libc::c_int = 0;
-const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
-const BPF_PROG_LOAD: libc::c_int = 5;
-const BPF_LINK_CREATE: libc::c_int = 28;
-const BPF_MAP_TYPE_XSKMAP: u32 = 17;
-const BPF_PROG_TYPE_XDP: u32 = 6;
-const BPF_XDP: u32 = 37;
-const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
-const BPF_PSEUDO_MAP_FD: u8 = 1;
-const BPF_FUNC_REDIRECT_MAP: i32 = 51;
-const XDP_PASS: i32 = 2;
-
 /// An interface opened through AF_XDP in the current network namespace.
 pub struct Xdp {
     name: String,
@@ -66,10 +54,8 @@ pub struct Xdp {
     tx: TxSide,
     sleep: FdSleep,
     // Dropped in this order: the program leaves the interface first.
-    _link: OwnedFd,
+    _redirect: Redirect,
     sock: OwnedFd,
-    _map: OwnedFd,
-    _prog: OwnedFd,
     _umem: Mapping,
 }
 
@@ -292,20 +278,6 @@ impl TxSide {
     }
 }
 
-fn bpf<T>(cmd: libc::c_int, attr: &mut T) -> io::Result<libc::c_long> {
-    // SAFETY: `attr` is the union member `cmd` reads, zero-padded, of the
-    // size we pass.
-    let r = unsafe {
-        libc::syscall(libc::SYS_bpf, cmd, attr as *mut T, size_of::<T>() as libc::c_uint)
-    };
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r) }
-}
-
-fn owned(fd: libc::c_long) -> OwnedFd {
-    // SAFETY: a descriptor the kernel just returned to us alone.
-    unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
-}
-
 fn setsockopt<T>(fd: RawFd, opt: libc::c_int, val: &T) -> io::Result<()> {
     // SAFETY: `val` is a live value of the size we pass.
     let r = unsafe {
@@ -329,69 +301,6 @@ fn context(what: &str) -> impl FnOnce(io::Error) -> io::Error + '_ {
     move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
-/// The program: `return bpf_redirect_map(&map, ctx->rx_queue_index,
-/// XDP_PASS)`, which hands a frame to the socket of its receive queue and
-/// any frame of a queue without one to the kernel.
-fn program(map: RawFd) -> [u64; 6] {
-    let insn = |code: u8, dst: u8, src: u8, off: i16, imm: i32| {
-        u64::from(code)
-            | u64::from(dst | src << 4) << 8
-            | u64::from(off as u16) << 16
-            | u64::from(imm as u32) << 32
-    };
-    [
-        insn(0x61, 2, 1, 16, 0),                    // r2 = *(u32 *)(r1 + 16)
-        insn(0x18, 1, BPF_PSEUDO_MAP_FD, 0, map),   // r1 = map (two slots)
-        0,                                          //
-        insn(0xb7, 3, 0, 0, XDP_PASS),              // r3 = XDP_PASS
-        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // call bpf_redirect_map
-        insn(0x95, 0, 0, 0, 0),                     // exit
-    ]
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct MapCreate {
-    map_type: u32,
-    key_size: u32,
-    value_size: u32,
-    max_entries: u32,
-}
-
-#[repr(C)]
-struct MapUpdate {
-    map_fd: u32,
-    _pad: u32,
-    key: u64,
-    value: u64,
-    flags: u64,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct ProgLoad {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-    prog_ifindex: u32,
-    expected_attach_type: u32,
-}
-
-#[repr(C)]
-struct LinkCreate {
-    prog_fd: u32,
-    target_ifindex: u32,
-    attach_type: u32,
-    flags: u32,
-}
-
 /// Receive queues of interface `name` the kernel has set up.
 fn rx_queues(name: &str) -> io::Result<usize> {
     let dir = std::fs::read_dir(format!("/sys/class/net/{name}/queues"))?;
@@ -403,18 +312,7 @@ impl Xdp {
     /// interface's is used. Fails, with the reason, where the interface,
     /// its driver or the kernel cannot do it.
     pub fn open(name: &str, mtu: Option<usize>) -> io::Result<Self> {
-        let c_name = CString::new(name)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"))?;
-        // SAFETY: a NUL-terminated name.
-        let ifindex = unsafe { libc::if_nametoindex(c_name.as_ptr()) };
-        if ifindex == 0 {
-            return Err(io::Error::new(io::ErrorKind::NotFound, format!("no interface {name}")));
-        }
-        if !interface_up(name)? {
-            return Err(io::Error::other(format!(
-                "interface {name} is down (ip link set {name} up)"
-            )));
-        }
+        let ifindex = interface_index(name)?;
         let frame = mtu.map_or_else(|| interface_mtu(name), Ok)? + ETHERNET_HEADER;
         if frame > CHUNK - XDP_PACKET_HEADROOM {
             return Err(io::Error::other(format!(
@@ -463,34 +361,7 @@ impl Xdp {
             fill.push((i * CHUNK) as u64);
         }
 
-        // The program and the map it sends frames through.
-        let mut create =
-            MapCreate { map_type: BPF_MAP_TYPE_XSKMAP, key_size: 4, value_size: 4, max_entries: 1 };
-        let map = owned(bpf(BPF_MAP_CREATE, &mut create).map_err(context("XSKMAP"))?);
-        let insns = program(map.as_raw_fd());
-        let license = c"GPL";
-        let mut load = ProgLoad {
-            prog_type: BPF_PROG_TYPE_XDP,
-            insn_cnt: insns.len() as u32,
-            insns: insns.as_ptr() as u64,
-            license: license.as_ptr() as u64,
-            expected_attach_type: BPF_XDP,
-            ..ProgLoad::default()
-        };
-        load.prog_name[..8].copy_from_slice(b"nvme_ddp");
-        let prog =
-            owned(bpf(BPF_PROG_LOAD, &mut load).map_err(context("loading the XDP program"))?);
-        let mut link = LinkCreate {
-            prog_fd: prog.as_raw_fd() as u32,
-            target_ifindex: ifindex,
-            attach_type: BPF_XDP,
-            flags: XDP_FLAGS_DRV_MODE,
-        };
-        let link = owned(
-            bpf(BPF_LINK_CREATE, &mut link)
-                .map_err(context(&format!("native XDP on {name} (its driver may lack it)")))?,
-        );
-
+        let redirect = Redirect::attach(ifindex, name)?;
         let addr = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
             sxdp_flags: libc::XDP_USE_NEED_WAKEUP,
@@ -520,18 +391,9 @@ impl Xdp {
             tries += 1;
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
+        redirect.to(fd)?;
         let zero_copy = getsockopt::<libc::xdp_options>(fd, libc::XDP_OPTIONS)
             .is_ok_and(|o| o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0);
-        let (key, value) = (0u32, fd as u32);
-        let mut update = MapUpdate {
-            map_fd: map.as_raw_fd() as u32,
-            _pad: 0,
-            key: &key as *const u32 as u64,
-            value: &value as *const u32 as u64,
-            flags: 0,
-        };
-        bpf(BPF_MAP_UPDATE_ELEM, &mut update).map_err(context("adding the socket to the map"))?;
-
         let base = umem.base;
         Ok(Self {
             name: name.into(),
@@ -550,10 +412,8 @@ impl Xdp {
                 dropped: 0,
             },
             sleep: FdSleep::new()?,
-            _link: link,
+            _redirect: redirect,
             sock,
-            _map: map,
-            _prog: prog,
             _umem: umem,
         })
     }
