@@ -59,8 +59,8 @@ pub struct BenchOptions {
     pub warmup: Duration,
     pub duration: Duration,
     /// Run over these interfaces (host's, controller's: TAPs, or any
-    /// through AF_PACKET) instead of the in-process wire; their MTU is the
-    /// interfaces'.
+    /// through AF_XDP or AF_PACKET) instead of the in-process wire; their
+    /// MTU is the interfaces'.
     pub link: Option<(LinkName, LinkName)>,
     /// Host, NIC and controller on threads of their own instead of in
     /// lockstep on one thread (over TAP they always are).

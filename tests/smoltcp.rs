@@ -269,28 +269,26 @@ fn host_against_controller_over_tap_in_a_namespace() {
 /// run XDP), so `--iface` falls back to AF_PACKET.
 #[test]
 fn host_against_controller_over_a_veth_pair_through_af_packet() {
-    if !can_make_namespaces() {
-        return;
-    }
-    let ns = net_up("p", "9000");
-    let ctrl = ["--iface", "veth0", "--ip", "198.18.0.2/24"];
-    let host = ["--iface", "veth1", "--ip", "198.18.0.3/24"];
-    let read = write_then_read(&ns.0, &ctrl, &host, "198.18.0.2:4420");
-    placed_all(&read.via("AF_PACKET").report);
+    over_a_veth_pair("p", "9000", "AF_PACKET");
 }
 
 /// At MTU 1500, `--iface` takes AF_XDP at both ends: an XDP program on
 /// each veth hands every frame to the socket.
 #[test]
 fn host_against_controller_over_a_veth_pair_through_af_xdp() {
+    over_a_veth_pair("x", "1500", "AF_XDP");
+}
+
+/// Host and controller on `net up`'s veth pair at `mtu`, through `via`.
+fn over_a_veth_pair(tag: &str, mtu: &str, via: &str) {
     if !can_make_namespaces() {
         return;
     }
-    let ns = net_up("x", "1500");
+    let ns = net_up(tag, mtu);
     let ctrl = ["--iface", "veth0", "--ip", "198.18.0.2/24"];
     let host = ["--iface", "veth1", "--ip", "198.18.0.3/24"];
     let read = write_then_read(&ns.0, &ctrl, &host, "198.18.0.2:4420");
-    placed_all(&read.via("AF_XDP").report);
+    placed_all(&read.via(via).report);
 }
 
 /// The AF_PACKET medium against Linux's own TCP on the other end of a

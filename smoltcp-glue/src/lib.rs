@@ -1,7 +1,7 @@
 //! smoltcp underneath NVMe/TCP: where frames come from (a TAP device, any
-//! interface through AF_PACKET, an in-process wire), what may happen to
-//! them on the way (impairments, capture), and the TCP/IP stack with its
-//! poll loop.
+//! interface through AF_XDP or AF_PACKET, an in-process wire), what may
+//! happen to them on the way (impairments, capture), and the TCP/IP stack
+//! with its poll loop.
 //!
 //! Every medium and decorator is a `smoltcp::phy::Device` that also
 //! implements [`Medium`], so they stack in any order and a driver can ask

@@ -101,16 +101,8 @@ pub(crate) fn interface_index(name: &str) -> io::Result<u32> {
 /// Whether a frame's TCP checksum is right; true for anything but a
 /// well-formed TCP/IPv4 segment (the stack judges those).
 pub(crate) fn tcp_checksum_ok(frame: &[u8]) -> bool {
-    let Ok(eth) = EthernetFrame::new_checked(frame) else { return true };
-    if eth.ethertype() != EthernetProtocol::Ipv4 {
-        return true;
-    }
-    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else { return true };
-    if ip.next_header() != IpProtocol::Tcp {
-        return true;
-    }
-    let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else { return true };
-    tcp.verify_checksum(&ip.src_addr().into(), &ip.dst_addr().into())
+    let Some((src, dst, tcp)) = tcp_segment(frame) else { return true };
+    TcpPacket::new_unchecked(&frame[tcp]).verify_checksum(&src.into(), &dst.into())
 }
 
 /// The sum of a TCP/IPv4 pseudo-header, folded, not complemented: what a
@@ -128,19 +120,25 @@ pub(crate) fn pseudo_header_sum(src: Ipv4Address, dst: Ipv4Address, tcp_len: usi
 /// corrupted segment passes for one of those only if its field happens to
 /// hold exactly that sum (one in 65,536).
 pub(crate) fn tcp_checksum_finished(frame: &mut [u8]) -> bool {
-    let Some((ip_at, tcp_at, _)) = tcp_ipv4_offsets(frame) else { return true };
-    let ip = Ipv4Packet::new_unchecked(&frame[ip_at..]);
-    let (src, dst) = (ip.src_addr(), ip.dst_addr());
-    let end = ip_at + usize::from(ip.total_len());
-    let mut tcp = TcpPacket::new_unchecked(&mut frame[tcp_at..end]);
+    let Some((src, dst, tcp)) = tcp_segment(frame) else { return true };
+    let len = tcp.len();
+    let mut tcp = TcpPacket::new_unchecked(&mut frame[tcp]);
     if tcp.verify_checksum(&src.into(), &dst.into()) {
         return true;
     }
-    if tcp.checksum() != pseudo_header_sum(src, dst, end - tcp_at) {
+    if tcp.checksum() != pseudo_header_sum(src, dst, len) {
         return false;
     }
     tcp.fill_checksum(&src.into(), &dst.into());
     true
+}
+
+/// The addresses of a well-formed TCP/IPv4 frame and where its TCP
+/// segment lies.
+fn tcp_segment(frame: &[u8]) -> Option<(Ipv4Address, Ipv4Address, std::ops::Range<usize>)> {
+    let (ip_at, tcp_at, _) = tcp_ipv4_offsets(frame)?;
+    let ip = Ipv4Packet::new_unchecked(&frame[ip_at..]);
+    Some((ip.src_addr(), ip.dst_addr(), tcp_at..ip_at + usize::from(ip.total_len())))
 }
 
 /// Where the IP header, the TCP header and the payload of a well-formed

@@ -1,5 +1,5 @@
 //! `--tap/--iface/--ip`: running a side over smoltcp on a TAP device or any
-//! interface (AF_PACKET), behind the software NIC, instead of over kernel
+//! interface (AF_XDP or AF_PACKET), behind the software NIC, instead of over kernel
 //! TCP.
 
 use anyhow::{Context, Result};

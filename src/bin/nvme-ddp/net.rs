@@ -82,7 +82,7 @@ pub(crate) fn run(a: NetArgs) -> Result<()> {
             println!(
                 "host:       ip netns exec {ns} {exe} host --tap tap1 --ip 198.18.0.3/24 --connect 198.18.0.2:4420 io --rw read --bs 128k"
             );
-            println!("(or --iface veth0 and --iface veth1 for the same over AF_PACKET)");
+            println!("(or --iface veth0 and --iface veth1 for the same over AF_XDP or AF_PACKET)");
             println!("remove:     {exe} net down --netns {ns}");
         }
         NetAction::Down if !netns_exists(ns) => {

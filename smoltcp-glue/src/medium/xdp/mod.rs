@@ -265,9 +265,9 @@ impl TxSide {
         }
     }
 
-    /// A chunk to send from, asking the kernel for sent ones if none is
-    /// free.
-    fn chunk(&mut self) -> Option<u64> {
+    /// Whether a chunk is free to send from, asking the kernel for sent
+    /// ones if none is.
+    fn has_chunk(&mut self) -> bool {
         if self.free.is_empty() {
             self.reclaim();
             if self.free.is_empty() {
@@ -275,7 +275,7 @@ impl TxSide {
                 self.reclaim();
             }
         }
-        self.free.pop()
+        !self.free.is_empty()
     }
 }
 
@@ -471,7 +471,7 @@ pub struct TxToken<'a> {
 impl phy::TxToken for TxToken<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         let side = self.side;
-        let chunk = if len <= self.mtu { side.chunk() } else { None };
+        let chunk = if len <= self.mtu && side.has_chunk() { side.free.pop() } else { None };
         let Some(chunk) = chunk else {
             side.dropped += 1;
             side.scratch.resize(len.max(side.scratch.len()), 0);
@@ -521,8 +521,8 @@ impl Device for Xdp {
     }
 
     fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
-        if self.tx.free.is_empty() {
-            self.tx.chunk().map(|c| self.tx.free.push(c))?;
+        if !self.tx.has_chunk() {
+            return None;
         }
         Some(TxToken { side: &mut self.tx, mtu: self.mtu })
     }
