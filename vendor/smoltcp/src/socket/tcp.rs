@@ -766,9 +766,28 @@ impl<'a> Socket<'a> {
     /// Return the current window field value, including scaling according to RFC 1323.
     ///
     /// Used in internal calculations as well as packet generation.
+    ///
+    /// The right edge of the window never moves back (RFC 9293 3.8.6, RFC 7323 2.4): as data
+    /// arrives, the free space rounded down to the scale's unit can end before the edge last
+    /// offered, by less than one unit. What is left of that offer is rounded up instead, as
+    /// Linux does; a peer that sends up to it finds the bytes beyond the buffer dropped and
+    /// resends them, where a shrunk window would have its segments refused as out of window,
+    /// ACKs and all.
     #[inline]
     fn scaled_window(&self) -> u16 {
-        u16::try_from(self.rx_buffer.window() >> self.remote_win_shift).unwrap_or(u16::MAX)
+        let unit = (1usize << self.remote_win_shift) - 1;
+        let window = self.rx_buffer.window().max(self.offered_window() + unit);
+        u16::try_from(window >> self.remote_win_shift).unwrap_or(u16::MAX)
+    }
+
+    /// What is left of the window last offered, from the next byte expected to its right edge.
+    fn offered_window(&self) -> usize {
+        let Some(last_ack) = self.remote_last_ack else {
+            return 0;
+        };
+        let edge = last_ack + ((self.remote_last_win as usize) << self.remote_win_shift);
+        let next_ack = self.remote_seq_no + self.rx_buffer.len();
+        if edge > next_ack { edge - next_ack } else { 0 }
     }
 
     /// Return the last window field value, including scaling according to RFC 1323.
@@ -781,12 +800,9 @@ impl<'a> Socket<'a> {
     /// advertise.
     #[inline]
     fn last_scaled_window(&self) -> Option<u16> {
-        let last_ack = self.remote_last_ack?;
-        let next_ack = self.remote_seq_no + self.rx_buffer.len();
-
-        let last_win = (self.remote_last_win as usize) << self.remote_win_shift;
-        let last_win_adjusted = last_ack + last_win - next_ack;
-
+        self.remote_last_ack?;
+        let unit = (1usize << self.remote_win_shift) - 1;
+        let last_win_adjusted = self.offered_window() + unit;
         Some(u16::try_from(last_win_adjusted >> self.remote_win_shift).unwrap_or(u16::MAX))
     }
 
@@ -1571,12 +1587,13 @@ impl<'a> Socket<'a> {
         // to be received.
         reply_repr.seq_number = self.remote_last_seq;
         reply_repr.ack_number = Some(self.remote_seq_no + self.rx_buffer.len());
-        self.remote_last_ack = reply_repr.ack_number;
 
         // From RFC 1323:
         // The window field [...] of every outgoing segment, with the exception of SYN
         // segments, is right-shifted by [advertised scale value] bits[...]
+        // (Measured against the last offer, so before the new ACK number replaces it.)
         reply_repr.window_len = self.scaled_window();
+        self.remote_last_ack = reply_repr.ack_number;
         self.remote_last_win = reply_repr.window_len;
 
         // If the remote supports selective acknowledgement, add the option to the outgoing
@@ -1792,8 +1809,10 @@ impl<'a> Socket<'a> {
         }
 
         let window_start = self.remote_seq_no + self.rx_buffer.len();
-        let window_end = if let Some(last_ack) = self.remote_last_ack {
-            last_ack + ((self.remote_last_win as usize) << self.remote_win_shift)
+        // The window offered, but no more than the buffer holds: the offer may pass the buffer's
+        // end by less than one scale unit (see `scaled_window`).
+        let window_end = if self.remote_last_ack.is_some() {
+            window_start + self.offered_window().min(self.rx_buffer.window())
         } else {
             window_start
         };
@@ -1833,6 +1852,17 @@ impl<'a> Socket<'a> {
                             net_debug!("zero-length segment not inside window, will send an ACK.");
                             false
                         }
+                    }
+                    // RFC 9293 3.10.7.4: with a zero window no data is acceptable, "but special
+                    // allowance should be made to accept valid ACKs": a segment at the next
+                    // sequence number (a window probe, a retransmission) has its ACK processed
+                    // and its data refused. Refusing the ACK too can strand both ends, each
+                    // waiting for the other to acknowledge.
+                    (false, true) if segment_start == window_start => {
+                        net_debug!(
+                            "non-zero-length segment with zero receive window, taking its ACK only"
+                        );
+                        true
                     }
                     (false, true) => {
                         net_debug!(
@@ -2295,7 +2325,11 @@ impl<'a> Socket<'a> {
 
         let payload_len = payload.len();
         if payload_len == 0 {
-            return None;
+            // Data refused for want of window is answered, with the window as it is.
+            return match repr.payload.is_empty() {
+                true => None,
+                false => Some(self.ack_reply(ip_repr, repr)),
+            };
         }
 
         let assembler_was_empty = self.assembler.is_empty();
@@ -4989,6 +5023,97 @@ mod test {
                 ..RECV_TEMPL
             }]
         );
+    }
+
+    #[test]
+    fn test_scaled_window_never_shrinks() {
+        let mut s = socket_established();
+        s.rx_buffer = SocketBuffer::new(vec![0; 992]);
+        s.assembler = Assembler::new();
+        s.remote_win_scale = Some(0);
+        s.remote_win_shift = 5;
+        // 31 units of 32: the whole buffer, to REMOTE_SEQ + 1 + 992.
+        s.remote_last_win = 31;
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &[b'x'; 8][..],
+                ..SEND_TEMPL
+            }
+        );
+        // 984 bytes free round down to 30 units, which would end the window 24 bytes before
+        // the edge offered; the rest of the offer rounds up to 31 instead.
+        recv!(
+            s,
+            [TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 8),
+                window_len: 31,
+                ..RECV_TEMPL
+            }]
+        );
+        // The peer fills the offer, 8 bytes past the buffer's end: the buffer takes what fits,
+        // the rest is left for the peer to send again.
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 8,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &[b'y'; 992][..],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.rx_buffer.len(), 992);
+    }
+
+    #[test]
+    fn test_zero_window_takes_the_ack_of_a_probe() {
+        let mut s = socket_established();
+        s.rx_buffer = SocketBuffer::new(vec![0; 6]);
+        s.remote_last_win = 6;
+        s.assembler = Assembler::new();
+        s.set_nagle_enabled(false);
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"abcdef"[..],
+                ..SEND_TEMPL
+            }
+        );
+        s.send_slice(b"xyz").unwrap();
+        recv!(
+            s,
+            [TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 6),
+                window_len: 0,
+                payload: &b"xyz"[..],
+                ..RECV_TEMPL
+            }]
+        );
+        // A probe at the next sequence number, acknowledging our data: its byte is refused,
+        // its ACK taken.
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 6,
+                ack_number: Some(LOCAL_SEQ + 1 + 3),
+                payload: &b"g"[..],
+                ..SEND_TEMPL
+            },
+            Some(TcpRepr {
+                seq_number: LOCAL_SEQ + 1 + 3,
+                ack_number: Some(REMOTE_SEQ + 1 + 6),
+                window_len: 0,
+                ..RECV_TEMPL
+            })
+        );
+        assert_eq!(s.tx_buffer.len(), 0, "our data is acknowledged");
+        assert_eq!(s.rx_buffer.len(), 6, "the probe's byte is not");
     }
 
     #[test]
@@ -8117,6 +8242,8 @@ mod test {
     fn test_zero_window_ack() {
         let mut s = socket_established();
         s.rx_buffer = SocketBuffer::new(vec![0; 6]);
+        // What a socket with a buffer this small would have offered.
+        s.remote_last_win = 6;
         s.assembler = Assembler::new();
         send!(
             s,
@@ -8157,6 +8284,8 @@ mod test {
     fn test_zero_window_ack_not_rate_limited() {
         let mut s = socket_established();
         s.rx_buffer = SocketBuffer::new(vec![0; 6]);
+        // What a socket with a buffer this small would have offered.
+        s.remote_last_win = 6;
         s.assembler = Assembler::new();
         send!(
             s,
@@ -8217,6 +8346,8 @@ mod test {
     fn test_zero_window_fin() {
         let mut s = socket_established();
         s.rx_buffer = SocketBuffer::new(vec![0; 6]);
+        // What a socket with a buffer this small would have offered.
+        s.remote_last_win = 6;
         s.assembler = Assembler::new();
         s.ack_delay = None;
 
@@ -8268,6 +8399,8 @@ mod test {
     fn test_zero_window_ack_on_window_growth() {
         let mut s = socket_established();
         s.rx_buffer = SocketBuffer::new(vec![0; 6]);
+        // What a socket with a buffer this small would have offered.
+        s.remote_last_win = 6;
         s.assembler = Assembler::new();
         send!(
             s,
@@ -8404,6 +8537,8 @@ mod test {
     fn test_announce_window_after_read() {
         let mut s = socket_established();
         s.rx_buffer = SocketBuffer::new(vec![0; 6]);
+        // What a socket with a buffer this small would have offered.
+        s.remote_last_win = 6;
         s.assembler = Assembler::new();
         send!(
             s,
@@ -9764,6 +9899,8 @@ mod test {
     fn test_doesnt_accept_wrong_port() {
         let mut s = socket_established();
         s.rx_buffer = SocketBuffer::new(vec![0; 6]);
+        // What a socket with a buffer this small would have offered.
+        s.remote_last_win = 6;
         s.assembler = Assembler::new();
 
         let tcp_repr = TcpRepr {
