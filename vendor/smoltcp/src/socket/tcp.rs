@@ -1809,10 +1809,8 @@ impl<'a> Socket<'a> {
         }
 
         let window_start = self.remote_seq_no + self.rx_buffer.len();
-        // The window offered, but no more than the buffer holds: the offer may pass the buffer's
-        // end by less than one scale unit (see `scaled_window`).
-        let window_end = if self.remote_last_ack.is_some() {
-            window_start + self.offered_window().min(self.rx_buffer.window())
+        let window_end = if let Some(last_ack) = self.remote_last_ack {
+            last_ack + ((self.remote_last_win as usize) << self.remote_win_shift)
         } else {
             window_start
         };
@@ -1890,7 +1888,11 @@ impl<'a> Socket<'a> {
 
                 if segment_in_window {
                     let overlap_start = window_start.max(segment_start);
-                    let overlap_end = window_end.min(segment_end);
+                    // Acceptable is what the window offered, but the buffer keeps no more than it
+                    // holds: the offer may pass its end by less than one scale unit (see
+                    // `scaled_window`), and what lands there is dropped for the peer to resend.
+                    let buffer_end = window_start + self.rx_buffer.window();
+                    let overlap_end = window_end.min(segment_end).min(buffer_end).max(overlap_start);
 
                     // the checks done above imply this.
                     debug_assert!(overlap_start <= overlap_end);
@@ -5066,6 +5068,68 @@ mod test {
             }
         );
         assert_eq!(s.rx_buffer.len(), 992);
+    }
+
+    #[test]
+    fn test_ack_past_a_full_buffer_inside_the_offer_is_taken() {
+        let mut s = socket_established();
+        s.rx_buffer = SocketBuffer::new(vec![0; 992]);
+        s.assembler = Assembler::new();
+        s.remote_win_scale = Some(0);
+        s.remote_win_shift = 5;
+        s.remote_last_win = 31;
+        s.set_nagle_enabled(false);
+        s.ack_delay = None;
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &[b'x'; 8][..],
+                ..SEND_TEMPL
+            }
+        );
+        s.send_slice(b"xyz").unwrap();
+        recv!(
+            s,
+            [TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 8),
+                window_len: 31,
+                payload: &b"xyz"[..],
+                ..RECV_TEMPL
+            }]
+        );
+        // The peer fills the offer, to REMOTE_SEQ + 1 + 1000; the buffer keeps 984 bytes.
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 8,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &[b'y'; 992][..],
+                ..SEND_TEMPL
+            }
+        );
+        recv!(
+            s,
+            [TcpRepr {
+                seq_number: LOCAL_SEQ + 1 + 3,
+                ack_number: Some(REMOTE_SEQ + 1 + 992),
+                window_len: 1,
+                ..RECV_TEMPL
+            }]
+        );
+        // Its pure ACK carries the SEQ after the 8 bytes dropped: inside the window offered,
+        // though past the full buffer, so its ACK is taken.
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 1000,
+                ack_number: Some(LOCAL_SEQ + 1 + 3),
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.tx_buffer.len(), 0, "our data is acknowledged");
     }
 
     #[test]
