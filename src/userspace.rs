@@ -200,6 +200,8 @@ pub struct ControllerSide<D: Medium> {
     ddp: Option<Arc<dyn DdpDevice>>,
     /// Work of connections that have closed.
     closed_stats: (UlpStats, TxStats),
+    /// Connections accepted.
+    accepted: u64,
 }
 
 impl<D: Medium> ControllerSide<D> {
@@ -217,6 +219,7 @@ impl<D: Medium> ControllerSide<D> {
             conns: Vec::new(),
             ddp,
             closed_stats: Default::default(),
+            accepted: 0,
         })
     }
 
@@ -242,6 +245,11 @@ impl<D: Medium> ControllerSide<D> {
         &self.target
     }
 
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted
+    }
+
     pub fn step(&mut self, now: SmolInstant) -> bool {
         let t = to_nvme(now);
         let mut progress = self.stack.poll(now);
@@ -252,6 +260,7 @@ impl<D: Medium> ControllerSide<D> {
                 ep.attach_ddp(dev.clone(), FlowId { local, remote });
             }
             self.conns.push(CtrlConn { conn, ep, closed: false });
+            self.accepted += 1;
             progress = true;
         }
         let stack = &mut self.stack;
@@ -382,6 +391,42 @@ pub fn serve<D: Medium>(
 ) {
     // Storage that answers later ends the wait below.
     side.target.set_waker(side.stack.device().waker());
+    serve_one(side, clock, stop, busy_poll);
+}
+
+/// Serve one target on several sides, the stacks of the queues of one
+/// multi-queue link, each on its own thread, until `stop` is set (which a
+/// thread that cannot start sets, to end the others).
+pub fn serve_queues<D: Medium + Send>(
+    sides: &mut [ControllerSide<D>],
+    clock: &Clock,
+    stop: &AtomicBool,
+    busy_poll: Duration,
+) -> std::io::Result<()> {
+    let Some(first) = sides.first() else { return Ok(()) };
+    // Storage answers any queue's connection: it wakes every thread.
+    let bells = sides.iter().map(|s| s.stack.device().waker()).collect();
+    first.target.set_waker(Arc::new(Bells(bells)).into());
+    std::thread::scope(|scope| {
+        for (i, side) in sides.iter_mut().enumerate() {
+            let run = move || serve_one(side, clock, stop, busy_poll);
+            let started =
+                std::thread::Builder::new().name(format!("queue {i}")).spawn_scoped(scope, run);
+            if let Err(e) = started {
+                stop.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+        Ok(())
+    })
+}
+
+fn serve_one<D: Medium>(
+    side: &mut ControllerSide<D>,
+    clock: &Clock,
+    stop: &AtomicBool,
+    busy_poll: Duration,
+) {
     let mut idle = Idle::new(busy_poll);
     while !stop.load(Ordering::Relaxed) {
         let now = to_smol(clock.now());
@@ -390,6 +435,19 @@ pub fn serve<D: Medium>(
             let cap = now + smoltcp::time::Duration::from_millis(50);
             side.stack.wait(now, Some(at.map_or(cap, |a| a.min(cap))));
         }
+    }
+}
+
+/// Wakers rung together.
+struct Bells(Vec<std::task::Waker>);
+
+impl std::task::Wake for Bells {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.iter().for_each(std::task::Waker::wake_by_ref)
     }
 }
 

@@ -200,6 +200,16 @@ fn bad_numbers_and_names_fail_before_any_work() {
     // AF_XDP asked for where it cannot be had says why, before any traffic.
     let lo = ["--iface", "lo", "--via", "xdp", "--ip", "198.18.0.3/24", "identify"];
     refused(&[&["host", "--connect", p][..], &lo].concat(), "do not fit a 4096-byte UMEM chunk");
+    refused(&["controller", "--tap-queues", "2"], "required arguments");
+    refused(
+        &["controller", "--tap", "lo", "--ip", "198.18.0.2/24", "--tap-queues", "0"],
+        "not in 1..=64",
+    );
+    let queues = ["--tap", "lo", "--ip", "198.18.0.2/24", "--tap-queues", "2"];
+    refused(
+        &[&["controller", "--pcap", "/tmp/x.pcap"][..], &queues].concat(),
+        "--pcap captures one queue",
+    );
     refused(&["bench", "--busy-poll", "0"], "give microseconds, 1..=1000000");
     refused(&["host", "--connect", p, "--busy-poll", "50", "identify"], "required arguments");
     // The matrix would run for minutes before finding out.

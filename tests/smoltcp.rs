@@ -265,6 +265,55 @@ fn host_against_controller_over_tap_in_a_namespace() {
     segments_beyond_the_mtu(&v);
 }
 
+/// Our controller on two queues of `net up`'s multi-queue TAP, a thread,
+/// a stack and a NIC queue each, against our host with four I/O queues:
+/// the steering program spreads the host's connections (consecutive ports)
+/// over both, and the stack of queue 1 answers though the host's ARP
+/// reached queue 0 only. A TAP made with one queue is refused, saying why.
+#[test]
+fn controller_on_two_queues_of_a_multi_queue_tap() {
+    if !can_make_namespaces() {
+        return;
+    }
+    let ns = net_up("q", "9000");
+    let ctrl = ["--tap", "tap0", "--tap-queues", "2", "--ip", "198.18.0.2/24"];
+    let mut args = vec!["controller", "--listen", "0.0.0.0:4420", "--ns", "ram:16M"];
+    args.extend_from_slice(&ctrl);
+    let controller = in_ns(&ns.0, &args).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let run = |what: &[&str]| {
+        let host = ["host", "--connect", "198.18.0.2:4420", "--ddgst", "--queues", "4"];
+        let link = ["--tap", "tap1", "--ip", "198.18.0.3/24", "--json"];
+        in_ns(&ns.0, &[&host[..], &link, what].concat()).output().unwrap()
+    };
+    let write = run(&["io", "--rw", "write", "--bs", "128k", "--verify"]);
+    let read = run(&["io", "--rw", "read", "--bs", "128k", "--verify"]);
+    // (ip netns exec execs the controller: the pid is its own.)
+    Command::new("kill").args(["-INT", &controller.id().to_string()]).status().unwrap();
+    let log = controller.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&log.stderr);
+    for out in [&write, &read] {
+        assert!(out.status.success(), "{}\n{log}", String::from_utf8_lossy(&out.stderr));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    assert_eq!(v["phases"][0]["verified_bytes"], 16 << 20, "{v}");
+    for queue in 0..2 {
+        let placed = log
+            .lines()
+            .find(|l| {
+                l.contains(&format!("controller queue {queue} (")) && l.contains("NIC placed")
+            })
+            .unwrap_or_else(|| panic!("no report of queue {queue}: {log}"));
+        assert!(!placed.contains("NIC placed 0 B"), "queue {queue} received no data: {placed}");
+    }
+    let add = ["-n", &ns.0, "tuntap", "add", "dev", "tap9", "mode", "tap"];
+    assert!(Command::new("ip").args(add).status().unwrap().success());
+    let mut args = vec!["controller", "--ns", "ram:1M", "--tap", "tap9", "--tap-queues", "2"];
+    args.extend_from_slice(&["--ip", "198.18.0.9/24"]);
+    let out = in_ns(&ns.0, &args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("it has one queue"), "{err}");
+}
+
 /// At MTU 9000 a veth's frames do not fit an AF_XDP chunk (nor will a veth
 /// run XDP), so `--iface` falls back to AF_PACKET.
 #[test]

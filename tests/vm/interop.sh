@@ -6,8 +6,8 @@
 #
 #   - a network namespace PREFIX-PID (PREFIX is $NVME_DDP_NETNS_PREFIX, or
 #     nvmeddp-io; tests/vm/netns.sh) with bridge br0 (198.18.0.1/24) and TAPs
-#     tap0 (the guest), tap1 (our smoltcp NVMe/TCP controller,
-#     198.18.0.2), tap2 (our smoltcp host, 198.18.0.3) and tap3 (our smoltcp
+#     tap0 (the guest), tap1 (our smoltcp NVMe/TCP controller on two
+#     queues of the TAP, a thread each, 198.18.0.2), tap2 (our smoltcp host, 198.18.0.3) and tap3 (our smoltcp
 #     NVMe/RDMA controller, 198.18.0.4), and a veth pair whose end veth1 is
 #     on the bridge and whose end veth0 carries our smoltcp NVMe/TCP
 #     controller through AF_XDP (198.18.0.5); torn down on exit
@@ -119,7 +119,10 @@ ip -n "$NS" link add br0 type bridge
 ip -n "$NS" addr add "$BRIDGE_IP/24" dev br0
 ip -n "$NS" link set br0 up
 for t in tap0 tap1 tap2 tap3; do
-	ip -n "$NS" tuntap add dev "$t" mode tap
+	# tap1 has two queues, one for each thread of our smoltcp controller.
+	mq=()
+	[[ $t == tap1 ]] && mq=(multi_queue)
+	ip -n "$NS" tuntap add dev "$t" mode tap "${mq[@]}"
 	ip -n "$NS" link set "$t" master br0
 	ip -n "$NS" link set "$t" up
 done
@@ -136,8 +139,8 @@ ip -n "$NS" link set veth0 up
 ip netns exec "$NS" "$BIN" controller --listen "$BRIDGE_IP:$PORT" --ns ram:128M --nqn "$NQN" \
 	>"$TMP/ctrl-kernel-tcp.log" 2>&1 &
 PIDS+=($!)
-ip netns exec "$NS" "$BIN" controller --tap tap1 --ip "$SMOL_CTRL_IP/24" --listen "0.0.0.0:$PORT" \
-	--ns ram:128M --nqn "$NQN" --offload all >"$TMP/ctrl-smoltcp.log" 2>&1 &
+ip netns exec "$NS" "$BIN" controller --tap tap1 --tap-queues 2 --ip "$SMOL_CTRL_IP/24" \
+	--listen "0.0.0.0:$PORT" --ns ram:128M --nqn "$NQN" --offload all >"$TMP/ctrl-smoltcp.log" 2>&1 &
 PIDS+=($!)
 ip netns exec "$NS" "$BIN" controller --iface veth0 --ip "$SMOL_IFACE_IP/24" --listen "0.0.0.0:$PORT" \
 	--ns ram:128M --nqn "$NQN" --offload all >"$TMP/ctrl-iface.log" 2>&1 &
@@ -302,8 +305,11 @@ else
 	say "FAIL our iface controller did not run over AF_XDP: $(grep -a 'link open' "$TMP/ctrl-iface.log")"
 	host_failures=$((host_failures + 1))
 fi
+# (The smoltcp controller reports each of its two queues; the Linux host's
+# ports decide which queue each connection takes.)
 for c in smoltcp iface smoltcp-rdma; do
-	placed=$(grep -aoE 'controller +NIC placed [^;]*' "$TMP/ctrl-$c.log" | tail -n1 || true)
+	placed=$(grep -aoE 'controller( queue [0-9]+ \([0-9]+ connections\))? +NIC placed [^;]*' \
+		"$TMP/ctrl-$c.log" | paste -sd';' || true)
 	if [[ $placed =~ placed\ [1-9] ]]; then
 		say "ok   our $c controller against the Linux host: $placed"
 	else

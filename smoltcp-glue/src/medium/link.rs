@@ -47,6 +47,20 @@ impl LinkName {
             },
         })
     }
+
+    /// Open `queues` queues of it, each a link for a stack of its own
+    /// with the same address: only a TAP has them (IFF_MULTI_QUEUE).
+    pub fn open_queues(&self, mtu: Option<usize>, queues: usize) -> io::Result<Vec<Link>> {
+        match self {
+            LinkName::Tap(n) => {
+                Ok(Tap::open_queues(n, mtu, queues)?.into_iter().map(Link::Tap).collect())
+            }
+            LinkName::Iface(n, _) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("{n}: several queues need a TAP (--tap)"),
+            )),
+        }
+    }
 }
 
 impl fmt::Display for LinkName {

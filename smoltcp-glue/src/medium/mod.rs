@@ -1,5 +1,6 @@
 //! Where Ethernet frames come from and go to.
 
+pub(crate) mod bpf;
 pub mod link;
 pub mod packet;
 pub(crate) mod sleep;

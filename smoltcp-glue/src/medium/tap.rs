@@ -17,7 +17,16 @@
 //! any other TCP segment has its checksum verified here, and a bad one is
 //! dropped. The link's MTU still bounds what the other end sends, through
 //! the MSS the stack advertises.
+//!
+//! A TAP made with `IFF_MULTI_QUEUE` opens as several queues
+//! ([`Tap::open_queues`]), each its own descriptor for a stack on its own
+//! thread, all with one address. A steering program picks each frame's
+//! queue from its TCP ports, so that a connection stays on one queue;
+//! frames that are not TCP go to queue 0, which hands a copy of every ARP
+//! frame to the others, so that each stack knows its neighbours without
+//! asking on a queue where the answer would not come back.
 
+use crate::medium::bpf::{self, insn};
 use crate::medium::sleep::FdSleep;
 use crate::medium::vnet::{self, TxToken, VNET_HDR};
 use crate::medium::{
@@ -30,12 +39,17 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Waker;
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+const TUNSETSTEERINGEBPF: libc::c_ulong = 0x8004_54e0;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
+const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
+const BPF_PROG_TYPE_SOCKET_FILTER: u32 = 1;
 const TUN_F_CSUM: libc::c_uint = 0x01;
 const TUN_F_TSO4: libc::c_uint = 0x02;
 
@@ -51,25 +65,79 @@ pub struct Tap {
     tx: Vec<u8>,
     stats: LinkStats,
     sleep: FdSleep,
+    /// This queue's place among several, if the TAP was opened as several.
+    queues: Option<(usize, Arc<Queues>)>,
+}
+
+/// What the queues of one multi-queue TAP share: the ARP frames each has
+/// yet to see, and the bells that wake their threads.
+struct Queues {
+    arp: Vec<Mutex<Vec<Vec<u8>>>>,
+    bells: Vec<Waker>,
 }
 
 impl Tap {
     /// Attach to TAP interface `name` (created if it does not exist and we
     /// may). `mtu` is the IP MTU; without it, the interface's is used.
     pub fn open(name: &str, mtu: Option<usize>) -> io::Result<Self> {
+        Self::attach(name, mtu, false)
+    }
+
+    /// Attach to `queues` queues of TAP `name` (created multi-queue if it
+    /// does not exist), frames steered to them by TCP ports. Each queue is
+    /// a medium of its own, for a stack with the same address.
+    pub fn open_queues(name: &str, mtu: Option<usize>, queues: usize) -> io::Result<Vec<Self>> {
+        let mut taps =
+            (0..queues).map(|_| Self::attach(name, mtu, true)).collect::<io::Result<Vec<_>>>()?;
+        if queues > 1 {
+            steer_by_ports(taps[0].fd(), name)?;
+            let shared = Arc::new(Queues {
+                arp: (0..queues).map(|_| Mutex::default()).collect(),
+                bells: taps.iter().map(|t| t.sleep.waker()).collect(),
+            });
+            for (i, t) in taps.iter_mut().enumerate() {
+                t.queues = Some((i, shared.clone()));
+            }
+        }
+        Ok(taps)
+    }
+
+    fn attach(name: &str, mtu: Option<usize>, multi_queue: bool) -> io::Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .custom_flags(libc::O_NONBLOCK)
             .open("/dev/net/tun")
             .map_err(|e| io::Error::new(e.kind(), format!("cannot open /dev/net/tun: {e}")))?;
-        let mut req = IfReq::new(name)?;
-        req.data[..2].copy_from_slice(&(IFF_TAP | IFF_NO_PI | IFF_VNET_HDR).to_ne_bytes());
-        // SAFETY: TUNSETIFF reads an `ifreq` we own, of the size the kernel expects.
-        if unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF, &mut req as *mut IfReq) } < 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("cannot attach to TAP {name}: {e}")));
+        let set_iff = |multi_queue: bool| {
+            let mut req = IfReq::new(name)?;
+            let mut flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+            if multi_queue {
+                flags |= IFF_MULTI_QUEUE;
+            }
+            req.data[..2].copy_from_slice(&flags.to_ne_bytes());
+            // SAFETY: TUNSETIFF reads an `ifreq` we own, of the size the kernel expects.
+            match unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF, &mut req as *mut IfReq) } {
+                0.. => Ok(()),
+                _ => Err(io::Error::last_os_error()),
+            }
+        };
+        // A TAP takes only attachments that agree on IFF_MULTI_QUEUE: one
+        // queue of a multi-queue TAP says so too.
+        let einval = |e: &io::Error| e.raw_os_error() == Some(libc::EINVAL);
+        match set_iff(multi_queue) {
+            Err(e) if einval(&e) && !multi_queue => set_iff(true),
+            r => r,
         }
+        .map_err(|e| {
+            let why = match multi_queue && einval(&e) {
+                true => format!(
+                    "it has one queue; make it with several (ip tuntap add dev {name} mode tap multi_queue, or nvme-ddp net up)"
+                ),
+                false => e.to_string(),
+            };
+            io::Error::new(e.kind(), format!("cannot attach to TAP {name}: {why}"))
+        })?;
         let ip_mtu = match mtu {
             Some(m) => m,
             None => interface_mtu(name)?,
@@ -89,6 +157,7 @@ impl Tap {
             rx_len: 0,
             tx: vec![0; VNET_HDR + LARGEST_FRAME],
             stats: LinkStats::default(),
+            queues: None,
         })
     }
 
@@ -103,6 +172,98 @@ impl Tap {
     fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
+
+    /// An ARP frame another queue received, into the receive buffer.
+    fn take_shared(&mut self) -> bool {
+        let Some((me, q)) = &self.queues else { return false };
+        let mut inbox = q.arp[*me].lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(frame) = inbox.pop() else { return false };
+        self.rx[..VNET_HDR].fill(0);
+        self.rx[VNET_HDR..VNET_HDR + frame.len()].copy_from_slice(&frame);
+        self.rx_len = VNET_HDR + frame.len();
+        true
+    }
+
+    /// Hand the ARP frame just read to the other queues: a request as a
+    /// reply, so that their stacks learn the sender and answer nothing.
+    fn share_arp(&self) {
+        let Some((me, q)) = &self.queues else { return };
+        let frame = &self.rx[VNET_HDR..self.rx_len];
+        if frame.len() < ARP_OPER + 2 || frame[12..14] != [0x08, 0x06] {
+            return;
+        }
+        let mut copy = frame.to_vec();
+        copy[ARP_OPER..ARP_OPER + 2].copy_from_slice(&2u16.to_be_bytes());
+        let others = q.arp.iter().zip(&q.bells).enumerate().filter(|(i, _)| i != me);
+        for (_, (inbox, bell)) in others {
+            inbox.lock().unwrap_or_else(PoisonError::into_inner).push(copy.clone());
+            bell.wake_by_ref();
+        }
+    }
+}
+
+/// Where an ARP frame's operation is: after the Ethernet header, the
+/// hardware and protocol types and their lengths.
+const ARP_OPER: usize = ETHERNET_HEADER + 6;
+
+/// Attach to TAP `name` (through `fd`, one of its queues) a program that
+/// steers each frame to queue `g % queues`, where `g` is the Gray code of
+/// the sum of its TCP ports (`x ^ x >> 1`), if it is a TCP/IPv4 segment
+/// (not a later fragment), else to queue 0. The Gray code, not the sum
+/// itself, because Linux's `connect()` takes only even ports: the sum's
+/// parity would send every connection from a Linux host to one of two
+/// queues, while the Gray code's low bits follow the port's higher bits
+/// too. Consecutive ports (our host's) differ in the low bit of it within
+/// every pair from an even port, so they still alternate.
+fn steer_by_ports(fd: RawFd, name: &str) -> io::Result<()> {
+    const LD_ABS_H: u8 = 0x28;
+    const LD_ABS_B: u8 = 0x30;
+    const LD_IND_H: u8 = 0x48;
+    const MOV_X: u8 = 0xbf;
+    const MOV_K: u8 = 0xb7;
+    const ADD_X: u8 = 0x0f;
+    const XOR_X: u8 = 0xaf;
+    const AND_K: u8 = 0x57;
+    const LSH_K: u8 = 0x67;
+    const RSH_K: u8 = 0x77;
+    const JNE_K: u8 = 0x55;
+    const EXIT: u8 = 0x95;
+    // Offsets in the frame, which starts at its Ethernet header.
+    let (ethertype, protocol, fragment, ihl) = (12, 23, 20, 14);
+    let tcp = ETHERNET_HEADER as i32;
+    let insns = [
+        insn(MOV_X, 6, 1, 0, 0),            // r6 = the frame (LD_ABS reads it)
+        insn(LD_ABS_H, 0, 0, 0, ethertype), // r0 = ethertype
+        insn(JNE_K, 0, 0, 17, 0x0800),      // not IPv4: queue 0
+        insn(LD_ABS_B, 0, 0, 0, protocol),  // r0 = IP protocol
+        insn(JNE_K, 0, 0, 15, 6),           // not TCP: queue 0
+        insn(LD_ABS_H, 0, 0, 0, fragment),  // r0 = flags and fragment offset
+        insn(AND_K, 0, 0, 0, 0x1fff),       //
+        insn(JNE_K, 0, 0, 12, 0),           // a later fragment: queue 0
+        insn(LD_ABS_B, 0, 0, 0, ihl),       // r7 = IP header length
+        insn(AND_K, 0, 0, 0, 0xf),          //
+        insn(LSH_K, 0, 0, 0, 2),            //
+        insn(MOV_X, 7, 0, 0, 0),            //
+        insn(LD_IND_H, 0, 7, 0, tcp),       // r8 = source port
+        insn(MOV_X, 8, 0, 0, 0),            //
+        insn(LD_IND_H, 0, 7, 0, tcp + 2),   // r0 = destination port + r8
+        insn(ADD_X, 0, 8, 0, 0),            //
+        insn(MOV_X, 8, 0, 0, 0),            // r0 ^= r0 >> 1
+        insn(RSH_K, 8, 0, 0, 1),            //
+        insn(XOR_X, 0, 8, 0, 0),            //
+        insn(EXIT, 0, 0, 0, 0),             // the kernel takes it modulo the queues
+        insn(MOV_K, 0, 0, 0, 0),            // queue 0
+        insn(EXIT, 0, 0, 0, 0),
+    ];
+    let prog = bpf::load(BPF_PROG_TYPE_SOCKET_FILTER, 0, &insns, "TAP steering")?;
+    let prog_fd: libc::c_int = prog.as_raw_fd();
+    // SAFETY: TUNSETSTEERINGEBPF reads the program's descriptor; the TAP
+    // keeps its own reference to the program.
+    if unsafe { libc::ioctl(fd, TUNSETSTEERINGEBPF, &prog_fd as *const libc::c_int) } < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("TAP {name}: cannot steer its queues: {e}")));
+    }
+    Ok(())
 }
 
 pub struct RxToken<'a> {
@@ -121,15 +282,18 @@ impl Device for Tap {
 
     fn receive(&mut self, _now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
         loop {
-            match (&self.file).read(&mut self.rx) {
-                Ok(n) if n > VNET_HDR => self.rx_len = n,
-                Ok(_) => return None,
-                Err(e) => {
-                    if e.kind() != io::ErrorKind::WouldBlock {
-                        tracing::debug!(error = %e, "TAP read failed");
+            if !self.take_shared() {
+                match (&self.file).read(&mut self.rx) {
+                    Ok(n) if n > VNET_HDR => self.rx_len = n,
+                    Ok(_) => return None,
+                    Err(e) => {
+                        if e.kind() != io::ErrorKind::WouldBlock {
+                            tracing::debug!(error = %e, "TAP read failed");
+                        }
+                        return None;
                     }
-                    return None;
                 }
+                self.share_arp();
             }
             if !vnet::vouched(&self.rx) && !tcp_checksum_ok(&self.rx[VNET_HDR..self.rx_len]) {
                 self.stats.rx_dropped += 1;

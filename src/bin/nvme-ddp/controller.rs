@@ -55,6 +55,11 @@ pub(crate) struct ControllerArgs {
     /// responder may insist). NVMe/TCP hosts choose their own digests.
     #[arg(long)]
     ddgst: bool,
+    /// Serve over this many queues of the TAP (IFF_MULTI_QUEUE), each
+    /// with a thread, a stack and a NIC queue of its own; connections are
+    /// spread over them by TCP port.
+    #[arg(long, default_value_t = 1, requires = "tap", value_parser = clap::value_parser!(u16).range(1..=64))]
+    tap_queues: u16,
     #[command(flatten)]
     link: LinkArgs,
 }
@@ -125,21 +130,40 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
             portid: 1,
         };
         let target = build_target(&a, Some(port))?;
-        let (dev, nic, mtu) = a.link.device(1)?.context("--ip needs --tap or --iface")?;
-        let listener = a.transport.listener(mtu).require_crc(a.ddgst);
+        let devices = match a.tap_queues {
+            1 => vec![a.link.device(1)?.context("--ip needs --tap or --iface")?],
+            n => a.link.queues(1, usize::from(n))?,
+        };
+        let listener = a.transport.listener(devices[0].2).require_crc(a.ddgst);
         let clock = Clock::new();
-        let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
-        let mut side =
-            userspace::ControllerSide::new(stack, target.clone(), first.port(), Some(nic.clone()))?
-                .with_listener(listener);
+        let mut sides = Vec::new();
+        let mut nics = Vec::new();
+        for ((dev, nic, _), queue) in devices.into_iter().zip(0u64..) {
+            let mut cfg = fresh_stack_config(cidr);
+            cfg.seed ^= queue;
+            let stack = Stack::new(dev, cfg, userspace::to_smol(clock.now()));
+            let side = userspace::ControllerSide::new(
+                stack,
+                target.clone(),
+                first.port(),
+                Some(nic.clone()),
+            )?
+            .with_listener(listener.clone());
+            sides.push(side);
+            nics.push(nic);
+        }
         let stop = interrupt_flag()?;
-        tracing::info!(link = ?a.link.name(), ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = a.transport.name(), "listening on smoltcp");
-        userspace::serve(&mut side, &clock, &stop, a.link.busy_poll());
-        let (ulp, tx) = side.stats();
-        for line in
-            OffloadReport::controller(nic.caps().1, nic.stats(), ulp, tx).lines("controller")
-        {
-            tracing::info!("{line}");
+        tracing::info!(link = ?a.link.name(), queues = sides.len(), ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = a.transport.name(), "listening on smoltcp");
+        userspace::serve_queues(&mut sides, &clock, &stop, a.link.busy_poll())?;
+        for ((side, nic), queue) in sides.iter().zip(&nics).zip(0..) {
+            let (ulp, tx) = side.stats();
+            let who = match sides.len() {
+                1 => "controller".to_string(),
+                _ => format!("controller queue {queue} ({} connections)", side.accepted()),
+            };
+            for line in OffloadReport::controller(nic.caps().1, nic.stats(), ulp, tx).lines(&who) {
+                tracing::info!("{line}");
+            }
         }
         return Ok(());
     }

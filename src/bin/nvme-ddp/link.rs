@@ -2,7 +2,7 @@
 //! interface (AF_XDP or AF_PACKET), behind the software NIC, instead of over kernel
 //! TCP.
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use nvme_ddp::userspace;
 use smoltcp_glue::{Link, LinkName, Profile, StackConfig, Via};
@@ -90,12 +90,28 @@ impl LinkArgs {
     pub(crate) fn device(&self, seed: u64) -> Result<Option<LinkDevice>> {
         let Some(name) = self.name() else { return Ok(None) };
         let link = name.open(self.mtu).with_context(|| format!("opening {name}"))?;
+        self.decorate(&name, link, seed).map(Some)
+    }
+
+    /// Open `queues` queues of the TAP, each with its decorators and a
+    /// software NIC of its own (a NIC queue).
+    pub(crate) fn queues(&self, seed: u64, queues: usize) -> Result<Vec<LinkDevice>> {
+        let name = self.name().context("--tap-queues needs --tap")?;
+        if self.pcap.is_some() && queues > 1 {
+            bail!("--pcap captures one queue; capture a multi-queue TAP with dumpcap -i {name}");
+        }
+        let links =
+            name.open_queues(self.mtu, queues).with_context(|| format!("opening {name}"))?;
+        links.into_iter().zip(seed..).map(|(link, seed)| self.decorate(&name, link, seed)).collect()
+    }
+
+    fn decorate(&self, name: &LinkName, link: Link, seed: u64) -> Result<LinkDevice> {
         let mtu = link.ip_mtu();
         tracing::info!(%name, via = link.kind(), mtu, "link open");
         let offload = self.offload.unwrap_or(Caps::ALL);
         let (dev, nic) =
             userspace::chain(link, Profile::default(), seed, self.pcap.as_deref(), offload)?;
-        Ok(Some((dev, Arc::new(nic), mtu)))
+        Ok((dev, Arc::new(nic), mtu))
     }
 }
 

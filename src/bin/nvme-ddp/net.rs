@@ -56,8 +56,20 @@ pub(crate) fn run(a: NetArgs) -> Result<()> {
                 sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
                 sh(&["ip", "-n", ns, "link", "add", "br0", "type", "bridge"])?;
                 sh(&["ip", "-n", ns, "addr", "add", "198.18.0.1/24", "dev", "br0"])?;
+                // Multi-queue, for `controller --tap-queues`; one queue opens too.
                 for tap in ["tap0", "tap1"] {
-                    sh(&["ip", "-n", ns, "tuntap", "add", "dev", tap, "mode", "tap"])?;
+                    sh(&[
+                        "ip",
+                        "-n",
+                        ns,
+                        "tuntap",
+                        "add",
+                        "dev",
+                        tap,
+                        "mode",
+                        "tap",
+                        "multi_queue",
+                    ])?;
                     sh(&["ip", "-n", ns, "link", "set", tap, "mtu", &mtu, "master", "br0", "up"])?;
                 }
                 sh(&["ip", "-n", ns, "link", "set", "br0", "mtu", &mtu, "up"])?;

@@ -21,12 +21,13 @@
 
 mod bpf;
 
+use crate::medium::bpf::owned;
 use crate::medium::sleep::FdSleep;
 use crate::medium::{
     ETHERNET_HEADER, LinkStats, interface_index, interface_mtu, tcp_checksum_finished,
 };
 use crate::{Medium, WireEnd};
-use bpf::{Redirect, owned};
+use bpf::Redirect;
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
 use std::cell::Cell;
