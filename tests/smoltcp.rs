@@ -281,7 +281,9 @@ fn controller_on_two_queues_of_a_multi_queue_tap() {
     args.extend_from_slice(&ctrl);
     let controller = in_ns(&ns.0, &args).stderr(std::process::Stdio::piped()).spawn().unwrap();
     let run = |what: &[&str]| {
+        // A connection that cannot open fails the run at once.
         let host = ["host", "--connect", "198.18.0.2:4420", "--ddgst", "--queues", "4"];
+        let host = [&host[..], &["--ctrl-loss-tmo", "0"]].concat();
         let link = ["--tap", "tap1", "--ip", "198.18.0.3/24", "--json"];
         in_ns(&ns.0, &[&host[..], &link, what].concat()).output().unwrap()
     };
