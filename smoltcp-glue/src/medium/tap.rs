@@ -35,6 +35,8 @@ use crate::medium::{
 use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
 use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{ArpOperation, ArpPacket, EthernetFrame, EthernetProtocol};
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -72,7 +74,7 @@ pub struct Tap {
 /// What the queues of one multi-queue TAP share: the ARP frames each has
 /// yet to see, and the bells that wake their threads.
 struct Queues {
-    arp: Vec<Mutex<Vec<Vec<u8>>>>,
+    arp: Vec<Mutex<VecDeque<Vec<u8>>>>,
     bells: Vec<Waker>,
 }
 
@@ -177,7 +179,7 @@ impl Tap {
     fn take_shared(&mut self) -> bool {
         let Some((me, q)) = &self.queues else { return false };
         let mut inbox = q.arp[*me].lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(frame) = inbox.pop() else { return false };
+        let Some(frame) = inbox.pop_front() else { return false };
         self.rx[..VNET_HDR].fill(0);
         self.rx[VNET_HDR..VNET_HDR + frame.len()].copy_from_slice(&frame);
         self.rx_len = VNET_HDR + frame.len();
@@ -189,22 +191,20 @@ impl Tap {
     fn share_arp(&self) {
         let Some((me, q)) = &self.queues else { return };
         let frame = &self.rx[VNET_HDR..self.rx_len];
-        if frame.len() < ARP_OPER + 2 || frame[12..14] != [0x08, 0x06] {
+        if EthernetFrame::new_checked(frame).map(|f| f.ethertype()) != Ok(EthernetProtocol::Arp) {
             return;
         }
         let mut copy = frame.to_vec();
-        copy[ARP_OPER..ARP_OPER + 2].copy_from_slice(&2u16.to_be_bytes());
+        let mut eth = EthernetFrame::new_unchecked(&mut copy[..]);
+        let Ok(mut arp) = ArpPacket::new_checked(eth.payload_mut()) else { return };
+        arp.set_operation(ArpOperation::Reply);
         let others = q.arp.iter().zip(&q.bells).enumerate().filter(|(i, _)| i != me);
         for (_, (inbox, bell)) in others {
-            inbox.lock().unwrap_or_else(PoisonError::into_inner).push(copy.clone());
+            inbox.lock().unwrap_or_else(PoisonError::into_inner).push_back(copy.clone());
             bell.wake_by_ref();
         }
     }
 }
-
-/// Where an ARP frame's operation is: after the Ethernet header, the
-/// hardware and protocol types and their lengths.
-const ARP_OPER: usize = ETHERNET_HEADER + 6;
 
 /// Attach to TAP `name` (through `fd`, one of its queues) a program that
 /// steers each frame to queue `g % queues`, where `g` is the Gray code of
@@ -264,6 +264,18 @@ fn steer_by_ports(fd: RawFd, name: &str) -> io::Result<()> {
         return Err(io::Error::new(e.kind(), format!("TAP {name}: cannot steer its queues: {e}")));
     }
     Ok(())
+}
+
+/// Queue 0 takes the steering program off as it closes: a persistent TAP
+/// would otherwise keep it for whoever opens the TAP next.
+impl Drop for Tap {
+    fn drop(&mut self) {
+        if matches!(self.queues, Some((0, _))) {
+            let none: libc::c_int = -1;
+            // SAFETY: TUNSETSTEERINGEBPF reads a descriptor; -1 detaches.
+            unsafe { libc::ioctl(self.fd(), TUNSETSTEERINGEBPF, &none as *const libc::c_int) };
+        }
+    }
 }
 
 pub struct RxToken<'a> {
