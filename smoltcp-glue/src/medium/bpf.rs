@@ -3,6 +3,7 @@
 //! instructions whose encoding the ABI fixes need no compiler and no
 //! loader library.
 
+use crate::medium::context;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
@@ -11,6 +12,27 @@ pub(crate) const BPF_MAP_CREATE: libc::c_int = 0;
 pub(crate) const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_PROG_LOAD: libc::c_int = 5;
 pub(crate) const BPF_LINK_CREATE: libc::c_int = 28;
+
+/// The opcodes of the instructions our programs use (linux/bpf_common.h,
+/// linux/bpf.h): class, then operation and source (`K` an immediate, `X`
+/// a register); loads read the packet (`ABS`, `IND`) or memory (`MEM`).
+pub(crate) mod op {
+    pub(crate) const LD_ABS_H: u8 = 0x28;
+    pub(crate) const LD_ABS_B: u8 = 0x30;
+    pub(crate) const LD_IND_H: u8 = 0x48;
+    pub(crate) const LD_IMM64: u8 = 0x18;
+    pub(crate) const LDX_MEM_W: u8 = 0x61;
+    pub(crate) const MOV_K: u8 = 0xb7;
+    pub(crate) const MOV_X: u8 = 0xbf;
+    pub(crate) const ADD_X: u8 = 0x0f;
+    pub(crate) const XOR_X: u8 = 0xaf;
+    pub(crate) const AND_K: u8 = 0x57;
+    pub(crate) const LSH_K: u8 = 0x67;
+    pub(crate) const RSH_K: u8 = 0x77;
+    pub(crate) const JNE_K: u8 = 0x55;
+    pub(crate) const CALL: u8 = 0x85;
+    pub(crate) const EXIT: u8 = 0x95;
+}
 
 /// One instruction: opcode, destination and source registers, offset and
 /// immediate, laid out as a little-endian kernel reads it.
@@ -40,7 +62,7 @@ pub(crate) fn load(
     load.prog_name[..8].copy_from_slice(b"nvme_ddp");
     bpf(BPF_PROG_LOAD, &mut load)
         .map(owned)
-        .map_err(|e| io::Error::new(e.kind(), format!("loading the {what} program: {e}")))
+        .map_err(context(format_args!("loading the {what} program")))
 }
 
 pub(crate) fn bpf<T>(cmd: libc::c_int, attr: &mut T) -> io::Result<libc::c_long> {

@@ -13,7 +13,7 @@ use smoltcp::wire::{
     EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Address, Ipv4Packet, TcpPacket, checksum,
 };
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub(crate) const ETHERNET_HEADER: usize = 14;
 /// The largest frame: an IPv4 packet of 64 KiB in an Ethernet header.
@@ -50,6 +50,77 @@ impl IfReq {
             *d = s as libc::c_char;
         }
         Ok(req)
+    }
+}
+
+/// Set socket option `opt` at `level` to `val`.
+pub(crate) fn setsockopt<T>(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    val: &T,
+) -> io::Result<()> {
+    // SAFETY: `val` is a live value of the size we pass.
+    let r = unsafe {
+        libc::setsockopt(fd, level, opt, (val as *const T).cast(), size_of::<T>() as u32)
+    };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// An error that says what was being done when it happened.
+pub(crate) fn context(what: impl std::fmt::Display) -> impl FnOnce(io::Error) -> io::Error {
+    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// A memory mapping, unmapped on drop: of `fd` at `offset`, shared with
+/// the kernel, or anonymous memory without one.
+pub(crate) struct Mapping {
+    pub(crate) base: *mut u8,
+    pub(crate) len: usize,
+}
+
+// SAFETY: a mapping belongs to its medium alone; the kernel's side of it is
+// handed over through the medium's ring indices or slot status words.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// Map `len` bytes; `populate` faults them all in now rather than on
+    /// first touch.
+    pub(crate) fn new(
+        fd: Option<RawFd>,
+        len: usize,
+        offset: u64,
+        populate: bool,
+    ) -> io::Result<Self> {
+        let (mut flags, fd) = match fd {
+            Some(fd) => (libc::MAP_SHARED, fd),
+            None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1),
+        };
+        if populate {
+            flags |= libc::MAP_POPULATE;
+        }
+        // SAFETY: a fresh mapping at an address of the kernel's choosing.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd,
+                offset as libc::off_t,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self { base: base.cast(), len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping we made, of this length.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
     }
 }
 

@@ -34,7 +34,8 @@
 use crate::medium::sleep::FdSleep;
 use crate::medium::vnet::{self, TxToken, VNET_HDR};
 use crate::medium::{
-    ETHERNET_HEADER, LARGEST_FRAME, LinkStats, interface_index, interface_mtu, tcp_checksum_ok,
+    ETHERNET_HEADER, LARGEST_FRAME, LinkStats, Mapping, context, interface_index, interface_mtu,
+    setsockopt, tcp_checksum_ok,
 };
 use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
@@ -77,8 +78,7 @@ pub struct Packet {
 /// The receive ring: `frames` slots of `frame_size` bytes, `per_block` to a
 /// block of `block_size` bytes (a slot never straddles two blocks).
 struct Ring {
-    base: *mut u8,
-    len: usize,
+    map: Mapping,
     block_size: usize,
     frame_size: usize,
     per_block: usize,
@@ -86,35 +86,12 @@ struct Ring {
     next: usize,
 }
 
-// SAFETY: the mapping belongs to the ring alone, and the kernel hands each
-// slot over through its status word with acquire/release ordering.
-unsafe impl Send for Ring {}
-
 impl Ring {
     fn slot(&self, i: usize) -> *mut u8 {
         let off = i / self.per_block * self.block_size + i % self.per_block * self.frame_size;
         // SAFETY: `i < frames`, so the slot lies inside the mapping.
-        unsafe { self.base.add(off) }
+        unsafe { self.map.base.add(off) }
     }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: the mapping we made, of this length.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
-    }
-}
-
-fn setsockopt<T>(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: &T) -> io::Result<()> {
-    // SAFETY: `val` is a live value of the size we pass.
-    let r = unsafe {
-        libc::setsockopt(fd, level, opt, (val as *const T).cast(), size_of::<T>() as u32)
-    };
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-}
-
-fn context(what: String) -> impl FnOnce(io::Error) -> io::Error {
-    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
 impl Packet {
@@ -142,9 +119,9 @@ impl Packet {
         let sock = unsafe { OwnedFd::from_raw_fd(fd) };
         let version = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
         setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &version)
-            .map_err(context("TPACKET_V2".into()))?;
+            .map_err(context("TPACKET_V2"))?;
         setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1i32)
-            .map_err(context("PACKET_VNET_HDR".into()))?;
+            .map_err(context("PACKET_VNET_HDR"))?;
         // An optimisation a kernel may lack: our own frames are also
         // skipped by type below. (No PACKET_QDISC_BYPASS: its direct path
         // drops a TSO segment the device wants cut in software, as a veth
@@ -152,7 +129,7 @@ impl Packet {
         let _ = setsockopt(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32);
         // Frames too large for a slot are queued whole beside the ring.
         setsockopt(fd, libc::SOL_PACKET, libc::PACKET_COPY_THRESH, &1i32)
-            .map_err(context("PACKET_COPY_THRESH".into()))?;
+            .map_err(context("PACKET_COPY_THRESH"))?;
         if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &LARGE_FRAME_QUEUE).is_err() {
             let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &LARGE_FRAME_QUEUE);
         }
@@ -173,30 +150,10 @@ impl Packet {
         };
         setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
             .map_err(context(format!("receive ring of {blocks} x {block_size} bytes")))?;
-        let len = block_size * blocks;
-        // SAFETY: maps the ring the kernel just made for this socket.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(context("mapping the receive ring".into())(io::Error::last_os_error()));
-        }
-        let ring = Ring {
-            base: base.cast(),
-            len,
-            block_size,
-            frame_size,
-            per_block,
-            frames: blocks * per_block,
-            next: 0,
-        };
+        let map = Mapping::new(Some(fd), block_size * blocks, 0, false)
+            .map_err(context("mapping the receive ring"))?;
+        let ring =
+            Ring { map, block_size, frame_size, per_block, frames: blocks * per_block, next: 0 };
 
         // SAFETY: an all-zero sockaddr_ll is valid; we fill what bind reads.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };

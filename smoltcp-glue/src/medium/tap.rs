@@ -30,7 +30,7 @@ use crate::medium::bpf::{self, insn};
 use crate::medium::sleep::FdSleep;
 use crate::medium::vnet::{self, TxToken, VNET_HDR};
 use crate::medium::{
-    ETHERNET_HEADER, IfReq, LARGEST_FRAME, LinkStats, interface_mtu, tcp_checksum_ok,
+    ETHERNET_HEADER, IfReq, LARGEST_FRAME, LinkStats, context, interface_mtu, tcp_checksum_ok,
 };
 use crate::{Medium, WireEnd};
 use smoltcp::phy::{self, Device, DeviceCapabilities};
@@ -110,7 +110,7 @@ impl Tap {
             .write(true)
             .custom_flags(libc::O_NONBLOCK)
             .open("/dev/net/tun")
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot open /dev/net/tun: {e}")))?;
+            .map_err(context("cannot open /dev/net/tun"))?;
         let set_iff = |multi_queue: bool| {
             let mut req = IfReq::new(name)?;
             let mut flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
@@ -147,8 +147,7 @@ impl Tap {
         let offload = TUN_F_CSUM | TUN_F_TSO4;
         // SAFETY: TUNSETOFFLOAD takes its flags by value.
         if unsafe { libc::ioctl(file.as_raw_fd(), TUNSETOFFLOAD, offload as libc::c_ulong) } < 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("TAP {name}: no offloads: {e}")));
+            return Err(context(format!("TAP {name}: no offloads"))(io::Error::last_os_error()));
         }
         Ok(Self {
             sleep: FdSleep::new()?,
@@ -216,18 +215,7 @@ impl Tap {
 /// too. Consecutive ports (our host's) differ in the low bit of it within
 /// every pair from an even port, so they still alternate.
 fn steer_by_ports(fd: RawFd, name: &str) -> io::Result<()> {
-    const LD_ABS_H: u8 = 0x28;
-    const LD_ABS_B: u8 = 0x30;
-    const LD_IND_H: u8 = 0x48;
-    const MOV_X: u8 = 0xbf;
-    const MOV_K: u8 = 0xb7;
-    const ADD_X: u8 = 0x0f;
-    const XOR_X: u8 = 0xaf;
-    const AND_K: u8 = 0x57;
-    const LSH_K: u8 = 0x67;
-    const RSH_K: u8 = 0x77;
-    const JNE_K: u8 = 0x55;
-    const EXIT: u8 = 0x95;
+    use bpf::op::*;
     // Offsets in the frame, which starts at its Ethernet header.
     let (ethertype, protocol, fragment, ihl) = (12, 23, 20, 14);
     let tcp = ETHERNET_HEADER as i32;
@@ -261,7 +249,7 @@ fn steer_by_ports(fd: RawFd, name: &str) -> io::Result<()> {
     // keeps its own reference to the program.
     if unsafe { libc::ioctl(fd, TUNSETSTEERINGEBPF, &prog_fd as *const libc::c_int) } < 0 {
         let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("TAP {name}: cannot steer its queues: {e}")));
+        return Err(context(format!("TAP {name}: cannot steer its queues"))(e));
     }
     Ok(())
 }

@@ -1,9 +1,11 @@
 //! The XDP program that hands an interface's frames to an AF_XDP socket,
 //! loaded and attached with the `bpf` system call alone.
 
+use crate::medium::bpf::op::{CALL, EXIT, LD_IMM64, LDX_MEM_W, MOV_K};
 use crate::medium::bpf::{
     BPF_LINK_CREATE, BPF_MAP_CREATE, BPF_MAP_UPDATE_ELEM, bpf, insn, load, owned,
 };
+use crate::medium::context;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
@@ -30,11 +32,9 @@ impl Redirect {
     /// Load the program and attach it to interface `ifindex` (`name`) in
     /// its driver (native XDP).
     pub(super) fn attach(ifindex: u32, name: &str) -> io::Result<Self> {
-        let context =
-            |what: String| move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
         let mut create =
             MapCreate { map_type: BPF_MAP_TYPE_XSKMAP, key_size: 4, value_size: 4, max_entries: 1 };
-        let map = owned(bpf(BPF_MAP_CREATE, &mut create).map_err(context("XSKMAP".into()))?);
+        let map = owned(bpf(BPF_MAP_CREATE, &mut create).map_err(context("XSKMAP"))?);
         let prog = load(BPF_PROG_TYPE_XDP, BPF_XDP, &program(map.as_raw_fd()), "XDP")?;
         let mut link = LinkCreate {
             prog_fd: prog.as_raw_fd() as u32,
@@ -61,7 +61,7 @@ impl Redirect {
         };
         bpf(BPF_MAP_UPDATE_ELEM, &mut update)
             .map(drop)
-            .map_err(|e| io::Error::new(e.kind(), format!("adding the socket to the map: {e}")))
+            .map_err(context("adding the socket to the map"))
     }
 }
 
@@ -70,12 +70,12 @@ impl Redirect {
 /// any frame of a queue without one to the kernel.
 fn program(map: RawFd) -> [u64; 6] {
     [
-        insn(0x61, 2, 1, 16, 0),                    // r2 = *(u32 *)(r1 + 16)
-        insn(0x18, 1, BPF_PSEUDO_MAP_FD, 0, map),   // r1 = map (two slots)
-        0,                                          //
-        insn(0xb7, 3, 0, 0, XDP_PASS),              // r3 = XDP_PASS
-        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // call bpf_redirect_map
-        insn(0x95, 0, 0, 0, 0),                     // exit
+        insn(LDX_MEM_W, 2, 1, 16, 0),                 // r2 = *(u32 *)(r1 + 16)
+        insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, map), // r1 = map (two slots)
+        0,                                            //
+        insn(MOV_K, 3, 0, 0, XDP_PASS),               // r3 = XDP_PASS
+        insn(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),   // call bpf_redirect_map
+        insn(EXIT, 0, 0, 0, 0),                       // exit
     ]
 }
 

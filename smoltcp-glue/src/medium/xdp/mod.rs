@@ -24,7 +24,8 @@ mod bpf;
 use crate::medium::bpf::owned;
 use crate::medium::sleep::FdSleep;
 use crate::medium::{
-    ETHERNET_HEADER, LinkStats, interface_index, interface_mtu, tcp_checksum_finished,
+    ETHERNET_HEADER, LinkStats, Mapping, context, interface_index, interface_mtu, setsockopt,
+    tcp_checksum_finished,
 };
 use crate::{Medium, WireEnd};
 use bpf::Redirect;
@@ -61,47 +62,6 @@ pub struct Xdp {
     _umem: Mapping,
 }
 
-/// A shared memory mapping, unmapped on drop.
-struct Mapping {
-    base: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the mapping belongs to its medium alone; the kernel's side of it
-// is handed over through the rings' producer and consumer words.
-unsafe impl Send for Mapping {}
-
-impl Mapping {
-    fn new(fd: Option<RawFd>, len: usize, offset: u64) -> io::Result<Self> {
-        let (flags, fd) = match fd {
-            Some(fd) => (libc::MAP_SHARED | libc::MAP_POPULATE, fd),
-            None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1),
-        };
-        // SAFETY: a fresh mapping at an address of the kernel's choosing.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                fd,
-                offset as libc::off_t,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Self { base: base.cast(), len })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping we made, of this length.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
-    }
-}
-
 /// One of the four rings: a power-of-two array of `T` with a producer and
 /// a consumer index, one of them ours.
 struct Ring<T> {
@@ -115,13 +75,13 @@ struct Ring<T> {
     theirs: u32,
 }
 
-// SAFETY: as for `Mapping`.
+// SAFETY: its pointers are into its own mapping, as `Mapping`'s are.
 unsafe impl<T> Send for Ring<T> {}
 
 impl<T: Copy> Ring<T> {
     fn map(fd: RawFd, off: &libc::xdp_ring_offset, pgoff: u64) -> io::Result<Self> {
         let len = off.desc as usize + FRAMES * size_of::<T>();
-        let map = Mapping::new(Some(fd), len, pgoff)?;
+        let map = Mapping::new(Some(fd), len, pgoff, true)?;
         // SAFETY: the offsets the kernel gave for this ring lie inside it.
         let (producer, consumer, flags, desc) = unsafe {
             (
@@ -280,14 +240,6 @@ impl TxSide {
     }
 }
 
-fn setsockopt<T>(fd: RawFd, opt: libc::c_int, val: &T) -> io::Result<()> {
-    // SAFETY: `val` is a live value of the size we pass.
-    let r = unsafe {
-        libc::setsockopt(fd, libc::SOL_XDP, opt, (val as *const T).cast(), size_of::<T>() as u32)
-    };
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-}
-
 /// Read option `opt`, a plain C struct the kernel fills.
 fn getsockopt<T>(fd: RawFd, opt: libc::c_int) -> io::Result<T> {
     // SAFETY: the options read here are plain integers, valid all zero.
@@ -297,10 +249,6 @@ fn getsockopt<T>(fd: RawFd, opt: libc::c_int) -> io::Result<T> {
     let r =
         unsafe { libc::getsockopt(fd, libc::SOL_XDP, opt, (&mut val as *mut T).cast(), &mut len) };
     if r < 0 { Err(io::Error::last_os_error()) } else { Ok(val) }
-}
-
-fn context(what: &str) -> impl FnOnce(io::Error) -> io::Error + '_ {
-    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
 /// Receive queues of interface `name` the kernel has set up.
@@ -334,7 +282,7 @@ impl Xdp {
             return Err(context("AF_XDP socket")(io::Error::last_os_error()));
         }
         let sock = owned(fd.into());
-        let umem = Mapping::new(None, 2 * FRAMES * CHUNK, 0).map_err(context("UMEM"))?;
+        let umem = Mapping::new(None, 2 * FRAMES * CHUNK, 0, true).map_err(context("UMEM"))?;
         let reg = libc::xdp_umem_reg {
             addr: umem.base as u64,
             len: umem.len as u64,
@@ -343,14 +291,15 @@ impl Xdp {
             flags: 0,
             tx_metadata_len: 0,
         };
-        setsockopt(fd, libc::XDP_UMEM_REG, &reg).map_err(context("registering the UMEM"))?;
+        setsockopt(fd, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)
+            .map_err(context("registering the UMEM"))?;
         for opt in [
             libc::XDP_UMEM_FILL_RING,
             libc::XDP_UMEM_COMPLETION_RING,
             libc::XDP_RX_RING,
             libc::XDP_TX_RING,
         ] {
-            setsockopt(fd, opt, &(FRAMES as u32)).map_err(context("ring sizes"))?;
+            setsockopt(fd, libc::SOL_XDP, opt, &(FRAMES as u32)).map_err(context("ring sizes"))?;
         }
         let off: libc::xdp_mmap_offsets =
             getsockopt(fd, libc::XDP_MMAP_OFFSETS).map_err(context("ring offsets"))?;

@@ -775,19 +775,25 @@ impl<'a> Socket<'a> {
     /// ACKs and all.
     #[inline]
     fn scaled_window(&self) -> u16 {
-        let unit = (1usize << self.remote_win_shift) - 1;
-        let window = self.rx_buffer.window().max(self.offered_window() + unit);
-        u16::try_from(window >> self.remote_win_shift).unwrap_or(u16::MAX)
+        let free = self.rx_buffer.window() >> self.remote_win_shift;
+        u16::try_from(free.max(self.offered_units())).unwrap_or(u16::MAX)
     }
 
-    /// What is left of the window last offered, from the next byte expected to its right edge.
-    fn offered_window(&self) -> usize {
-        let Some(last_ack) = self.remote_last_ack else {
-            return 0;
-        };
-        let edge = last_ack + ((self.remote_last_win as usize) << self.remote_win_shift);
+    /// The right edge of the window last offered.
+    fn offered_edge(&self) -> Option<TcpSeqNumber> {
+        let last_ack = self.remote_last_ack?;
+        Some(last_ack + ((self.remote_last_win as usize) << self.remote_win_shift))
+    }
+
+    /// What is left of the window last offered, from the next byte expected to its right edge,
+    /// in units of the window scale, rounded up.
+    fn offered_units(&self) -> usize {
         let next_ack = self.remote_seq_no + self.rx_buffer.len();
-        if edge > next_ack { edge - next_ack } else { 0 }
+        let left = match self.offered_edge() {
+            Some(edge) if edge > next_ack => edge - next_ack,
+            _ => 0,
+        };
+        left.div_ceil(1 << self.remote_win_shift)
     }
 
     /// Return the last window field value, including scaling according to RFC 1323.
@@ -801,9 +807,7 @@ impl<'a> Socket<'a> {
     #[inline]
     fn last_scaled_window(&self) -> Option<u16> {
         self.remote_last_ack?;
-        let unit = (1usize << self.remote_win_shift) - 1;
-        let last_win_adjusted = self.offered_window() + unit;
-        Some(u16::try_from(last_win_adjusted >> self.remote_win_shift).unwrap_or(u16::MAX))
+        Some(u16::try_from(self.offered_units()).unwrap_or(u16::MAX))
     }
 
     /// Set the timeout duration.
@@ -1809,11 +1813,7 @@ impl<'a> Socket<'a> {
         }
 
         let window_start = self.remote_seq_no + self.rx_buffer.len();
-        let window_end = if let Some(last_ack) = self.remote_last_ack {
-            last_ack + ((self.remote_last_win as usize) << self.remote_win_shift)
-        } else {
-            window_start
-        };
+        let window_end = self.offered_edge().unwrap_or(window_start);
         let segment_start = repr.seq_number;
         let segment_end = repr.seq_number + repr.payload.len();
 
