@@ -3,10 +3,10 @@
 //! (fused copy+CRC against copy then CRC).
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use nvme_tcp::nvme::{Cqe, Status};
+use nvme_of::Digests;
+use nvme_of::nvme::{Cqe, Status};
 use nvme_tcp::wire::{
-    CapsuleResp, DataPdu, Digests, Direction, Event, Framer, Framing, Header, Pdu, PduRepr,
-    crc32c_append,
+    CapsuleResp, DataPdu, Direction, Event, Framer, Framing, Header, Pdu, PduRepr, crc32c_append,
 };
 use std::hint::black_box;
 

@@ -5,12 +5,13 @@
 //! hints vouch for placement and digest, it skips both.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use nvme_of::Digests;
+use nvme_of::Instant;
+use nvme_of::controller::{ControllerQueue, Target, TargetConfig};
+use nvme_of::host::{Host, HostConfig, HostEvent, Io, IoKind};
+use nvme_of::namespace::Namespace;
 use nvme_storage::RamNamespace;
-use nvme_tcp::Instant;
-use nvme_tcp::controller::{Connection, Target, TargetConfig};
-use nvme_tcp::host::{Host, HostConfig, HostEvent, Io, IoKind};
-use nvme_tcp::namespace::Namespace;
-use nvme_tcp::wire::Digests;
+use nvme_tcp::controller::Connection;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -4,11 +4,11 @@
 
 use crate::report::RecoveryReport;
 use crate::workload::{IoStats, Workload, WorkloadSpec};
-use nvme_tcp::Instant;
-use nvme_tcp::host::{Host, HostError, HostEvent, NamespaceInfo};
-use nvme_tcp::nvme::identify::IdentifyController;
-use nvme_tcp::nvme::log::DiscoveryEntry;
-use nvme_tcp::nvme::{Sqe, Status};
+use nvme_of::Instant;
+use nvme_of::host::{Host, HostError, HostEvent, NamespaceInfo};
+use nvme_of::nvme::identify::IdentifyController;
+use nvme_of::nvme::log::DiscoveryEntry;
+use nvme_of::nvme::{Sqe, Status};
 use std::collections::VecDeque;
 use std::time::Duration;
 

@@ -14,16 +14,16 @@
 use crate::app::HostApp;
 use crate::clock::Clock;
 use crate::rawtcp;
-use crate::transport::Transport;
+use crate::transport::TransportType;
 use crate::userspace::{ControllerSide, HostSide, chain, run_host, serve, to_smol};
 use crate::workload::{IoStats, Limit, Rw, Workload, WorkloadSpec};
 use nic_backend::{NicEngine, NicHandle, NicThread, thread_cpu_ns};
+use nvme_of::UlpStats;
+use nvme_of::controller::{Target, TargetConfig};
+use nvme_of::host::{Host, HostConfig, HostEvent};
+use nvme_of::namespace::Namespace;
+use nvme_of::{Digests, TxStats};
 use nvme_storage::RamNamespace;
-use nvme_tcp::UlpStats;
-use nvme_tcp::controller::{Target, TargetConfig};
-use nvme_tcp::host::{Host, HostConfig, HostEvent};
-use nvme_tcp::namespace::Namespace;
-use nvme_tcp::wire::{Digests, TxStats};
 use serde::Serialize;
 use smoltcp::wire::Ipv4Cidr;
 use smoltcp_glue::{Link, LinkName, Medium, Profile, Stack, StackConfig, VirtualWire};
@@ -53,7 +53,7 @@ pub struct BenchOptions {
     pub offload: Vec<Caps>,
     pub mtu: Vec<usize>,
     /// NVMe/TCP, NVMe/RDMA, or both on the same matrix.
-    pub transport: Vec<Transport>,
+    pub transport: Vec<TransportType>,
     pub queues: u16,
     pub reps: usize,
     pub warmup: Duration,
@@ -88,7 +88,7 @@ impl Default for BenchOptions {
             ddgst: vec![true],
             offload: OFFLOAD_SETS.to_vec(),
             mtu: vec![1500, 9000],
-            transport: vec![Transport::Tcp],
+            transport: vec![TransportType::Tcp],
             queues: 1,
             reps: 5,
             warmup: Duration::from_millis(200),
@@ -257,7 +257,7 @@ struct BenchApp<'a> {
 }
 
 impl BenchApp<'_> {
-    fn pump(&mut self, host: &mut Host, now: nvme_tcp::Instant) {
+    fn pump(&mut self, host: &mut Host, now: nvme_of::Instant) {
         let w = match &mut self.phase {
             Phase::Warmup(w) | Phase::Measure(w, _) => w,
             Phase::Over => return,
@@ -329,7 +329,7 @@ fn sample(s: &IoStats, a: &Mark, b: &Mark) -> Sample {
 }
 
 impl HostApp for BenchApp<'_> {
-    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_tcp::Instant) {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_of::Instant) {
         match event {
             HostEvent::Ready => match Workload::new(
                 WorkloadSpec { limit: Limit::Time(self.warmup), ..self.spec.clone() },
@@ -359,7 +359,7 @@ impl HostApp for BenchApp<'_> {
         }
     }
 
-    fn on_poll(&mut self, host: &mut Host, now: nvme_tcp::Instant) {
+    fn on_poll(&mut self, host: &mut Host, now: nvme_of::Instant) {
         self.pump(host, now);
     }
 
@@ -375,7 +375,7 @@ impl HostApp for BenchApp<'_> {
 /// The point being run.
 #[derive(Debug, Clone, Copy)]
 pub struct Spec {
-    pub transport: Transport,
+    pub transport: TransportType,
     pub bs: u32,
     pub rw: Rw,
     pub qd: u16,

@@ -15,7 +15,7 @@ impl Clock {
         Self(std::time::Instant::now())
     }
 
-    pub fn now(&self) -> nvme_tcp::Instant {
-        nvme_tcp::Instant::from_micros(self.0.elapsed().as_micros() as u64)
+    pub fn now(&self) -> nvme_of::Instant {
+        nvme_of::Instant::from_micros(self.0.elapsed().as_micros() as u64)
     }
 }

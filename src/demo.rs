@@ -6,17 +6,17 @@ use crate::app::{HostApp, IoApp, Watch};
 use crate::bench::{self, BenchOptions, Point, Spec};
 use crate::clock::Clock;
 use crate::report::{OffloadReport, PhaseReport, RecoveryReport, human_bytes};
-use crate::transport::Transport;
+use crate::transport::TransportType;
 use crate::userspace::{
     Chain, ControllerSide, HostSide, RunError, chain, run_host, run_simulated, serve, to_smol,
 };
 use crate::workload::{Limit, Rw, WorkloadSpec};
 use nic_backend::NicHandle;
+use nvme_of::Digests;
+use nvme_of::controller::{Port, Target, TargetConfig};
+use nvme_of::host::HostConfig;
+use nvme_of::namespace::Namespace;
 use nvme_storage::RamNamespace;
-use nvme_tcp::controller::{Port, Target, TargetConfig};
-use nvme_tcp::host::HostConfig;
-use nvme_tcp::namespace::Namespace;
-use nvme_tcp::wire::Digests;
 use serde::Serialize;
 use smoltcp::wire::Ipv4Cidr;
 use smoltcp_glue::{ImpairStats, Profile, Stack, StackConfig, VirtualWire, WireEnd, WireStats};
@@ -58,7 +58,7 @@ pub struct DemoOptions {
     pub kato: Duration,
     pub io_timeout: Duration,
     /// NVMe/TCP, or NVMe/RDMA over iWARP.
-    pub transport: Transport,
+    pub transport: TransportType,
     /// Also measure what the offloads save against a software-only run.
     pub baseline: bool,
 }
@@ -88,7 +88,7 @@ impl Default for DemoOptions {
             ddp_threshold: None,
             kato: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
-            transport: Transport::Tcp,
+            transport: TransportType::Tcp,
             baseline: false,
         }
     }
@@ -127,7 +127,7 @@ impl From<ImpairStats> for ImpairReport {
 /// What the demo did.
 #[derive(Debug, Clone, Serialize)]
 pub struct DemoReport {
-    pub transport: Transport,
+    pub transport: TransportType,
     pub size: u64,
     pub mtu: usize,
     pub hdgst: bool,
@@ -199,7 +199,7 @@ pub fn build(o: &DemoOptions) -> Result<Demo, DemoError> {
     };
     let target = Target::new(cfg, vec![ns]).map_err(|e| DemoError::Setup(e.to_string()))?;
     let (h, c) = VirtualWire::pair(o.mtu + 14, 512);
-    let now = to_smol(nvme_tcp::Instant::ZERO);
+    let now = to_smol(nvme_of::Instant::ZERO);
     let (hdev, host_nic) = device(o, h, o.seed, o.pcap.as_ref())?;
     let (cdev, ctrl_nic) = device(o, c, o.seed.wrapping_add(1), None)?;
     let hstack = Stack::new(hdev, StackConfig::new(Ipv4Cidr::new(HOST_IP, 24)), now);

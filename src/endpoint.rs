@@ -1,9 +1,9 @@
 //! The two ends the drivers move bytes for: one host queue, or one
 //! controller connection.
 
-use crate::transport::ControllerConn;
-use nvme_tcp::Instant;
-use nvme_tcp::host::Host;
+use nvme_of::Instant;
+use nvme_of::controller::ControllerQueue;
+use nvme_of::host::Host;
 
 /// A sans-IO end of one byte stream.
 pub trait Endpoint {
@@ -32,7 +32,7 @@ impl Endpoint for HostQueue<'_> {
 
 /// A controller connection.
 pub struct ControllerEnd<'a> {
-    pub conn: &'a mut dyn ControllerConn,
+    pub conn: &'a mut dyn ControllerQueue,
     pub now: Instant,
 }
 

@@ -5,11 +5,12 @@
 use crate::app::HostApp;
 use crate::clock::Clock;
 use crate::endpoint::{ControllerEnd, Endpoint, HostQueue};
-use crate::transport::{ControllerConn, Listener};
+use crate::transport::Listener;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
-use nvme_tcp::controller::Target;
-use nvme_tcp::host::Host;
+use nvme_of::controller::ControllerQueue;
+use nvme_of::controller::Target;
+use nvme_of::host::Host;
 use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::SocketAddr;
@@ -199,7 +200,7 @@ impl std::task::Wake for MioWake {
 struct CtrlConn {
     sock: TcpStream,
     pipe: Pipe,
-    conn: Box<dyn ControllerConn>,
+    conn: Box<dyn ControllerQueue>,
     peer: SocketAddr,
 }
 
@@ -262,7 +263,7 @@ fn serve(
                 c.conn.transport_closed();
                 let _ = poll.registry().deregister(&mut c.sock);
                 let _ = c.sock.shutdown(std::net::Shutdown::Both);
-                match c.conn.abnormal_close() {
+                match c.conn.close_reason().filter(|r| r.is_abnormal()) {
                     None => debug!(peer = %c.peer, qid = ?c.conn.qid(), "connection closed"),
                     Some(reason) => {
                         warn!(peer = %c.peer, qid = ?c.conn.qid(), %reason, "connection closed")
@@ -279,7 +280,7 @@ fn accept_all(
     poll: &Poll,
     transport: &Listener,
     target: &Arc<Target>,
-    now: nvme_tcp::Instant,
+    now: nvme_of::Instant,
     conns: &mut HashMap<usize, CtrlConn>,
     next: &mut usize,
 ) {

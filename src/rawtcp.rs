@@ -37,9 +37,9 @@ struct Sender<T: Medium> {
     stack: Stack<T>,
     conn: TcpConn,
     duration: Duration,
-    give_up: nvme_tcp::Instant,
+    give_up: nvme_of::Instant,
     /// When the connection was up, and what had been acknowledged then.
-    started: Option<(nvme_tcp::Instant, u64)>,
+    started: Option<(nvme_of::Instant, u64)>,
     sent: u64,
 }
 
@@ -58,7 +58,7 @@ impl<T: Medium> Sender<T> {
     }
 
     /// One turn at time `t`.
-    fn turn(&mut self, t: nvme_tcp::Instant) -> Result<Turn, String> {
+    fn turn(&mut self, t: nvme_of::Instant) -> Result<Turn, String> {
         if t > self.give_up {
             return Err("no connection".to_string());
         }

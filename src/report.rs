@@ -161,8 +161,8 @@ impl OffloadReport {
     pub fn new(
         caps: ulp_ddp::Caps,
         nic: ulp_ddp::Stats,
-        ulp: nvme_tcp::UlpStats,
-        tx: nvme_tcp::wire::TxStats,
+        ulp: nvme_of::UlpStats,
+        tx: nvme_of::TxStats,
     ) -> Self {
         let per_io =
             if ulp.ddp_ios > 0 { ulp.control_calls as f64 / ulp.ddp_ios as f64 } else { 0.0 };
@@ -206,8 +206,8 @@ impl OffloadReport {
     pub fn controller(
         caps: ulp_ddp::Caps,
         nic: ulp_ddp::Stats,
-        ulp: nvme_tcp::UlpStats,
-        tx: nvme_tcp::wire::TxStats,
+        ulp: nvme_of::UlpStats,
+        tx: nvme_of::TxStats,
     ) -> Self {
         Self::new(caps.without(ulp_ddp::Caps::NVME_TCP_ONESHOT), nic, ulp, tx)
     }
@@ -272,8 +272,8 @@ pub struct RecoveryReport {
     pub aborts: u64,
 }
 
-impl From<nvme_tcp::host::Recovery> for RecoveryReport {
-    fn from(r: nvme_tcp::host::Recovery) -> Self {
+impl From<nvme_of::host::Recovery> for RecoveryReport {
+    fn from(r: nvme_of::host::Recovery) -> Self {
         Self { reconnects: r.reconnects, retried: r.retried, aborts: r.aborts }
     }
 }

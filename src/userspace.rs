@@ -7,12 +7,13 @@
 
 use crate::app::HostApp;
 use crate::clock::Clock;
-use crate::transport::{ControllerConn, Listener};
+use crate::transport::Listener;
 use nic_backend::{NicConfig, NicHandle, OffloadNic};
-use nvme_tcp::UlpStats;
-use nvme_tcp::controller::Target;
-use nvme_tcp::host::Host;
-use nvme_tcp::wire::TxStats;
+use nvme_of::TxStats;
+use nvme_of::UlpStats;
+use nvme_of::controller::ControllerQueue;
+use nvme_of::controller::Target;
+use nvme_of::host::Host;
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp_glue::stack::StackError;
 use smoltcp_glue::{Impairments, Medium, PcapFile, Profile, Stack, TcpConn};
@@ -49,11 +50,11 @@ pub fn chain<M: Medium>(
 }
 
 /// The sans-IO code's clock reading for a smoltcp instant.
-pub fn to_nvme(t: SmolInstant) -> nvme_tcp::Instant {
-    nvme_tcp::Instant::from_micros(t.total_micros().max(0) as u64)
+pub fn to_nvme(t: SmolInstant) -> nvme_of::Instant {
+    nvme_of::Instant::from_micros(t.total_micros().max(0) as u64)
 }
 
-pub fn to_smol(t: nvme_tcp::Instant) -> SmolInstant {
+pub fn to_smol(t: nvme_of::Instant) -> SmolInstant {
     SmolInstant::from_micros(t.as_micros() as i64)
 }
 
@@ -134,7 +135,7 @@ impl<D: Medium> HostSide<D> {
         Ok(progress)
     }
 
-    fn pump(&mut self, t: nvme_tcp::Instant) -> bool {
+    fn pump(&mut self, t: nvme_of::Instant) -> bool {
         let mut progress = false;
         let (stack, host) = (&mut self.stack, &mut self.host);
         for (&qid, q) in self.queues.iter_mut().filter(|(_, q)| !q.closed) {
@@ -186,7 +187,7 @@ impl<D: Medium> HostSide<D> {
 
 struct CtrlConn {
     conn: TcpConn,
-    ep: Box<dyn ControllerConn>,
+    ep: Box<dyn ControllerQueue>,
     closed: bool,
 }
 
@@ -215,7 +216,7 @@ impl<D: Medium> ControllerSide<D> {
         Ok(Self {
             stack,
             target,
-            listener: Listener::Tcp,
+            listener: Listener::default(),
             conns: Vec::new(),
             ddp,
             closed_stats: Default::default(),

@@ -9,9 +9,9 @@
 
 use crate::size::format_size;
 use hdrhistogram::Histogram;
-use nvme_tcp::Instant;
-use nvme_tcp::host::{Host, Io, IoKind, NamespaceInfo, SubmitError};
-use nvme_tcp::nvme::Status;
+use nvme_of::Instant;
+use nvme_of::host::{Host, Io, IoKind, NamespaceInfo, SubmitError};
+use nvme_of::nvme::Status;
 use serde::Serialize;
 use std::time::Duration;
 use ulp_ddp::IoBuf;

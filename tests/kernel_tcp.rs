@@ -6,14 +6,15 @@
 
 use nvme_ddp::app::{AdminApp, IoApp};
 use nvme_ddp::kernel_tcp::{ControllerServer, run_host};
-use nvme_ddp::transport::{Listener, Transport};
+use nvme_ddp::transport::{Listener, TransportType};
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec, check_pattern};
+use nvme_of::Digests;
+use nvme_of::controller::{Target, TargetConfig};
+use nvme_of::host::{Host, HostConfig, HostEvent, Io, IoKind};
+use nvme_of::namespace::Namespace;
+use nvme_of::nvme::{ConnectData, FabricsCommand, SglDescriptor, Status};
 use nvme_storage::{FileNamespace, RamNamespace};
-use nvme_tcp::controller::{Target, TargetConfig};
-use nvme_tcp::host::{Host, HostConfig, HostEvent, Io, IoKind};
-use nvme_tcp::namespace::Namespace;
-use nvme_tcp::nvme::{ConnectData, FabricsCommand, SglDescriptor, Status};
-use nvme_tcp::wire::{CapsuleCmd, Digests, Framing, Header, IcReq, PduRepr};
+use nvme_tcp::wire::{CapsuleCmd, Framing, Header, IcReq, PduRepr};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -24,7 +25,7 @@ const NQN: &str = "nqn.2026-11.io.nvme-ddp:kernel-tcp-test";
 const LIMIT: Duration = Duration::from_secs(120);
 
 fn serve(cfg: TargetConfig, ns: Arc<dyn Namespace>) -> (ControllerServer, SocketAddr) {
-    serve_on(Listener::Tcp, cfg, ns)
+    serve_on(Listener::default(), cfg, ns)
 }
 
 fn serve_on(
@@ -104,7 +105,7 @@ fn nvme_rdma_over_kernel_tcp_with_and_without_crc_and_one_shot() {
     // serves Linux siw: writes small enough to go in the capsule and large
     // ones fetched by RDMA Read, reads by RDMA Write.
     let size = 4 << 20;
-    let rdma = || Transport::Rdma.listener(1500);
+    let rdma = || TransportType::Rdma.listener(1500);
     let (_server, addr) = serve_on(rdma(), TargetConfig::default(), ram(size));
     // A controller that insists on MPA CRCs gets them from a host that
     // did not ask.
@@ -114,7 +115,7 @@ fn nvme_rdma_over_kernel_tcp_with_and_without_crc_and_one_shot() {
     {
         for bs in [4 << 10, 128 << 10] {
             let cfg = host_cfg(Digests { header: false, data: crc }, 2, 16);
-            let mut host = Transport::Rdma.host(cfg, oneshot, 1500);
+            let mut host = TransportType::Rdma.host(cfg, oneshot, 1500);
             let what = format!("crc {crc} one-shot {oneshot} bs {bs} at {addr}");
             let app = write_then_read_with(addr, &mut host, bs, size);
             assert_eq!(app.io_queues, 2, "{what}");
@@ -162,7 +163,7 @@ struct OutOfRange {
 }
 
 impl nvme_ddp::app::HostApp for OutOfRange {
-    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_tcp::Instant) {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_of::Instant) {
         match event {
             HostEvent::Ready => {
                 let blocks = host.namespaces()[0].blocks;
@@ -294,8 +295,8 @@ fn keep_alive_expiry_tears_down_the_association() {
 /// the I/O the controller served.
 #[test]
 fn admin_commands_read_the_error_and_smart_logs() {
-    use nvme_tcp::nvme::identify::{self, IDENTIFY_LEN, cns};
-    use nvme_tcp::nvme::log::{ErrorLogEntry, GetLogPage, SmartLog, TRTYPE_TCP, lid};
+    use nvme_of::nvme::identify::{self, IDENTIFY_LEN, cns};
+    use nvme_of::nvme::log::{ErrorLogEntry, GetLogPage, SmartLog, TRTYPE_TCP, lid};
     let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));
     write_then_read(addr, host_cfg(Digests::NONE, 1, 4), 4096, 1 << 20);
     let log = |lid, len: usize| {

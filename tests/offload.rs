@@ -9,14 +9,16 @@ use nvme_ddp::app::{HostApp, IoApp};
 use nvme_ddp::demo::{self, Demo, DemoOptions};
 use nvme_ddp::userspace::{Peer, run_simulated, to_nvme};
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
+use nvme_of::Digests;
+use nvme_of::controller::ControllerQueue;
+use nvme_of::controller::{Target, TargetConfig};
+use nvme_of::host::{Host, HostError, HostEvent, Io, IoKind, MAX_RETRIES, QueueError, Recovery};
+use nvme_of::namespace::Namespace;
+use nvme_of::nvme::Status;
 use nvme_storage::RamNamespace;
-use nvme_tcp::controller::{Connection, Target, TargetConfig};
-use nvme_tcp::host::{
-    Host, HostError, HostEvent, Io, IoKind, MAX_RETRIES, QueueError, Recovery, TcpError,
-};
-use nvme_tcp::namespace::Namespace;
-use nvme_tcp::nvme::Status;
-use nvme_tcp::wire::{Digests, Direction, Event, Fes, Framer, Framing, Header, PduRepr, PduType};
+use nvme_tcp::controller::Connection;
+use nvme_tcp::host::TcpError;
+use nvme_tcp::wire::{Direction, Event, Fes, Framer, Framing, Header, PduRepr, PduType};
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::Ipv4Cidr;
 use smoltcp_glue::{Profile, Stack, StackConfig, TcpConn, VirtualWire};
@@ -170,7 +172,7 @@ struct Toggler {
 }
 
 impl HostApp for Toggler {
-    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_tcp::Instant) {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_of::Instant) {
         if let HostEvent::Completion { .. } = event {
             self.seen += 1;
             match self.seen {
@@ -183,7 +185,7 @@ impl HostApp for Toggler {
         self.inner.on_event(host, event, now);
     }
 
-    fn on_poll(&mut self, host: &mut Host, now: nvme_tcp::Instant) {
+    fn on_poll(&mut self, host: &mut Host, now: nvme_of::Instant) {
         self.inner.on_poll(host, now);
     }
 
@@ -290,7 +292,7 @@ fn rebuild_host(
     dev: Arc<dyn DdpDevice>,
 ) -> nvme_ddp::userspace::HostSide<demo::DemoDevice> {
     let remote = std::net::SocketAddrV4::new(demo::CONTROLLER_IP, demo::PORT);
-    let host_cfg = nvme_tcp::host::HostConfig {
+    let host_cfg = nvme_of::host::HostConfig {
         subnqn: demo::NQN.into(),
         digests: o.digests,
         io_queues: o.queues,
@@ -329,7 +331,7 @@ impl Script {
 }
 
 impl HostApp for Script {
-    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_tcp::Instant) {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_of::Instant) {
         match event {
             HostEvent::Ready => {
                 for io in self.ios.drain(..) {
@@ -607,7 +609,7 @@ fn against_hostile(
         nvme_ddp::userspace::chain(h, Profile::default(), 1, None, Caps::ALL).unwrap();
     let hstack = Stack::new(hdev, StackConfig::new(Ipv4Cidr::new(demo::HOST_IP, 24)), now);
     let cstack = Stack::new(c, StackConfig::new(Ipv4Cidr::new(demo::CONTROLLER_IP, 24)), now);
-    let host_cfg = nvme_tcp::host::HostConfig {
+    let host_cfg = nvme_of::host::HostConfig {
         subnqn: demo::NQN.into(),
         digests: o.digests,
         io_queues: 1,

@@ -4,8 +4,8 @@
 //! Responses by STag and the host registering classically or one-shot.
 
 use nvme_ddp::demo::{self, DemoOptions};
-use nvme_ddp::transport::Transport;
-use nvme_tcp::wire::Digests;
+use nvme_ddp::transport::TransportType;
+use nvme_of::Digests;
 use smoltcp_glue::Profile;
 use ulp_ddp::Caps;
 
@@ -19,7 +19,7 @@ fn run(offload: Caps, crc: bool, impair: Profile) -> demo::DemoReport {
         offload,
         impair,
         simulated: true,
-        transport: Transport::Rdma,
+        transport: TransportType::Rdma,
         ..DemoOptions::default()
     };
     let r = demo::run(&o, None).expect("the demo runs");

@@ -7,9 +7,10 @@
 use nvme_ddp::app::{HostApp, IoApp};
 use nvme_ddp::demo::{self, Demo, DemoOptions};
 use nvme_ddp::userspace::run_simulated;
-use nvme_tcp::host::{Host, HostEvent, Io, IoKind};
-use nvme_tcp::nvme::Status;
-use nvme_tcp::wire::{DataPdu, Digests, Framing, Header, PduRepr};
+use nvme_of::Digests;
+use nvme_of::host::{Host, HostEvent, Io, IoKind};
+use nvme_of::nvme::Status;
+use nvme_tcp::wire::{DataPdu, Framing, Header, PduRepr};
 use smoltcp_glue::Profile;
 use std::time::Duration;
 use ulp_ddp::{Caps, DdpDevice, IoBuf};
@@ -173,7 +174,7 @@ impl FakeHeaders {
         }
     }
 
-    fn pump(&mut self, host: &mut Host, now: nvme_tcp::Instant) {
+    fn pump(&mut self, host: &mut Host, now: nvme_of::Instant) {
         while self.outstanding < 8 && self.next < Self::IOS {
             let (lba, data) = &self.written[self.next];
             let (kind, buf) = if self.reading {
@@ -206,7 +207,7 @@ impl FakeHeaders {
 }
 
 impl HostApp for FakeHeaders {
-    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_tcp::Instant) {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_of::Instant) {
         match event {
             HostEvent::Ready => self.pump(host, now),
             HostEvent::Completion { tag, status, buf, .. } => {

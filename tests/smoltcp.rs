@@ -7,7 +7,7 @@ mod common;
 
 use common::{Netns, root};
 use nvme_ddp::demo::{self, DemoOptions};
-use nvme_tcp::wire::Digests;
+use nvme_of::Digests;
 use smoltcp::time::Duration;
 use smoltcp_glue::Profile;
 use std::process::Command;

@@ -5,13 +5,12 @@
 //! host's keyed buffers, and answers with a Send, or a Send with
 //! Invalidate when the host's SGL asked for it (type 0x4F).
 
-pub use nvme_of::controller::*;
-
 use crate::cm::{self, CmAccept, CmRejectStatus, CmRequest};
 use crate::{RdmaError, duration, instant, work};
 use iwarp::{
     Access, Device, Event, Qp, QpConfig, RecvWr, SendOp, SendWr, Stag, Wc, WcOpcode, WcStatus,
 };
+use nvme_of::controller::{Action, CloseReason, ControllerQueue, CtrlQueue, Target, Transport};
 use nvme_of::nvme::{Cqe, SglType, Sqe, Status};
 use nvme_of::{Binding, Instant, TxStats, UlpStats};
 use std::net::IpAddr;
@@ -23,22 +22,43 @@ const ADMIN_QUEUE_SIZE: u32 = 32;
 /// Work request ids: receives are numbered from 0; reads carry this bit.
 const WR_FETCH: u64 = 1 << 40;
 
-/// Why a connection ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CloseReason {
+/// Why an NVMe/RDMA controller connection closed, beyond what every
+/// transport shares ([`CloseReason::Transport`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnError {
     /// The host's queue request was refused with this status.
+    #[error("refused the host's queue: {0}")]
     Rejected(CmRejectStatus),
     /// The queue pair left service (a Terminate either way, a failed
     /// setup, the host closing).
+    #[error("{0}")]
     Down(RdmaError),
     /// A capsule shorter than an SQE.
+    #[error("host sent a capsule shorter than an SQE")]
     BadCapsule,
-    /// The keep alive timer of the controller expired.
-    KeepAliveExpired,
-    /// The controller this queue belongs to went away.
-    ControllerGone,
-    /// The transport closed.
-    TransportClosed,
+}
+
+/// The NVMe/RDMA binding for a controller: its memory, and how its queue
+/// pairs answer (the CRC follows what each host asks).
+#[derive(Debug, Clone)]
+pub struct Rdma {
+    pub dev: Device,
+    pub qp: QpConfig,
+}
+
+impl Transport for Rdma {
+    fn accept(
+        &self,
+        target: Arc<Target>,
+        local_addr: Option<IpAddr>,
+        now: Instant,
+    ) -> Box<dyn ControllerQueue> {
+        Box::new(Connection::new(target, local_addr, &self.dev, self.qp.clone(), now))
+    }
+
+    fn binding(&self) -> Binding {
+        Binding::RDMA
+    }
 }
 
 /// Host data being read for a command.
@@ -85,83 +105,6 @@ impl Connection {
         }
     }
 
-    /// A device may offload this connection (`flow`, from our side) if
-    /// the host asks for an I/O queue. Admin queues are never offloaded.
-    pub fn attach_ddp(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId) {
-        self.attach = Some((dev, flow));
-    }
-
-    pub fn is_offloaded(&self) -> bool {
-        self.qp.is_offloaded()
-    }
-
-    /// What this connection did on received and sent data.
-    pub fn stats(&self) -> (UlpStats, TxStats) {
-        work(&self.qp.stats())
-    }
-
-    pub fn qid(&self) -> Option<u16> {
-        self.core.qid()
-    }
-
-    pub fn close_reason(&self) -> Option<&CloseReason> {
-        self.close.as_ref()
-    }
-
-    /// Nothing more will be sent: the driver closes the transport.
-    pub fn is_closed(&self) -> bool {
-        self.qp.close_action().is_some() && !self.qp.has_output()
-    }
-
-    pub fn handle_input(&mut self, data: &[u8], now: Instant) -> usize {
-        self.qp.handle_input(data);
-        self.process(now);
-        data.len()
-    }
-
-    pub fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
-        self.qp.poll_transmit(out)
-    }
-
-    pub fn pending_output(&self) -> usize {
-        usize::from(self.qp.has_output())
-    }
-
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        let qp = self.qp.poll_timeout().map(instant);
-        let core = if self.close.is_none() { self.core.poll_timeout() } else { None };
-        nvme_of::earliest(qp, core)
-    }
-
-    pub fn handle_timeout(&mut self, now: Instant) {
-        self.qp.handle_timeout(duration(now));
-        if self.close.is_none()
-            && let Some(admin) = self.core.handle_timeout(now)
-        {
-            if !admin {
-                for (sqe, action) in self.core.abort_outstanding() {
-                    self.act(&sqe, action, now);
-                }
-            }
-            let why =
-                if admin { CloseReason::KeepAliveExpired } else { CloseReason::ControllerGone };
-            self.shut(why);
-        }
-        while self.close.is_none() {
-            let Some((sqe, action)) = self.core.storage_answer() else { break };
-            self.act(&sqe, action, now);
-        }
-        self.process(now);
-    }
-
-    /// The transport closed under us: release the controller if this was
-    /// its admin queue.
-    pub fn transport_closed(&mut self) {
-        self.core.transport_closed();
-        self.close.get_or_insert(CloseReason::TransportClosed);
-        self.qp.transport_closed();
-    }
-
     fn shut(&mut self, why: CloseReason) {
         self.close.get_or_insert(why);
         self.qp.disconnect();
@@ -172,7 +115,8 @@ impl Connection {
             match ev {
                 Event::ConnectRequest { private_data, .. } => self.on_request(&private_data),
                 Event::Down(d) => {
-                    self.close.get_or_insert(CloseReason::Down(RdmaError::down(d)));
+                    self.close
+                        .get_or_insert(CloseReason::transport(ConnError::Down(RdmaError::down(d))));
                 }
                 Event::Established { .. } | Event::Rejected { .. } => {}
             }
@@ -218,14 +162,14 @@ impl Connection {
         }
         let accept = CmAccept { recfmt: cm::RECFMT, crqsize: size as u16 };
         if let Err(e) = self.qp.accept(&accept.emit()) {
-            self.shut(CloseReason::Down(RdmaError::Verbs(e)));
+            self.shut(CloseReason::transport(ConnError::Down(RdmaError::Verbs(e))));
         }
         tracing::debug!(qid = req.qid, size, "NVMe/RDMA queue accepted");
     }
 
     fn reject(&mut self, sts: CmRejectStatus) {
         tracing::debug!(%sts, "NVMe/RDMA queue rejected");
-        self.close.get_or_insert(CloseReason::Rejected(sts));
+        self.close.get_or_insert(CloseReason::transport(ConnError::Rejected(sts)));
         if self.qp.reject(&cm::emit_reject(sts)).is_err() {
             self.qp.abort();
         }
@@ -238,13 +182,13 @@ impl Connection {
             sgl.push(SgEntry { buf: data.clone(), offset: 0, len: data.len() });
         }
         if let Err(e) = self.qp.post_recv(RecvWr { wr_id: slot as u64, sgl }) {
-            self.shut(CloseReason::Down(RdmaError::Verbs(e)));
+            self.shut(CloseReason::transport(ConnError::Down(RdmaError::Verbs(e))));
         }
     }
 
     fn post(&mut self, wr_id: u64, signaled: bool, op: SendOp) {
         if let Err(e) = self.qp.post_send(SendWr { wr_id, signaled, op }) {
-            self.shut(CloseReason::Down(RdmaError::Verbs(e)));
+            self.shut(CloseReason::transport(ConnError::Down(RdmaError::Verbs(e))));
         }
     }
 
@@ -254,7 +198,7 @@ impl Connection {
         let Some((head, data)) = self.recvs.get(slot).cloned() else { return };
         let len = wc.byte_len as usize;
         if len < Sqe::LEN {
-            return self.shut(CloseReason::BadCapsule);
+            return self.shut(CloseReason::transport(ConnError::BadCapsule));
         }
         let mut raw = [0u8; Sqe::LEN];
         raw.copy_from_slice(&head.lock()[..Sqe::LEN]);
@@ -341,5 +285,84 @@ impl Connection {
         let fail = (wc.status != WcStatus::Success).then_some(Status::DATA_TRANSFER_ERROR);
         let action = self.core.resume(&f.sqe, Some((f.buf, f.len as usize)), fail, now);
         self.act(&f.sqe, action, now);
+    }
+}
+
+impl ControllerQueue for Connection {
+    /// A device may offload this connection (`flow`, from our side) if
+    /// the host asks for an I/O queue. Admin queues are never offloaded.
+    fn attach_ddp(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId) {
+        self.attach = Some((dev, flow));
+    }
+
+    fn is_offloaded(&self) -> bool {
+        self.qp.is_offloaded()
+    }
+
+    fn handle_input(&mut self, data: &[u8], now: Instant) -> usize {
+        self.qp.handle_input(data);
+        self.process(now);
+        data.len()
+    }
+
+    fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
+        self.qp.poll_transmit(out)
+    }
+
+    fn pending_output(&self) -> usize {
+        usize::from(self.qp.has_output())
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        let qp = self.qp.poll_timeout().map(instant);
+        let core = if self.close.is_none() { self.core.poll_timeout() } else { None };
+        nvme_of::earliest(qp, core)
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.qp.handle_timeout(duration(now));
+        if self.close.is_none()
+            && let Some(admin) = self.core.handle_timeout(now)
+        {
+            if !admin {
+                for (sqe, action) in self.core.abort_outstanding() {
+                    self.act(&sqe, action, now);
+                }
+            }
+            let why =
+                if admin { CloseReason::KeepAliveExpired } else { CloseReason::ControllerGone };
+            self.shut(why);
+        }
+        while self.close.is_none() {
+            let Some((sqe, action)) = self.core.storage_answer() else { break };
+            self.act(&sqe, action, now);
+        }
+        self.process(now);
+    }
+
+    /// Nothing more will be sent: the driver closes the transport.
+    fn is_closed(&self) -> bool {
+        self.qp.close_action().is_some() && !self.qp.has_output()
+    }
+
+    /// The transport closed under us: release the controller if this was
+    /// its admin queue.
+    fn transport_closed(&mut self) {
+        self.core.transport_closed();
+        self.close.get_or_insert(CloseReason::TransportClosed);
+        self.qp.transport_closed();
+    }
+
+    fn qid(&self) -> Option<u16> {
+        self.core.qid()
+    }
+
+    /// What this connection did on received and sent data.
+    fn stats(&self) -> (UlpStats, TxStats) {
+        work(&self.qp.stats())
+    }
+
+    fn close_reason(&self) -> Option<&CloseReason> {
+        self.close.as_ref()
     }
 }

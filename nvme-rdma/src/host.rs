@@ -8,12 +8,14 @@
 //! is in: three) and one-shot (one request that registers and sends, the
 //! controller's Send with Invalidate closing it: one).
 
-pub use nvme_of::host::*;
-
 use crate::{RdmaError, duration, instant, work};
 use iwarp::{
     Access, Device, Event, Pd, Qp, QpConfig, QpState, RecvWr, SendOp, SendWr, Stag, WcOpcode,
     WcStatus,
+};
+use nvme_of::host::{
+    Cmd, CmdData, Command, CommandTable, Commands, Dir, Host, HostConfig, HostQueue, Owner,
+    QueueError, QueueEvent, Transport,
 };
 use nvme_of::nvme::{Cqe, SglDescriptor, Sqe, Status};
 use nvme_of::{Binding, Instant, TxStats, UlpStats};

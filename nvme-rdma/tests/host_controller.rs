@@ -4,7 +4,7 @@
 
 use iwarp::{Device, QpConfig};
 use nvme_of::Instant;
-use nvme_of::controller::{Port, Target, TargetConfig};
+use nvme_of::controller::{ControllerQueue, Port, Target, TargetConfig};
 use nvme_of::host::{Host, HostConfig, HostError, HostEvent, Io, IoKind};
 use nvme_of::namespace::Namespace;
 use nvme_of::nvme::DISCOVERY_NQN;

@@ -6,15 +6,15 @@
 //! Sans-IO: the driver feeds received bytes to [`Connection::handle_input`],
 //! writes what [`Connection::poll_transmit`] produces, calls
 //! [`Connection::handle_timeout`] at [`Connection::poll_timeout`], and
-//! closes the transport once [`Connection::is_closed`].
-
-pub use nvme_of::controller::*;
+//! closes the transport once [`Connection::is_closed`] (the
+//! [`ControllerQueue`] the core defines).
 
 use crate::ddp::{DataRx, DdpSocket};
 use crate::wire::{
     CapsuleResp, DataPdu, Digests, Direction, Event, Fes, Framer, Framing, Header, IcReq, IcResp,
     PduError, PduRepr, PduType, R2t, TermReq, TxQueue, TxStats,
 };
+use nvme_of::controller::{Action, CloseReason, ControllerQueue, CtrlQueue, Target, Transport};
 use nvme_of::nvme::{Cqe, Sqe, Status, admin};
 use nvme_of::{Binding, Instant, UlpStats};
 use std::net::IpAddr;
@@ -28,20 +28,36 @@ const TX_HIGH_WATER: usize = 4 << 20;
 /// In-capsule data the admin queue and Fabrics commands accept.
 const ADMIN_INLINE: usize = Binding::TCP.admin_inline;
 
-/// Why a connection ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CloseReason {
-    /// The host sent a TermReq.
-    HostTerminated { fes: Fes, fei: u32 },
+/// Why an NVMe/TCP controller connection closed, beyond what every
+/// transport shares ([`CloseReason::Transport`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnError {
     /// The host broke the protocol; a C2HTermReq went back unless the bad
     /// PDU was itself a TermReq.
-    ProtocolError(PduError),
-    /// The keep alive timer of the controller expired.
-    KeepAliveExpired,
-    /// The controller this queue belongs to went away.
-    ControllerGone,
-    /// The transport closed.
-    TransportClosed,
+    #[error("host sent a malformed PDU: {0}")]
+    Protocol(PduError),
+    /// The host sent a TermReq.
+    #[error("host terminated the connection: {fes} (FEI {fei:#x})")]
+    Terminated { fes: Fes, fei: u32 },
+}
+
+/// The NVMe/TCP binding for a controller.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tcp;
+
+impl Transport for Tcp {
+    fn accept(
+        &self,
+        target: Arc<Target>,
+        local_addr: Option<IpAddr>,
+        _now: Instant,
+    ) -> Box<dyn ControllerQueue> {
+        Box::new(Connection::new(target, local_addr))
+    }
+
+    fn binding(&self) -> Binding {
+        Binding::TCP
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,22 +161,6 @@ impl Connection {
         }
     }
 
-    /// A device may offload this connection (`flow`, from our side) once a
-    /// Connect makes it an I/O queue. Admin queues are never offloaded.
-    pub fn attach_ddp(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId) {
-        self.attach = Some((dev, flow));
-    }
-
-    pub fn is_offloaded(&self) -> bool {
-        self.ddp.is_some()
-    }
-
-    /// What this connection did on its side of the offload: received data
-    /// and sent data.
-    pub fn stats(&self) -> (UlpStats, TxStats) {
-        (self.stats, self.tx.stats())
-    }
-
     /// After a successful I/O queue Connect: hand the socket to the device.
     fn offload(&mut self) {
         let (Some(qid), Some(size), None) = (self.core.qid(), self.core.size(), &self.ddp) else {
@@ -197,113 +197,8 @@ impl Connection {
         }
     }
 
-    /// The queue this connection serves, once connected.
-    pub fn qid(&self) -> Option<u16> {
-        self.core.qid()
-    }
-
-    pub fn close_reason(&self) -> Option<&CloseReason> {
-        self.close.as_ref()
-    }
-
-    /// Nothing more will be sent: the driver closes the transport.
-    pub fn is_closed(&self) -> bool {
-        self.phase == Phase::Closing && self.tx.is_empty()
-    }
-
-    /// Feed bytes received from the host. Returns how many were taken;
-    /// fewer than offered when too much output is waiting: offer the rest
-    /// again after transmitting.
-    pub fn handle_input(&mut self, data: &[u8], now: Instant) -> usize {
-        let span = self.span.clone();
-        let _enter = span.enter();
-        self.poll_ddp();
-        let mut at = 0;
-        while self.phase != Phase::Closing {
-            if self.framer.at_pdu_start() && self.tx_full() {
-                break;
-            }
-            let step = self.framer.next(&data[at..]);
-            let result = step.and_then(|(n, ev)| {
-                at += n;
-                match ev {
-                    None => Ok(false),
-                    Some(ev) => self.on_event(ev, data, at, now).map(|()| true),
-                }
-            });
-            match result {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(e) => self.fatal(e),
-            }
-        }
-        let taken = if self.phase == Phase::Closing { data.len() } else { at };
-        self.rx_offset += taken as u64;
-        taken
-    }
-
-    /// Write pending output into `out`; returns the number of bytes.
-    pub fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
-        let n = self.tx.poll(out);
-        self.tx_offset += n as u64;
-        n
-    }
-
-    /// Bytes waiting to be sent.
-    pub fn pending_output(&self) -> usize {
-        self.tx.queued()
-    }
-
-    /// When [`handle_timeout`](Self::handle_timeout) should next run. Storage
-    /// answers wait while the send queue is full, as input does.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.phase == Phase::Closing {
-            return None;
-        }
-        if self.core.storage_ready() && !self.tx_full() {
-            return Some(Instant::ZERO);
-        }
-        self.core.timer()
-    }
-
-    /// Complete the commands the storage answered, and enforce the keep
-    /// alive timeout of this queue's controller.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if self.phase == Phase::Closing {
-            return;
-        }
-        while !self.tx_full() && self.phase != Phase::Closing {
-            let Some((sqe, action)) = self.core.storage_answer() else { break };
-            self.act(&sqe, action, now);
-        }
-        match self.core.handle_timeout(now) {
-            Some(true) => self.shut(CloseReason::KeepAliveExpired),
-            Some(false) => {
-                for (sqe, action) in self.core.abort_outstanding() {
-                    self.act(&sqe, action, now);
-                }
-                self.shut(CloseReason::ControllerGone)
-            }
-            None => {}
-        }
-    }
-
     fn tx_full(&self) -> bool {
         self.tx.queued() > TX_HIGH_WATER
-    }
-
-    /// The transport closed under us: release the controller if this was
-    /// its admin queue.
-    pub fn transport_closed(&mut self) {
-        self.core.transport_closed();
-        if self.close.is_none() {
-            self.close = Some(CloseReason::TransportClosed);
-        }
-        self.phase = Phase::Closing;
-        self.tx.clear();
-        if let Some(d) = self.ddp.take() {
-            d.remove();
-        }
     }
 
     fn shut(&mut self, reason: CloseReason) {
@@ -323,7 +218,7 @@ impl Connection {
             let t = TermReq { fes: e.fes(), fei: e.fei() };
             self.tx.push_inline(Header::C2hTermReq(t), quoted);
         }
-        self.shut(CloseReason::ProtocolError(e));
+        self.shut(CloseReason::transport(ConnError::Protocol(e)));
     }
 
     /// An event from the framer; `input` is the slice being parsed and
@@ -361,7 +256,7 @@ impl Connection {
             (_, Header::H2cTermReq(t)) => {
                 debug!(parent: &self.span, fes = %t.fes, fei = t.fei, "host terminated the connection");
                 self.tx.clear();
-                self.shut(CloseReason::HostTerminated { fes: t.fes, fei: t.fei });
+                self.shut(CloseReason::transport(ConnError::Terminated { fes: t.fes, fei: t.fei }));
                 Ok(())
             }
             (Phase::AwaitIcReq, Header::IcReq(ic)) => {
@@ -615,5 +510,128 @@ impl Connection {
     /// Digests in force on this connection.
     pub fn digests(&self) -> Digests {
         self.framer.framing().digests
+    }
+}
+
+impl ControllerQueue for Connection {
+    /// A device may offload this connection (`flow`, from our side) once a
+    /// Connect makes it an I/O queue. Admin queues are never offloaded.
+    fn attach_ddp(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId) {
+        self.attach = Some((dev, flow));
+    }
+
+    fn is_offloaded(&self) -> bool {
+        self.ddp.is_some()
+    }
+
+    /// Feed bytes received from the host. Returns how many were taken;
+    /// fewer than offered when too much output is waiting: offer the rest
+    /// again after transmitting.
+    fn handle_input(&mut self, data: &[u8], now: Instant) -> usize {
+        let span = self.span.clone();
+        let _enter = span.enter();
+        self.poll_ddp();
+        let mut at = 0;
+        while self.phase != Phase::Closing {
+            if self.framer.at_pdu_start() && self.tx_full() {
+                break;
+            }
+            let step = self.framer.next(&data[at..]);
+            let result = step.and_then(|(n, ev)| {
+                at += n;
+                match ev {
+                    None => Ok(false),
+                    Some(ev) => self.on_event(ev, data, at, now).map(|()| true),
+                }
+            });
+            match result {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => self.fatal(e),
+            }
+        }
+        let taken = if self.phase == Phase::Closing { data.len() } else { at };
+        self.rx_offset += taken as u64;
+        taken
+    }
+
+    /// Write pending output into `out`; returns the number of bytes.
+    fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
+        let n = self.tx.poll(out);
+        self.tx_offset += n as u64;
+        n
+    }
+
+    /// Bytes waiting to be sent.
+    fn pending_output(&self) -> usize {
+        self.tx.queued()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) should next run. Storage
+    /// answers wait while the send queue is full, as input does.
+    fn poll_timeout(&self) -> Option<Instant> {
+        if self.phase == Phase::Closing {
+            return None;
+        }
+        if self.core.storage_ready() && !self.tx_full() {
+            return Some(Instant::ZERO);
+        }
+        self.core.timer()
+    }
+
+    /// Complete the commands the storage answered, and enforce the keep
+    /// alive timeout of this queue's controller.
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.phase == Phase::Closing {
+            return;
+        }
+        while !self.tx_full() && self.phase != Phase::Closing {
+            let Some((sqe, action)) = self.core.storage_answer() else { break };
+            self.act(&sqe, action, now);
+        }
+        match self.core.handle_timeout(now) {
+            Some(true) => self.shut(CloseReason::KeepAliveExpired),
+            Some(false) => {
+                for (sqe, action) in self.core.abort_outstanding() {
+                    self.act(&sqe, action, now);
+                }
+                self.shut(CloseReason::ControllerGone)
+            }
+            None => {}
+        }
+    }
+
+    /// Nothing more will be sent: the driver closes the transport.
+    fn is_closed(&self) -> bool {
+        self.phase == Phase::Closing && self.tx.is_empty()
+    }
+
+    /// The transport closed under us: release the controller if this was
+    /// its admin queue.
+    fn transport_closed(&mut self) {
+        self.core.transport_closed();
+        if self.close.is_none() {
+            self.close = Some(CloseReason::TransportClosed);
+        }
+        self.phase = Phase::Closing;
+        self.tx.clear();
+        if let Some(d) = self.ddp.take() {
+            d.remove();
+        }
+    }
+
+    /// The queue this connection serves, once connected.
+    fn qid(&self) -> Option<u16> {
+        self.core.qid()
+    }
+
+    /// What this connection did on its side of the offload: received data
+    /// and sent data.
+    fn stats(&self) -> (UlpStats, TxStats) {
+        (self.stats, self.tx.stats())
+    }
+
+    fn close_reason(&self) -> Option<&CloseReason> {
+        self.close.as_ref()
     }
 }

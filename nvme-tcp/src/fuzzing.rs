@@ -61,10 +61,11 @@ pub fn framer(data: &[u8]) {
     }
 }
 
-use crate::controller::{Connection, Target, TargetConfig};
-use crate::host::{Host, HostConfig, HostEvent, Io, IoKind};
-use crate::namespace::Namespace;
+use crate::controller::Connection;
 use nvme_of::Instant;
+use nvme_of::controller::{ControllerQueue, Target, TargetConfig};
+use nvme_of::host::{Host, HostConfig, HostEvent, Io, IoKind};
+use nvme_of::namespace::Namespace;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,12 +8,14 @@
 //! What the commands mean is the [`Host`]'s business; completions and
 //! fatal errors go back to it as [`QueueEvent`]s.
 
-pub use nvme_of::host::*;
-
 use crate::ddp::{DataRx, DdpSocket, GapMeter};
 use crate::wire::{
     CapsuleCmd, DataPdu, Digests, Direction, Event, Fes, Framer, Framing, Header, IcReq, IcResp,
     PduError, PduRepr, PduType, R2t, TermReq, TxQueue, TxStats,
+};
+use nvme_of::host::{
+    Cmd, CmdData, Command, CommandTable, Commands, Dir, Host, HostConfig, HostQueue, Owner,
+    QueueError, QueueEvent, Step, Transport,
 };
 use nvme_of::nvme::{Cqe, SglDescriptor, Sqe, Status};
 use nvme_of::{Binding, Instant, UlpStats};

@@ -6,8 +6,9 @@
 //!   R2T/H2CData and C2HData around the core's command handling.
 //! - [`host`]: the host's queues over TCP.
 //!
-//! The core's modules are re-exported, so `nvme_tcp::nvme`,
-//! `nvme_tcp::namespace` and the rest read as before.
+//! What the commands mean, the host's association and the controller's
+//! subsystem are `nvme-of`'s; this crate exports only its binding types
+//! ([`host::Tcp`], [`controller::Tcp`]), their queues and their errors.
 //!
 //! This crate never touches a socket, a device or a clock: bytes in, bytes
 //! out, time passed in by the caller. It runs unchanged over kernel TCP and
@@ -17,8 +18,6 @@ pub mod controller;
 mod ddp;
 pub mod host;
 pub mod wire;
-
-pub use nvme_of::{Binding, Instant, UlpStats, earliest, namespace, nvme};
 
 #[doc(hidden)]
 pub mod fuzzing;

@@ -2,13 +2,16 @@
 //! byte pipes, with time under the test's control: the protocol's logic,
 //! error paths and timers, without sockets.
 
+use nvme_of::Digests;
+use nvme_of::Instant;
+use nvme_of::controller::{CloseReason, ControllerQueue, Port, Target, TargetConfig};
+use nvme_of::host::{Host, HostConfig, HostError, HostEvent, Io, IoKind};
+use nvme_of::namespace::{BlockIo, Done, Namespace};
+use nvme_of::nvme::{DISCOVERY_NQN, Status};
 use nvme_storage::RamNamespace;
-use nvme_tcp::Instant;
-use nvme_tcp::controller::{CloseReason, Connection, Port, Target, TargetConfig};
-use nvme_tcp::host::{Host, HostConfig, HostError, HostEvent, Io, IoKind, TcpError};
-use nvme_tcp::namespace::{BlockIo, Done, Namespace};
-use nvme_tcp::nvme::{DISCOVERY_NQN, Status};
-use nvme_tcp::wire::{Digests, Fes};
+use nvme_tcp::controller::Connection;
+use nvme_tcp::host::TcpError;
+use nvme_tcp::wire::Fes;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -742,7 +745,7 @@ fn an_empty_host_nqn_connects_and_an_overlong_one_is_refused() {
 /// association and the read completes there.
 #[test]
 fn clearing_cc_en_deletes_the_io_queues() {
-    use nvme_tcp::nvme::{FabricsCommand, PropertySize, property};
+    use nvme_of::nvme::{FabricsCommand, PropertySize, property};
     let host = HostConfig { io_queues: 2, reconnect_delay: Duration::ZERO, ..Default::default() };
     let mut p = Pair::nvm(host);
     p.ready();
@@ -785,7 +788,7 @@ fn clearing_cc_en_deletes_the_io_queues() {
 /// there: a host that reads CC while detaching gets it.
 #[test]
 fn properties_stay_readable_after_a_shutdown() {
-    use nvme_tcp::nvme::{FabricsCommand, PropertySize, property};
+    use nvme_of::nvme::{FabricsCommand, PropertySize, property};
     let mut p = Pair::nvm(HostConfig::default());
     p.ready();
     // DW0 and status of every CapsuleResp on the admin queue.
@@ -826,7 +829,7 @@ fn properties_stay_readable_after_a_shutdown() {
 /// its new association.
 #[test]
 fn a_reset_aborts_what_the_deleted_queues_still_held() {
-    use nvme_tcp::nvme::{FabricsCommand, PropertySize, property};
+    use nvme_of::nvme::{FabricsCommand, PropertySize, property};
     let ns = Arc::new(Deferred {
         ram: RamNamespace::new(1 << 20, 512).unwrap(),
         held: Default::default(),
@@ -1160,8 +1163,8 @@ fn a_retryable_error_is_retried_and_a_dnr_error_is_not() {
 /// dies with the controller, gets new ones.
 #[test]
 fn a_file_namespace_keeps_its_nguid_when_the_controller_restarts() {
+    use nvme_of::nvme::identify::{self, IdentifyNamespace, cns};
     use nvme_storage::FileNamespace;
-    use nvme_tcp::nvme::identify::{self, IdentifyNamespace, cns};
     let path = std::env::temp_dir().join(format!("nvmeddp-nguid-{}.img", std::process::id()));
     std::fs::File::create(&path).unwrap().set_len(1 << 20).unwrap();
     let nguid = |file: bool, serial: &str| {

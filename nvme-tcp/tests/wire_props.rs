@@ -2,10 +2,11 @@
 //! type round-trips through emit and parse under every digest and padding
 //! combination, and the framer gives the same PDUs however the stream is cut.
 
-use nvme_tcp::nvme::{Cqe, SglDescriptor, Sqe};
+use nvme_of::Digests;
+use nvme_of::nvme::{Cqe, SglDescriptor, Sqe};
 use nvme_tcp::wire::{
-    CapsuleCmd, CapsuleResp, DataPdu, Digests, Direction, Event, Fes, Framer, Framing, Header,
-    IcReq, IcResp, Pdu, PduRepr, R2t, TermReq,
+    CapsuleCmd, CapsuleResp, DataPdu, Direction, Event, Fes, Framer, Framing, Header, IcReq,
+    IcResp, Pdu, PduRepr, R2t, TermReq,
 };
 use proptest::prelude::*;
 

@@ -3,14 +3,17 @@
 //!
 //! A [`Target`] holds what every connection shares (configuration,
 //! namespaces, the controllers hosts have created); a [`CtrlQueue`] is
-//! the core of one connection, whatever transport carries it. Admin and
-//! I/O command execution live in `admin` and `io`.
+//! the core of one connection, whatever transport carries it; a binding's
+//! [`ControllerQueue`] carries it (`transport`). Admin and I/O command
+//! execution live in `admin` and `io`.
 
 mod admin;
 mod io;
 mod queue;
+mod transport;
 
 pub use queue::{Action, CtrlQueue};
+pub use transport::{CloseReason, ControllerQueue, Transport};
 
 use crate::namespace::Namespace;
 use crate::nvme::log::ErrorLogEntry;

@@ -18,7 +18,7 @@ mod tests;
 mod tx;
 
 pub use framer::{Event, Framer};
-pub use nvme_of::{Digests, TxStats};
+pub(crate) use nvme_of::{Digests, TxStats};
 pub use repr::{CapsuleCmd, CapsuleResp, DataPdu, Header, IcReq, IcResp, PduRepr, R2t, TermReq};
 pub use tx::TxQueue;
 

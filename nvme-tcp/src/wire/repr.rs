@@ -5,8 +5,8 @@ use super::{
     DIGEST_LEN, Digests, Fes, Framing, Pdu, PduError, PduType, TERM_REQ_MAX_DATA, crc32c, field,
     flags,
 };
-use crate::nvme::{Cqe, Sqe};
 use nvme_of::bytes::{put_u16, put_u32};
+use nvme_of::nvme::{Cqe, Sqe};
 
 /// ICReq: the host opens a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

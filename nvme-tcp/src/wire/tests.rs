@@ -4,7 +4,7 @@
 //! produced by the code under test.
 
 use super::*;
-use crate::nvme::{Cqe, SglDescriptor, Sqe, Status};
+use nvme_of::nvme::{Cqe, SglDescriptor, Sqe, Status};
 
 const HD: Framing = Framing { digests: Digests { header: true, data: true }, pda: 0 };
 const NONE: Framing = Framing::INITIAL;
@@ -169,14 +169,14 @@ fn capsule_cmd_with_digests_and_in_capsule_data() {
     let pdu = Pdu::new_checked(&bytes[..]).unwrap();
     assert_eq!(pdu.header_digest(), Some(pdu.compute_header_digest()));
     assert_eq!(pdu.sqe()[..4], [0x01, 0x40, 0x07, 0x00]);
-    let mut sqe = Sqe::rw(crate::nvme::io::WRITE, 1, 16, 1, SglDescriptor::in_capsule(8));
+    let mut sqe = Sqe::rw(nvme_of::nvme::io::WRITE, 1, 16, 1, SglDescriptor::in_capsule(8));
     sqe.cid = 7;
     check(&bytes, HD, PduRepr::new(Header::CapsuleCmd(CapsuleCmd { sqe }), HD, 8), &data);
 }
 
 #[test]
 fn capsule_cmd_without_data_has_no_pdo_or_ddgst() {
-    let mut sqe = Sqe::new(crate::nvme::admin::KEEP_ALIVE, 0, SglDescriptor::transport(0));
+    let mut sqe = Sqe::new(nvme_of::nvme::admin::KEEP_ALIVE, 0, SglDescriptor::transport(0));
     sqe.cid = 3;
     let repr = PduRepr::new(Header::CapsuleCmd(CapsuleCmd { sqe }), HD, 0);
     let mut bytes = vec![0u8; 76];

@@ -6,13 +6,13 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use nvme_ddp::app::{AdminApp, DiscoverApp};
 use nvme_ddp::report::human_bytes;
-use nvme_tcp::host::Host;
-use nvme_tcp::nvme::identify::{self, IDENTIFY_LEN, IdentifyController, IdentifyNamespace, cns};
-use nvme_tcp::nvme::log::{
+use nvme_of::host::Host;
+use nvme_of::nvme::identify::{self, IDENTIFY_LEN, IdentifyController, IdentifyNamespace, cns};
+use nvme_of::nvme::log::{
     self, ADRFAM_IPV4, ADRFAM_IPV6, DiscoveryEntry, ErrorLogEntry, GetLogPage, SUBTYPE_NVME,
     SmartLog, TRTYPE_RDMA, TRTYPE_TCP, lid,
 };
-use nvme_tcp::nvme::{DISCOVERY_NQN, Sqe, Status};
+use nvme_of::nvme::{DISCOVERY_NQN, Sqe, Status};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 

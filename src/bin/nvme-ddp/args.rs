@@ -75,7 +75,7 @@ pub(crate) fn on_off(b: bool) -> &'static str {
 
 /// An NQN, checked as the spec writes them.
 pub(crate) fn parse_nqn(s: &str) -> Result<String, String> {
-    nvme_tcp::nvme::check_nqn(s)
+    nvme_of::nvme::check_nqn(s)
         .map(|()| s.to_string())
         .map_err(|why| format!("{s:?} is not an NQN: {why}"))
 }

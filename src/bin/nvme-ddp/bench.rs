@@ -3,7 +3,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use nvme_ddp::size::{format_size, parse_size};
-use nvme_ddp::transport::Transport;
+use nvme_ddp::transport::TransportType;
 use nvme_ddp::workload::Rw;
 use nvme_ddp::{bench, plot};
 use smoltcp_glue::{LinkName, Via};
@@ -41,8 +41,8 @@ pub(crate) struct BenchArgs {
     offload: Option<List<Caps>>,
     /// Transports: tcp, rdma, or tcp,rdma to compare them on the same
     /// matrix (default tcp).
-    #[arg(long, value_parser = |s: &str| list(s, Transport::parse))]
-    transport: Option<List<Transport>>,
+    #[arg(long, value_parser = |s: &str| list(s, TransportType::parse))]
+    transport: Option<List<TransportType>>,
     /// IP MTUs of the in-process wire (default 1500,9000).
     #[arg(long, value_parser = |s: &str| list(s, |w| w.parse::<usize>().map_err(|e| format!("{w}: {e}"))))]
     mtu: Option<List<usize>>,

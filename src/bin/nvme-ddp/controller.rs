@@ -6,11 +6,11 @@ use nvme_ddp::clock::Clock;
 use nvme_ddp::kernel_tcp::ControllerServer;
 use nvme_ddp::report::{OffloadReport, human_bytes};
 use nvme_ddp::size::format_size;
-use nvme_ddp::transport::Transport;
+use nvme_ddp::transport::TransportType;
 use nvme_ddp::userspace;
+use nvme_of::controller::{Port, Target, TargetConfig};
+use nvme_of::namespace::Namespace;
 use nvme_storage::{FileNamespace, RamNamespace};
-use nvme_tcp::controller::{Port, Target, TargetConfig};
-use nvme_tcp::namespace::Namespace;
 use smoltcp_glue::Stack;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,8 +49,8 @@ pub(crate) struct ControllerArgs {
     #[arg(long)]
     no_c2h_success: bool,
     /// NVMe-oF transport to serve: tcp, or rdma (iWARP over TCP).
-    #[arg(long, default_value = "tcp", value_parser = Transport::parse)]
-    transport: Transport,
+    #[arg(long, default_value = "tcp", value_parser = TransportType::parse)]
+    transport: TransportType,
     /// Require data integrity from every host: MPA CRCs on rdma (the
     /// responder may insist). NVMe/TCP hosts choose their own digests.
     #[arg(long)]
@@ -120,7 +120,7 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
             "over smoltcp (--tap, --iface) the controller listens on one port; give a single --listen"
         );
     }
-    if a.ddgst && a.transport == Transport::Tcp {
+    if a.ddgst && a.transport == TransportType::Tcp {
         bail!("--ddgst on the controller needs --transport rdma: NVMe/TCP hosts choose digests");
     }
     if let Some(cidr) = a.link.cidr()? {

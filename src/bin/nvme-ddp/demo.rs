@@ -5,8 +5,8 @@ use anyhow::{Context, Result, bail};
 use clap::{ArgAction, Args};
 use nvme_ddp::demo as run_demo;
 use nvme_ddp::report::human_bytes;
-use nvme_ddp::transport::Transport;
-use nvme_tcp::wire::Digests;
+use nvme_ddp::transport::TransportType;
+use nvme_of::Digests;
 use smoltcp_glue::Profile;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -71,8 +71,8 @@ pub(crate) struct DemoArgs {
     offload: Caps,
     /// NVMe/TCP, or NVMe/RDMA over user-space iWARP (tcp, rdma). Over
     /// RDMA, oneshot registers and sends in one call.
-    #[arg(long, default_value = "tcp", value_parser = Transport::parse)]
-    transport: Transport,
+    #[arg(long, default_value = "tcp", value_parser = TransportType::parse)]
+    transport: TransportType,
     /// Map transfers from this size (default: the NIC's threshold, 32k).
     #[arg(long, value_parser = parse_threshold)]
     ddp_threshold: Option<u32>,
@@ -140,17 +140,17 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
     } else {
         let mode = if report.simulated { "simulated time" } else { "real time" };
         let integrity = match report.transport {
-            Transport::Tcp => {
+            TransportType::Tcp => {
                 format!("digests: header {}, data {}", on_off(report.hdgst), on_off(report.ddgst))
             }
-            Transport::Rdma => format!("MPA CRC {}", on_off(report.ddgst)),
+            TransportType::Rdma => format!("MPA CRC {}", on_off(report.ddgst)),
         };
         println!(
             "nvme-ddp demo: {} RAM namespace, host and controller over an in-process wire ({}, MTU {}, {mode}, {integrity})",
             human_bytes(report.size as f64),
             match report.transport {
-                Transport::Tcp => "NVMe/TCP",
-                Transport::Rdma => "NVMe/RDMA over iWARP",
+                TransportType::Tcp => "NVMe/TCP",
+                TransportType::Rdma => "NVMe/RDMA over iWARP",
             },
             report.mtu,
         );

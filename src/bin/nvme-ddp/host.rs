@@ -7,11 +7,11 @@ use nvme_ddp::clock::Clock;
 use nvme_ddp::kernel_tcp::run_host;
 use nvme_ddp::report::{OffloadReport, PhaseReport, human_bytes};
 use nvme_ddp::size::format_size;
-use nvme_ddp::transport::Transport;
+use nvme_ddp::transport::TransportType;
 use nvme_ddp::userspace;
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
-use nvme_tcp::host::HostConfig;
-use nvme_tcp::wire::Digests;
+use nvme_of::Digests;
+use nvme_of::host::HostConfig;
 use smoltcp_glue::Stack;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -32,8 +32,8 @@ pub(crate) struct HostArgs {
     #[arg(long, global = true)]
     connect: Option<SocketAddr>,
     /// NVMe-oF transport: tcp, or rdma (iWARP over TCP).
-    #[arg(long, global = true, default_value = "tcp", value_parser = Transport::parse)]
-    transport: Transport,
+    #[arg(long, global = true, default_value = "tcp", value_parser = TransportType::parse)]
+    transport: TransportType,
     /// Subsystem NQN; without it, the first subsystem discovery lists.
     #[arg(long, global = true, value_parser = parse_nqn)]
     pub(crate) nqn: Option<String>,
