@@ -21,6 +21,8 @@ pub mod host;
 pub mod namespace;
 pub mod nvme;
 #[doc(hidden)]
+pub mod pair;
+#[doc(hidden)]
 pub mod pool;
 mod stats;
 mod time;

@@ -61,12 +61,11 @@ pub fn framer(data: &[u8]) {
     }
 }
 
-use crate::controller::Connection;
-use nvme_of::Instant;
+use crate::controller::{Connection, Tcp};
 use nvme_of::controller::{ControllerQueue, Target, TargetConfig};
-use nvme_of::host::{Host, HostConfig, HostEvent, Io, IoKind};
+use nvme_of::host::{HostConfig, HostEvent, Io, IoKind};
 use nvme_of::namespace::Namespace;
-use std::collections::BTreeMap;
+use nvme_of::pair::Pair;
 use std::sync::Arc;
 use std::time::Duration;
 use ulp_ddp::IoBuf;
@@ -75,124 +74,48 @@ const NQN: &str = "nqn.2026-11.io.nvme-ddp:fuzz";
 /// Time passing per piece of fuzzed input.
 const TICK: Duration = Duration::from_millis(7);
 
-fn target(ns: Arc<dyn Namespace>) -> Arc<Target> {
-    let cfg = TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() };
-    Target::new(cfg, vec![ns]).expect("target")
+/// A host and a controller on the core's pair harness. The fuzzer plays
+/// the controller of a queue by taking its connection out of the pair,
+/// until the host gives the queue up and connects it anew.
+fn pair(cfg: HostConfig, ns: Arc<dyn Namespace>) -> Pair {
+    let cfg_t = TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() };
+    let target = Target::new(cfg_t, vec![ns]).expect("target");
+    let mut p = Pair::new(crate::host::new(cfg), Arc::new(Tcp), target);
+    p.chunk = 16 * 1024;
+    p
 }
 
-/// A host and a controller joined by in-memory streams, except for queue
-/// `fuzzed`, whose controller side the fuzzer plays.
-struct Wire {
-    host: Host,
-    target: Arc<Target>,
-    conns: BTreeMap<u16, Connection>,
-    fuzzed: Option<u16>,
-    now: Instant,
-    events: Vec<HostEvent>,
+/// Move bytes until nothing moves (bounded: a fuzzed peer may keep a
+/// queue busy).
+fn settle(p: &mut Pair) {
+    for _ in 0..10_000 {
+        if !p.step() {
+            return;
+        }
+    }
 }
 
-impl Wire {
-    fn new(cfg: HostConfig, ns: Arc<dyn Namespace>) -> Self {
-        Self {
-            host: crate::host::new(cfg),
-            target: target(ns),
-            conns: BTreeMap::new(),
-            fuzzed: None,
-            now: Instant::from_millis(1),
-            events: Vec::new(),
+/// Feed `stream` cut into `piece`-byte pieces to the host as queue
+/// `qid`'s controller; what the host sends there goes nowhere.
+fn play_controller(p: &mut Pair, qid: u16, stream: &[u8], piece: usize) {
+    let mut sink = vec![0u8; 16 * 1024];
+    for chunk in stream.chunks(piece.max(1)) {
+        let mut at = 0;
+        while at < chunk.len() {
+            let k = p.host.handle_input(qid, &chunk[at..], p.now);
+            while p.host.poll_transmit(qid, &mut sink) > 0 {}
+            if k == 0 {
+                break;
+            }
+            at += k;
         }
-    }
-
-    /// Move bytes until nothing moves.
-    fn settle(&mut self) {
-        let mut buf = vec![0u8; 16 * 1024];
-        for _ in 0..10_000 {
-            let mut moved = false;
-            while let Some(qid) = self.host.poll_connect() {
-                self.fuzzed = self.fuzzed.filter(|&q| q != qid);
-                self.conns.insert(qid, Connection::new(self.target.clone(), None));
-                self.host.connected(qid, self.now);
-                moved = true;
-            }
-            let qids: Vec<u16> = self.conns.keys().copied().collect();
-            for qid in qids {
-                let Some(conn) = self.conns.get_mut(&qid) else { continue };
-                let n = self.host.poll_transmit(qid, &mut buf);
-                moved |= n > 0;
-                conn.handle_input(&buf[..n], self.now);
-                let n = conn.poll_transmit(&mut buf);
-                moved |= n > 0;
-                let mut at = 0;
-                while at < n {
-                    let k = self.host.handle_input(qid, &buf[at..n], self.now);
-                    if k == 0 {
-                        break;
-                    }
-                    at += k;
-                }
-                if conn.is_closed() || self.host.is_closed(qid) {
-                    conn.transport_closed();
-                    self.host.transport_closed(qid, self.now);
-                    self.conns.remove(&qid);
-                    moved = true;
-                }
-            }
-            while let Some(ev) = self.host.poll_event() {
-                self.events.push(ev);
-                moved = true;
-            }
-            if !moved {
-                return;
-            }
+        p.now = p.now + TICK;
+        if p.host.poll_timeout().is_some_and(|t| p.now >= t) {
+            p.host.handle_timeout(p.now);
         }
-    }
-
-    /// Let `d` of time pass, firing every timer on the way.
-    fn run_for(&mut self, d: Duration) {
-        let end = self.now + d;
-        loop {
-            self.settle();
-            let next = self
-                .host
-                .poll_timeout()
-                .into_iter()
-                .chain(self.conns.values().filter_map(Connection::poll_timeout))
-                .min()
-                .filter(|&t| t <= end);
-            self.now = next.unwrap_or(end).max(self.now);
-            self.host.handle_timeout(self.now);
-            for c in self.conns.values_mut() {
-                c.handle_timeout(self.now);
-            }
-            if next.is_none() {
-                self.settle();
-                return;
-            }
-        }
-    }
-
-    /// Feed `stream` cut into `piece`-byte pieces to the host as queue
-    /// `qid`'s controller; what the host sends there goes nowhere.
-    fn play_controller(&mut self, qid: u16, stream: &[u8], piece: usize) {
-        let mut sink = vec![0u8; 16 * 1024];
-        for chunk in stream.chunks(piece.max(1)) {
-            let mut at = 0;
-            while at < chunk.len() {
-                let k = self.host.handle_input(qid, &chunk[at..], self.now);
-                while self.host.poll_transmit(qid, &mut sink) > 0 {}
-                if k == 0 {
-                    break;
-                }
-                at += k;
-            }
-            self.now = self.now + TICK;
-            if self.host.poll_timeout().is_some_and(|t| self.now >= t) {
-                self.host.handle_timeout(self.now);
-            }
-            self.settle();
-            if self.fuzzed != Some(qid) {
-                return; // the host gave the queue up and reconnected
-            }
+        settle(p);
+        if p.conns.contains_key(&qid) {
+            return; // the host gave the queue up and reconnected
         }
     }
 }
@@ -218,7 +141,7 @@ pub fn host(data: &[u8], ns: Arc<dyn Namespace>) {
         ctrl_loss_tmo: Some(Duration::from_secs(5)),
         ..HostConfig::default()
     };
-    let mut w = Wire::new(cfg, ns);
+    let mut w = pair(cfg, ns);
     let qid = if mode & 1 == 0 {
         let qid = w.host.poll_connect().expect("the admin queue connects first");
         w.host.connected(qid, w.now);
@@ -240,14 +163,13 @@ pub fn host(data: &[u8], ns: Arc<dyn Namespace>) {
         w.conns.remove(&1);
         1
     };
-    w.fuzzed = Some(qid);
-    w.play_controller(qid, stream, usize::from(*piece));
-    if mode & 8 != 0 && w.fuzzed == Some(qid) {
+    play_controller(&mut w, qid, stream, usize::from(*piece));
+    if mode & 8 != 0 && !w.conns.contains_key(&qid) {
         w.host.transport_closed(qid, w.now);
     }
     // The real controller again, long enough for every timer and retry.
-    w.fuzzed = None;
     w.run_for(Duration::from_secs(12));
+    settle(&mut w);
     if mode & 1 == 1 {
         for tag in 0..4u64 {
             let n = w
@@ -270,9 +192,9 @@ pub fn controller(data: &[u8], ns: Arc<dyn Namespace>) {
     let [mode, piece, stream @ ..] = data else { return };
     let cfg =
         HostConfig { subnqn: NQN.into(), kato: Duration::from_secs(2), ..HostConfig::default() };
-    let mut w = Wire::new(cfg, ns);
-    let mut conn = if mode & 1 == 0 {
-        Connection::new(w.target.clone(), None)
+    let mut w = pair(cfg, ns);
+    let mut conn: Box<dyn ControllerQueue> = if mode & 1 == 0 {
+        Box::new(Connection::new(w.target.clone(), None))
     } else {
         w.run_for(Duration::from_millis(50));
         assert!(w.host.is_ready(), "bring-up failed: {:?}", w.events);
@@ -300,6 +222,7 @@ pub fn controller(data: &[u8], ns: Arc<dyn Namespace>) {
     conn.transport_closed();
     w.host.shutdown(w.now);
     w.run_for(Duration::from_secs(10));
+    settle(&mut w);
     for c in w.conns.values_mut() {
         c.transport_closed();
     }
