@@ -5,7 +5,10 @@
 mod common;
 
 use common::*;
-use iwarp::wire::{DdpHeader, Opcode, ReadRequest, TermLayer, TermLayout, Terminate};
+use iwarp::wire::{
+    DdpHeader, Opcode, ReadRequest, ReadRequestPacket, TermLayer, TermLayout, Terminate,
+    TerminatePacket,
+};
 use iwarp::{Access, Close, Down, Event, QpState, SendOp, Stag, WcStatus};
 use ulp_ddp::IoBuf;
 
@@ -82,8 +85,8 @@ fn write(stag: u32, to: u64, len: usize) -> Vec<u8> {
 
 fn read_request(msn: u32, src: Stag, to: u64, size: u32) -> Vec<u8> {
     let r = ReadRequest { sink_stag: 0x0100_0001, sink_to: 0, size, src_stag: src.0, src_to: to };
-    let mut body = Vec::new();
-    r.emit(&mut body);
+    let mut body = vec![0; r.buffer_len()];
+    r.emit(&mut ReadRequestPacket::new_unchecked(&mut body));
     fpdu(untagged(Opcode::ReadRequest, true, 0, 1, msn, 0), &body, false)
 }
 
@@ -293,8 +296,8 @@ fn a_terminate_received_ends_the_stream_without_an_answer() {
         let mut term = Terminate::new(TermLayer::Ddp, 1, 0);
         term.seg_len = Some(0x1e);
         term.ddp_header = Some(hex("c140 00004201 0000000000001000"));
-        let mut body = Vec::new();
-        term.emit_as(layout, &mut body);
+        let mut body = vec![0; term.buffer_len()];
+        term.emit(&mut TerminatePacket::new_unchecked(&mut body), layout);
         t.p.b.qp.handle_input(&fpdu(untagged(Opcode::Terminate, true, 0, 2, 1, 0), &body, false));
         assert_eq!(t.p.b.events(), [Event::Down(Down::TerminateReceived(term))]);
         assert_eq!(t.p.b.qp.close_action(), Some(Close::Graceful));

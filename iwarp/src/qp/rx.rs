@@ -11,7 +11,9 @@ use super::{
     Close, Down, Inbound, Qp, QpState, RecvWr, Rtr, Wc, WcOpcode, WcStatus, wire_terminate,
 };
 use crate::mr::{Access, MrError, Stag, sgl_len, walk};
-use crate::wire::{DdpHeader, Event, Opcode, ReadRequest, TermLayer, Terminate};
+use crate::wire::{
+    DdpHeader, Event, Opcode, ReadRequest, ReadRequestPacket, TermLayer, Terminate, TerminatePacket,
+};
 use ulp_ddp::{HintFlags, RxHint, TaggedRun};
 
 /// The longest Terminate body: header, length, DDP and RDMAP headers.
@@ -247,7 +249,7 @@ impl Qp {
     fn term(&self, layer: TermLayer, etype: u8, code: u8, rdmap: Option<&[u8]>) -> Terminate {
         let mut t = Terminate::new(layer, etype, code);
         if let Some(h) = self.rx.header {
-            let mut b = Vec::new();
+            let mut b = vec![0; h.buffer_len()];
             h.emit(&mut b);
             t.seg_len = Some((b.len() as u32 + self.rx.payload_len) as u16);
             t.ddp_header = Some(b);
@@ -527,7 +529,8 @@ impl Qp {
     }
 
     fn read_request(&mut self, body: &[u8]) -> Result<(), Terminate> {
-        let r = ReadRequest::parse(body).expect("gathered whole");
+        let r =
+            ReadRequest::parse(&ReadRequestPacket::new_unchecked(body)).map_err(wire_terminate)?;
         let rdmap = Some(body);
         if self.irq.len() >= usize::from(self.ird) {
             return Err(self.term(TermLayer::Rdmap, 2, 7, rdmap));
@@ -551,7 +554,8 @@ impl Qp {
 
     fn terminate_received(&mut self, body: &[u8]) {
         // A Terminate that does not parse still ends the stream.
-        let t = Terminate::parse_as(body, self.cfg.term_layout)
+        let t = TerminatePacket::new_checked(body)
+            .and_then(|p| Terminate::parse(&p, self.cfg.term_layout))
             .unwrap_or_else(|_| Terminate::new(TermLayer::Rdmap, 2, 0xff));
         let status = if t.etype == 1 { WcStatus::RemoteAccess } else { WcStatus::RemoteOperation };
         // The oldest request in flight is the one the peer refused.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{Close, Down, Event, Hold, Qp, QpConfig, QpState, Rtr, SetupError, VerbsError};
 use crate::mr::Device;
-use crate::wire::{FpduFramer, IrdOrd, MpaFrame, MpaKind};
+use crate::wire::{FpduFramer, IrdOrd, MpaFrame, MpaKind, MpaPacket, append_with};
 
 /// What this side sends in its own frames (Linux takes at most 256):
 /// room is kept for the IRD/ORD words and the one-shot offer.
@@ -61,7 +61,7 @@ impl Qp {
         let pd = with_offer(private_data, c.oneshot_opcodes);
         let mut req = frame(MpaKind::Request, c.crc, false, Some(ird_ord), &pd);
         req.markers = c.markers;
-        req.emit(qp.tx.setup_bytes());
+        put_frame(qp.tx.setup_bytes(), &req);
         qp.deadline = Some(now + qp.cfg.reply_timeout);
         Ok(qp)
     }
@@ -114,7 +114,7 @@ impl Qp {
         let mut reply = frame(MpaKind::Reply, self.crc, false, ird_ord, &pd);
         reply.rev = req.rev;
         reply.markers = self.cfg.markers;
-        reply.emit(self.tx.setup_bytes());
+        put_frame(self.tx.setup_bytes(), &reply);
         // Each side gets markers if it asked for them (RFC 5044 §7.1).
         self.framer = FpduFramer::new(self.crc)
             .with_oneshot(self.oneshot)
@@ -148,7 +148,7 @@ impl Qp {
         let mut rej = frame(MpaKind::Reply, false, true, io, private_data);
         rej.rev = req.rev;
         rej.enhanced = req.enhanced;
-        rej.emit(self.tx.setup_bytes());
+        put_frame(self.tx.setup_bytes(), &rej);
     }
 
     fn established(&mut self, private_data: Vec<u8>) {
@@ -185,7 +185,7 @@ impl Qp {
         // Take at most one frame's worth into the setup buffer.
         let before = self.mpa.len();
         self.mpa.extend_from_slice(data);
-        let (f, len) = match MpaFrame::parse(&self.mpa) {
+        let (f, len) = match MpaFrame::parse_prefix(&self.mpa) {
             Ok(Some(x)) => x,
             Ok(None) => return &[],
             Err(e) => {
@@ -286,4 +286,9 @@ fn frame(
         ird_ord,
         private_data: private_data.to_vec(),
     }
+}
+
+/// Setup frames go out ahead of any FPDU, in the transmit buffer.
+fn put_frame(out: &mut Vec<u8>, f: &MpaFrame) {
+    append_with(out, f.buffer_len(), |b| f.emit(&mut MpaPacket::new_unchecked(b)));
 }

@@ -9,7 +9,8 @@ use super::{Hold, Outbound, Qp, QpState, Rtr, SendOp, SendWr, Wc, WcOpcode, WcSt
 use crate::mr::{Access, Stag, sgl_len, walk};
 use crate::wire::marker::{self, Markers};
 use crate::wire::{
-    Ctrl, DdpHeader, Opcode, ReadRequest, TermLayer, Terminate, emit_fpdu_with, mulpdu,
+    Ctrl, DdpHeader, Opcode, ReadRequest, ReadRequestPacket, TermLayer, Terminate, TerminatePacket,
+    append_with, emit_fpdu_with, mulpdu,
 };
 
 /// The STag siw puts in RTRs (tagged STag 0 upsets some NICs).
@@ -212,7 +213,9 @@ impl Qp {
     fn emit_read_request(&mut self, r: &ReadRequest) {
         let msn = self.tx.next_msn(1);
         self.tx.scratch.clear();
-        r.emit(&mut self.tx.scratch);
+        append_with(&mut self.tx.scratch, r.buffer_len(), |b| {
+            r.emit(&mut ReadRequestPacket::new_unchecked(b))
+        });
         let ctrl = Ctrl { last: true, opcode: Opcode::ReadRequest };
         self.emit(DdpHeader::Untagged { ctrl, inval_stag: 0, qn: 1, msn, mo: 0 }, true);
     }
@@ -238,8 +241,11 @@ impl Qp {
     fn next_fpdu(&mut self) -> bool {
         if let Some(t) = self.terminate.take() {
             let msn = self.tx.next_msn(2);
+            let layout = self.cfg.term_layout;
             self.tx.scratch.clear();
-            t.emit_as(self.cfg.term_layout, &mut self.tx.scratch);
+            append_with(&mut self.tx.scratch, t.buffer_len(), |b| {
+                t.emit(&mut TerminatePacket::new_unchecked(b), layout)
+            });
             let ctrl = Ctrl { last: true, opcode: Opcode::Terminate };
             self.emit(DdpHeader::Untagged { ctrl, inval_stag: 0, qn: 2, msn, mo: 0 }, true);
             return true;

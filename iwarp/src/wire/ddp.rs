@@ -1,8 +1,43 @@
 //! DDP segment headers (RFC 5041 §4) with the RDMAP control byte (RFC 5040
-//! §4): tagged (STag, TO) and untagged (QN, MSN, MO), the Read Request
-//! body and the Terminate header.
+//! §4): the two control bytes every segment starts with, then tagged
+//! (STag, TO) or untagged (QN, MSN, MO) fields; views and reprs.
+//!
+//! The header's shape comes from the opcode alone (as Linux siw takes
+//! it), and the T bit must agree. Nothing here panics on a peer's bytes
+//! or allocates.
 
-use super::{WireError, be16, be32, be64};
+use super::{Field, WireError};
+
+mod field {
+    use super::Field;
+
+    /// DDP control: T, L, reserved, DV.
+    pub const DDP_CTRL: usize = 0;
+    /// RDMAP control (DDP's first RsvdULP byte): RV, reserved, opcode.
+    pub const RDMAP_CTRL: usize = 1;
+    pub const CTRL_LEN: usize = 2;
+
+    // Tagged (RFC 5041 §4.2).
+    pub const STAG: Field = 2..6;
+    pub const TO: Field = 6..14;
+
+    // Untagged (RFC 5041 §4.3): the rest of RsvdULP, which RDMAP uses
+    // for the Invalidate STag (RFC 5040 §4.1), then the queue fields.
+    pub const INVAL_STAG: Field = 2..6;
+    pub const QN: Field = 6..10;
+    pub const MSN: Field = 10..14;
+    pub const MO: Field = 14..18;
+}
+
+/// DDP control bits.
+const T: u8 = 0x80;
+const L: u8 = 0x40;
+const DV: u8 = 0x03;
+/// RDMAP control bits.
+const RV_SHIFT: u8 = 6;
+const OPCODE: u8 = 0x0f;
+const DDP_VERSION: u8 = 1;
+const RDMAP_VERSION: u8 = 1;
 
 /// RDMAP opcodes (RFC 5040 §4.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,40 +121,185 @@ pub struct Ctrl {
     pub opcode: Opcode,
 }
 
-const T: u8 = 0x80;
-const L: u8 = 0x40;
-const DDP_VERSION: u8 = 1;
-const RDMAP_VERSION: u8 = 1;
+view!(
+    /// A read/write view of the two control bytes that open every DDP
+    /// segment: DDP control (RFC 5041 §4.1) and RDMAP control (RFC 5040
+    /// §4.2).
+    CtrlPacket
+);
 
-impl Ctrl {
-    /// `oneshot`: the one-shot opcodes were agreed to.
-    fn parse(b: &[u8], oneshot: bool) -> Result<Ctrl, WireError> {
-        let (ddp, rdmap) = (b[0], b[1]);
-        if ddp & 0x03 != DDP_VERSION {
-            return Err(WireError::BadDdpVersion { tagged: ddp & T != 0, version: ddp & 0x03 });
+bit_fields!(CtrlPacket {
+    /// T: a tagged segment.
+    tagged, set_tagged = field::DDP_CTRL, T;
+    /// L: the last segment of its message.
+    last, set_last = field::DDP_CTRL, L;
+});
+
+impl<T: AsRef<[u8]>> CtrlPacket<T> {
+    /// The buffer holds both control bytes.
+    pub fn check_len(&self) -> Result<(), WireError> {
+        let len = self.buffer.as_ref().len();
+        if len < field::CTRL_LEN {
+            return Err(WireError::ShortUlpdu { len: len as u16, need: field::CTRL_LEN as u16 });
         }
-        if rdmap >> 6 != RDMAP_VERSION {
-            return Err(WireError::BadRdmapVersion(rdmap >> 6));
-        }
-        let opcode = Opcode::from_u8(rdmap & 0x0f)
-            .filter(|o| oneshot || !o.oneshot())
-            .ok_or(WireError::BadOpcode(rdmap & 0x0f))?;
-        // Linux siw takes the header's shape from the opcode alone; the T
-        // bit must agree with it (RFC 5040 §4.1), and here it must.
-        if (ddp & T != 0) != opcode.tagged() {
-            return Err(WireError::BadOpcode(opcode as u8));
-        }
-        Ok(Ctrl { last: ddp & L != 0, opcode })
+        Ok(())
     }
 
-    fn emit(&self) -> [u8; 2] {
-        let t = if self.opcode.tagged() { T } else { 0 };
-        let l = if self.last { L } else { 0 };
-        [t | l | DDP_VERSION, (RDMAP_VERSION << 6) | self.opcode as u8]
+    /// DV: the DDP version.
+    pub fn dv(&self) -> u8 {
+        self.buffer.as_ref()[field::DDP_CTRL] & DV
+    }
+
+    /// RV: the RDMAP version.
+    pub fn rv(&self) -> u8 {
+        self.buffer.as_ref()[field::RDMAP_CTRL] >> RV_SHIFT
+    }
+
+    /// The opcode's four bits, known to RFC 5040 or not.
+    pub fn opcode(&self) -> u8 {
+        self.buffer.as_ref()[field::RDMAP_CTRL] & OPCODE
     }
 }
 
-/// A DDP segment header.
+impl<T: AsRef<[u8]> + AsMut<[u8]>> CtrlPacket<T> {
+    pub fn set_dv(&mut self, v: u8) {
+        let b = &mut self.buffer.as_mut()[field::DDP_CTRL];
+        *b = (*b & !DV) | (v & DV);
+    }
+
+    pub fn set_rv(&mut self, v: u8) {
+        let b = &mut self.buffer.as_mut()[field::RDMAP_CTRL];
+        *b = (*b & !(0x3 << RV_SHIFT)) | ((v & 0x3) << RV_SHIFT);
+    }
+
+    pub fn set_opcode(&mut self, v: u8) {
+        let b = &mut self.buffer.as_mut()[field::RDMAP_CTRL];
+        *b = (*b & !OPCODE) | (v & OPCODE);
+    }
+}
+
+impl Ctrl {
+    /// `oneshot`: the one-shot opcodes were agreed to.
+    pub fn parse<T: AsRef<[u8]>>(p: &CtrlPacket<T>, oneshot: bool) -> Result<Ctrl, WireError> {
+        p.check_len()?;
+        if p.dv() != DDP_VERSION {
+            return Err(WireError::BadDdpVersion { tagged: p.tagged(), version: p.dv() });
+        }
+        if p.rv() != RDMAP_VERSION {
+            return Err(WireError::BadRdmapVersion(p.rv()));
+        }
+        let opcode = Opcode::from_u8(p.opcode())
+            .filter(|o| oneshot || !o.oneshot())
+            .ok_or(WireError::BadOpcode(p.opcode()))?;
+        // Linux siw takes the header's shape from the opcode alone; the T
+        // bit must agree with it (RFC 5040 §4.1), and here it must.
+        if p.tagged() != opcode.tagged() {
+            return Err(WireError::BadOpcode(opcode as u8));
+        }
+        Ok(Ctrl { last: p.last(), opcode })
+    }
+
+    /// The control bytes of a view that is `tagged` or not: the opcode
+    /// must be one for that shape of header.
+    fn parse_shaped(p: &CtrlPacket<&[u8]>, oneshot: bool, tagged: bool) -> Result<Ctrl, WireError> {
+        let ctrl = Ctrl::parse(p, oneshot)?;
+        if ctrl.opcode.tagged() != tagged {
+            return Err(WireError::BadOpcode(ctrl.opcode as u8));
+        }
+        Ok(ctrl)
+    }
+
+    pub fn buffer_len(&self) -> usize {
+        field::CTRL_LEN
+    }
+
+    /// Both bytes, reserved bits zero, T as the opcode has it.
+    ///
+    /// # Panics
+    /// If the buffer is shorter than `buffer_len()`.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut CtrlPacket<T>) {
+        p.buffer.as_mut()[..field::CTRL_LEN].fill(0);
+        p.set_tagged(self.opcode.tagged());
+        p.set_last(self.last);
+        p.set_dv(DDP_VERSION);
+        p.set_rv(RDMAP_VERSION);
+        p.set_opcode(self.opcode as u8);
+    }
+}
+
+view!(
+    /// A read/write view of a tagged DDP header (RFC 5041 §4.2): the
+    /// control bytes, the sink STag and the tagged offset.
+    TaggedPacket
+);
+
+be_fields!(TaggedPacket {
+    /// The data sink STag.
+    stag, set_stag: u32 = field::STAG;
+    /// TO: the tagged offset in the sink STag.
+    to, set_to: u64 = field::TO;
+});
+
+view!(
+    /// A read/write view of an untagged DDP header (RFC 5041 §4.3): the
+    /// control bytes, the Invalidate STag RDMAP keeps in RsvdULP, and QN,
+    /// MSN and MO.
+    UntaggedPacket
+);
+
+be_fields!(UntaggedPacket {
+    /// The STag the Send-with-Invalidate opcodes invalidate (RFC 5040
+    /// §4.1); zero for others.
+    inval_stag, set_inval_stag: u32 = field::INVAL_STAG;
+    /// QN: the queue number.
+    qn, set_qn: u32 = field::QN;
+    /// MSN: the message sequence number in its queue.
+    msn, set_msn: u32 = field::MSN;
+    /// MO: the segment's byte offset in its message.
+    mo, set_mo: u32 = field::MO;
+});
+
+/// What the tagged and untagged views share: the control bytes first,
+/// then a fixed-length header, then the payload.
+macro_rules! ddp_view {
+    ($name:ident, $len:expr) => {
+        impl<T: AsRef<[u8]>> $name<T> {
+            /// The buffer holds the whole header.
+            pub fn check_len(&self) -> Result<(), WireError> {
+                let len = self.buffer.as_ref().len();
+                if len < $len {
+                    return Err(WireError::ShortUlpdu { len: len as u16, need: $len as u16 });
+                }
+                Ok(())
+            }
+
+            pub fn ctrl(&self) -> CtrlPacket<&[u8]> {
+                CtrlPacket::new_unchecked(&self.buffer.as_ref()[..field::CTRL_LEN])
+            }
+
+            /// The segment's payload, where the buffer holds one.
+            pub fn payload(&self) -> &[u8] {
+                &self.buffer.as_ref()[$len..]
+            }
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> $name<T> {
+            pub fn ctrl_mut(&mut self) -> CtrlPacket<&mut [u8]> {
+                CtrlPacket::new_unchecked(&mut self.buffer.as_mut()[..field::CTRL_LEN])
+            }
+
+            pub fn payload_mut(&mut self) -> &mut [u8] {
+                &mut self.buffer.as_mut()[$len..]
+            }
+        }
+    };
+}
+
+ddp_view!(TaggedPacket, DdpHeader::TAGGED_LEN);
+ddp_view!(UntaggedPacket, DdpHeader::UNTAGGED_LEN);
+
+/// A DDP segment header, tagged or untagged: the repr of
+/// [`TaggedPacket`] and [`UntaggedPacket`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DdpHeader {
     Tagged {
@@ -139,13 +319,13 @@ pub enum DdpHeader {
 }
 
 impl DdpHeader {
-    pub const TAGGED_LEN: usize = 14;
-    pub const UNTAGGED_LEN: usize = 18;
+    pub const TAGGED_LEN: usize = field::TO.end;
+    pub const UNTAGGED_LEN: usize = field::MO.end;
 
     /// The opcode of a header starting at `b`, from its first two bytes:
     /// how long the header is.
     pub fn peek(b: &[u8], oneshot: bool) -> Result<Ctrl, WireError> {
-        Ctrl::parse(b, oneshot)
+        Ctrl::parse(&CtrlPacket::new_checked(b)?, oneshot)
     }
 
     /// The header at the start of a ULPDU (RFC opcodes only).
@@ -154,20 +334,33 @@ impl DdpHeader {
     }
 
     /// The header at the start of a ULPDU; `oneshot`: the one-shot
-    /// opcodes were agreed to.
+    /// opcodes were agreed to. The opcode says which view `b` is.
     pub fn parse_with(b: &[u8], oneshot: bool) -> Result<DdpHeader, WireError> {
-        let ctrl = Ctrl::parse(b, oneshot)?;
-        let need = ctrl.opcode.header_len();
-        if b.len() < need {
-            let len = b.len() as u16;
-            return Err(WireError::ShortUlpdu { len, need: need as u16 });
-        }
-        Ok(if ctrl.opcode.tagged() {
-            DdpHeader::Tagged { ctrl, stag: be32(b, 2), to: be64(b, 6) }
+        let ctrl = Self::peek(b, oneshot)?;
+        if ctrl.opcode.tagged() {
+            Self::parse_tagged(&TaggedPacket::new_checked(b)?, oneshot)
         } else {
-            let (inval_stag, qn, msn, mo) = (be32(b, 2), be32(b, 6), be32(b, 10), be32(b, 14));
-            DdpHeader::Untagged { ctrl, inval_stag, qn, msn, mo }
-        })
+            Self::parse_untagged(&UntaggedPacket::new_checked(b)?, oneshot)
+        }
+    }
+
+    pub fn parse_tagged<T: AsRef<[u8]>>(
+        p: &TaggedPacket<T>,
+        oneshot: bool,
+    ) -> Result<DdpHeader, WireError> {
+        p.check_len()?;
+        let ctrl = Ctrl::parse_shaped(&p.ctrl(), oneshot, true)?;
+        Ok(DdpHeader::Tagged { ctrl, stag: p.stag(), to: p.to() })
+    }
+
+    pub fn parse_untagged<T: AsRef<[u8]>>(
+        p: &UntaggedPacket<T>,
+        oneshot: bool,
+    ) -> Result<DdpHeader, WireError> {
+        p.check_len()?;
+        let ctrl = Ctrl::parse_shaped(&p.ctrl(), oneshot, false)?;
+        let (inval_stag, qn, msn, mo) = (p.inval_stag(), p.qn(), p.msn(), p.mo());
+        Ok(DdpHeader::Untagged { ctrl, inval_stag, qn, msn, mo })
     }
 
     pub fn ctrl(&self) -> Ctrl {
@@ -181,177 +374,27 @@ impl DdpHeader {
         self.ctrl().opcode.header_len()
     }
 
-    /// Append the header to `out`.
-    pub fn emit(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.ctrl().emit());
+    /// Write the header into the first `buffer_len()` bytes of `b`,
+    /// through the view its opcode calls for.
+    ///
+    /// # Panics
+    /// If `b` is shorter than `buffer_len()`.
+    pub fn emit(&self, b: &mut [u8]) {
         match *self {
-            DdpHeader::Tagged { stag, to, .. } => {
-                out.extend_from_slice(&stag.to_be_bytes());
-                out.extend_from_slice(&to.to_be_bytes());
+            DdpHeader::Tagged { ctrl, stag, to } => {
+                let mut p = TaggedPacket::new_unchecked(b);
+                ctrl.emit(&mut p.ctrl_mut());
+                p.set_stag(stag);
+                p.set_to(to);
             }
-            DdpHeader::Untagged { inval_stag, qn, msn, mo, .. } => {
-                for v in [inval_stag, qn, msn, mo] {
-                    out.extend_from_slice(&v.to_be_bytes());
-                }
+            DdpHeader::Untagged { ctrl, inval_stag, qn, msn, mo } => {
+                let mut p = UntaggedPacket::new_unchecked(b);
+                ctrl.emit(&mut p.ctrl_mut());
+                p.set_inval_stag(inval_stag);
+                p.set_qn(qn);
+                p.set_msn(msn);
+                p.set_mo(mo);
             }
-        }
-    }
-}
-
-/// The body of an RDMA Read Request (RFC 5040 §4.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadRequest {
-    pub sink_stag: u32,
-    pub sink_to: u64,
-    pub size: u32,
-    pub src_stag: u32,
-    pub src_to: u64,
-}
-
-impl ReadRequest {
-    pub const LEN: usize = 28;
-
-    pub fn parse(b: &[u8]) -> Option<ReadRequest> {
-        (b.len() == Self::LEN).then(|| ReadRequest {
-            sink_stag: be32(b, 0),
-            sink_to: be64(b, 4),
-            size: be32(b, 12),
-            src_stag: be32(b, 16),
-            src_to: be64(b, 20),
-        })
-    }
-
-    pub fn emit(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.sink_stag.to_be_bytes());
-        out.extend_from_slice(&self.sink_to.to_be_bytes());
-        out.extend_from_slice(&self.size.to_be_bytes());
-        out.extend_from_slice(&self.src_stag.to_be_bytes());
-        out.extend_from_slice(&self.src_to.to_be_bytes());
-    }
-}
-
-/// The layer a Terminate blames (RFC 5040 §4.8).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TermLayer {
-    Rdmap = 0,
-    Ddp = 1,
-    /// The lower layer: MPA.
-    Llp = 2,
-}
-
-/// How the first four bytes of a Terminate are laid out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TermLayout {
-    /// RFC 5040 §4.8: layer in the high nibble of the first byte, error
-    /// type in the low one; M, D, R as 0x80, 0x40, 0x20 of the third.
-    #[default]
-    Rfc5040,
-    /// Linux siw on x86 (little-endian bitfields): the nibbles swapped and
-    /// M, D, R in bits 0, 1, 2 of the third byte.
-    LinuxX86,
-}
-
-const M_RFC: u8 = 0x80;
-const D_RFC: u8 = 0x40;
-const R_RFC: u8 = 0x20;
-
-impl TermLayout {
-    /// (layer, error type) from the first byte, M/D/R in RFC positions
-    /// from the third.
-    fn decode(self, b0: u8, b2: u8) -> (u8, u8, u8) {
-        match self {
-            TermLayout::Rfc5040 => (b0 >> 4, b0 & 0x0f, b2),
-            TermLayout::LinuxX86 => {
-                let bit = |i: u8, f: u8| if b2 & (1 << i) != 0 { f } else { 0 };
-                (b0 & 0x0f, b0 >> 4, bit(0, M_RFC) | bit(1, D_RFC) | bit(2, R_RFC))
-            }
-        }
-    }
-
-    fn encode(self, layer: u8, etype: u8, flags: u8) -> (u8, u8) {
-        match self {
-            TermLayout::Rfc5040 => ((layer << 4) | etype, flags),
-            TermLayout::LinuxX86 => {
-                let bit = |f: u8, i: u8| if flags & f != 0 { 1 << i } else { 0 };
-                ((etype << 4) | layer, bit(M_RFC, 0) | bit(D_RFC, 1) | bit(R_RFC, 2))
-            }
-        }
-    }
-}
-
-/// A Terminate message's body (RFC 5040 §4.8): who blames whom, and the
-/// headers of the segment that caused it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Terminate {
-    pub layer: TermLayer,
-    pub etype: u8,
-    pub code: u8,
-    /// M: the terminated segment's DDP length.
-    pub seg_len: Option<u16>,
-    /// D: the terminated DDP header (14 or 18 bytes).
-    pub ddp_header: Option<Vec<u8>>,
-    /// R: the terminated RDMAP header (28 bytes, a Read Request's body).
-    pub rdmap_header: Option<Vec<u8>>,
-}
-
-impl Terminate {
-    pub fn new(layer: TermLayer, etype: u8, code: u8) -> Self {
-        Self { layer, etype, code, seg_len: None, ddp_header: None, rdmap_header: None }
-    }
-
-    /// The RFC 5040 layout.
-    pub fn parse(b: &[u8]) -> Result<Terminate, WireError> {
-        Self::parse_as(b, TermLayout::Rfc5040)
-    }
-
-    pub fn parse_as(b: &[u8], layout: TermLayout) -> Result<Terminate, WireError> {
-        let bad = WireError::BadTerminate;
-        if b.len() < 4 {
-            return Err(bad);
-        }
-        let (layer, etype, flags) = layout.decode(b[0], b[2]);
-        let layer = match layer {
-            0 => TermLayer::Rdmap,
-            1 => TermLayer::Ddp,
-            2 => TermLayer::Llp,
-            _ => return Err(bad),
-        };
-        let mut t = Terminate::new(layer, etype, b[1]);
-        let mut at = 4;
-        if flags & M_RFC != 0 {
-            t.seg_len = Some(be16(b.get(at..at + 2).ok_or(bad)?, 0));
-            at += 2;
-        }
-        if flags & D_RFC != 0 {
-            let len = DdpHeader::peek(b.get(at..at + 2).ok_or(bad)?, false)
-                .map_or(DdpHeader::UNTAGGED_LEN, |c| c.opcode.header_len());
-            t.ddp_header = Some(b.get(at..at + len).ok_or(bad)?.to_vec());
-            at += len;
-        }
-        if flags & R_RFC != 0 {
-            t.rdmap_header = Some(b.get(at..at + ReadRequest::LEN).ok_or(bad)?.to_vec());
-            at += ReadRequest::LEN;
-        }
-        if at != b.len() { Err(bad) } else { Ok(t) }
-    }
-
-    /// The RFC 5040 layout.
-    pub fn emit(&self, out: &mut Vec<u8>) {
-        self.emit_as(TermLayout::Rfc5040, out)
-    }
-
-    pub fn emit_as(&self, layout: TermLayout, out: &mut Vec<u8>) {
-        let flag = |on: bool, f: u8| if on { f } else { 0 };
-        let flags = flag(self.seg_len.is_some(), M_RFC)
-            | flag(self.ddp_header.is_some(), D_RFC)
-            | flag(self.rdmap_header.is_some(), R_RFC);
-        let (b0, b2) = layout.encode(self.layer as u8, self.etype & 0x0f, flags);
-        out.extend_from_slice(&[b0, self.code, b2, 0]);
-        if let Some(n) = self.seg_len {
-            out.extend_from_slice(&n.to_be_bytes());
-        }
-        for part in [&self.ddp_header, &self.rdmap_header].into_iter().flatten() {
-            out.extend_from_slice(part);
         }
     }
 }
@@ -359,11 +402,7 @@ impl Terminate {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub(crate) fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
-    }
+    use crate::wire::tests::hex;
 
     fn untagged(last: bool, opcode: Opcode, inval_stag: u32, msn: u32, mo: u32) -> DdpHeader {
         let qn = opcode.queue().unwrap();
@@ -426,27 +465,10 @@ mod tests {
             let b = hex(bytes);
             assert_eq!(DdpHeader::parse(&b), Ok(want), "{bytes}");
             assert_eq!(want.buffer_len(), b.len());
-            let mut out = Vec::new();
+            let mut out = vec![0; want.buffer_len()];
             want.emit(&mut out);
             assert_eq!(out, b, "{bytes}");
         }
-    }
-
-    #[test]
-    fn the_read_request_body() {
-        let b = hex("842e7201 ff29a58f50051000 00000400 7fe79101 ff2af6414290a000");
-        let want = ReadRequest {
-            sink_stag: 0x842e7201,
-            sink_to: 0xff29a58f50051000,
-            size: 1024,
-            src_stag: 0x7fe79101,
-            src_to: 0xff2af6414290a000,
-        };
-        assert_eq!(ReadRequest::parse(&b), Some(want));
-        let mut out = Vec::new();
-        want.emit(&mut out);
-        assert_eq!(out, b);
-        assert_eq!(ReadRequest::parse(&b[..27]), None);
     }
 
     #[test]
@@ -464,45 +486,5 @@ mod tests {
             DdpHeader::parse(&hex("c140 00000001")),
             Err(WireError::ShortUlpdu { len: 6, need: 14 })
         );
-    }
-
-    #[test]
-    fn terminates_round_trip() {
-        // DDP / untagged / MSN range, with the segment length and the DDP
-        // header that caused it.
-        let mut t = Terminate::new(TermLayer::Ddp, 2, 3);
-        t.seg_len = Some(0x0012);
-        t.ddp_header = Some(hex("4143 00000000 00000000 00000002 00000000"));
-        let mut out = Vec::new();
-        t.emit(&mut out);
-        assert_eq!(&out[..6], hex("12 03 c0 00 0012"));
-        assert_eq!(Terminate::parse(&out), Ok(t));
-        // RDMAP / remote operation / unexpected opcode, nothing quoted.
-        let t = Terminate::new(TermLayer::Rdmap, 2, 6);
-        let mut out = Vec::new();
-        t.emit(&mut out);
-        assert_eq!(out, hex("02 06 00 00"));
-        assert_eq!(Terminate::parse(&out), Ok(t));
-        assert_eq!(Terminate::parse(&hex("32 06 00 00")), Err(WireError::BadTerminate));
-        assert_eq!(Terminate::parse(&hex("12 03 40 00 4143")), Err(WireError::BadTerminate));
-    }
-
-    /// siw's Terminates from the reference, read with the x86 layout.
-    #[test]
-    fn siws_terminates() {
-        let crc = Terminate::parse_as(&hex("02 02 00 00"), TermLayout::LinuxX86).unwrap();
-        assert_eq!(crc, Terminate::new(TermLayer::Llp, 0, 2));
-        let op = Terminate::parse_as(&hex("20 06 00 00"), TermLayout::LinuxX86).unwrap();
-        assert_eq!(op, Terminate::new(TermLayer::Rdmap, 2, 6));
-        let msn = hex("21 03 03 00 0012 4143 00000000 00000000 00000002 00000000");
-        let t = Terminate::parse_as(&msn, TermLayout::LinuxX86).unwrap();
-        assert_eq!((t.layer, t.etype, t.code, t.seg_len), (TermLayer::Ddp, 2, 3, Some(0x12)));
-        let mut out = Vec::new();
-        t.emit_as(TermLayout::LinuxX86, &mut out);
-        assert_eq!(out, msn);
-        // The same Terminate in the RFC's layout.
-        out.clear();
-        t.emit(&mut out);
-        assert_eq!(&out[..4], hex("12 03 c0 00"));
     }
 }

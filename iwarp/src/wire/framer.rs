@@ -1,8 +1,10 @@
-//! MPA FPDUs (RFC 5044 §7.2) as a byte stream: built whole on transmit,
-//! taken apart resumably on receive, in whatever pieces TCP delivers (the
-//! CRC trailer alone included, as Linux siw often sends it).
+//! MPA FPDUs (RFC 5044 §7.2) taken apart resumably on receive, in
+//! whatever pieces TCP delivers (the CRC trailer alone included, as Linux
+//! siw often sends it); building them on transmit is `fpdu.rs`'s. The
+//! framer never needs an FPDU to be contiguous, never allocates per FPDU
+//! and never panics on a peer's bytes.
 //!
-//! Where this side asked for markers ([`FpduFramer::with_markers`]), the
+//! Where this side asked for markers ([`FpduFramer::start`]), the
 //! framer takes them out of the stream, checks that each points at the
 //! FPDU it sits in (or precedes), and keeps those inside an FPDU in its
 //! CRC.
@@ -15,66 +17,10 @@
 //! ([`FpduFramer::take_unverified`]). Payload the NIC placed is not in the
 //! stream: the caller digests it from its buffer when the CRC is ours.
 
+use super::fpdu::{CRC, LEN, pad};
 use super::marker::{self, Markers};
-use super::{DdpHeader, WireError, crc32c_append};
+use super::{DdpHeader, FpduPacket, WireError, crc32c_append};
 use ulp_ddp::HintFlags;
-
-const LEN: usize = 2;
-const CRC: usize = 4;
-
-/// PAD bytes after a ULPDU of `ulpdu` bytes: the FPDU's length field,
-/// ULPDU and PAD end on a 4-byte boundary.
-fn pad(ulpdu: usize) -> usize {
-    (4 - (LEN + ulpdu) % 4) % 4
-}
-
-/// Bytes on the wire of an FPDU carrying a `ulpdu`-byte ULPDU.
-pub fn fpdu_len(ulpdu: usize) -> usize {
-    LEN + ulpdu + pad(ulpdu) + CRC
-}
-
-/// The largest ULPDU an FPDU may carry in one TCP segment of `emss` bytes,
-/// without markers (RFC 5044 §8.1.2): what is left after the length, CRC
-/// and alignment.
-pub fn mulpdu(emss: usize) -> usize {
-    emss.saturating_sub(6 + emss % 4)
-}
-
-/// Append the FPDU of `header` and `payload` to `out`: length, ULPDU, PAD,
-/// and the CRC32C (little-endian bytes, as siw sends it) when `crc`, zeros
-/// otherwise.
-pub fn emit_fpdu(header: &DdpHeader, payload: &[u8], crc: bool, out: &mut Vec<u8>) {
-    let fill = |out: &mut Vec<u8>| {
-        out.extend_from_slice(payload);
-        Ok::<_, std::convert::Infallible>(())
-    };
-    let Ok(()) = emit_fpdu_with(header, payload.len(), crc, out, fill);
-}
-
-/// [`emit_fpdu`] with the `payload_len` payload bytes appended by `fill`
-/// straight into `out`. If `fill` fails, `out` is left as it was.
-pub fn emit_fpdu_with<E>(
-    header: &DdpHeader,
-    payload_len: usize,
-    crc: bool,
-    out: &mut Vec<u8>,
-    fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
-) -> Result<(), E> {
-    let start = out.len();
-    let ulpdu = header.buffer_len() + payload_len;
-    debug_assert!(ulpdu <= usize::from(u16::MAX), "a ULPDU of {ulpdu} bytes");
-    out.extend_from_slice(&(ulpdu as u16).to_be_bytes());
-    header.emit(out);
-    if let Err(e) = fill(out) {
-        out.truncate(start);
-        return Err(e);
-    }
-    debug_assert_eq!(out.len() - start, LEN + ulpdu, "fill wrote the payload length");
-    out.resize(out.len() + pad(ulpdu), 0);
-    let sum = if crc { crc32c_append(0, &out[start..]) } else { 0 };
-    out.extend_from_slice(&sum.to_le_bytes());
-    Ok(())
-}
 
 /// What the framer found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,7 +101,7 @@ impl FpduFramer {
             crc_on: crc,
             oneshot: false,
             state: State::Length,
-            buf: [0; 20],
+            buf: [0; LEN + DdpHeader::UNTAGGED_LEN],
             have: 0,
             crc: 0,
             trailer: [0; CRC],
@@ -420,7 +366,7 @@ impl FpduFramer {
                         return Ok((used, None));
                     }
                     // The control bytes say how long the header is.
-                    let ulpdu = u16::from_be_bytes([self.buf[0], self.buf[1]]);
+                    let ulpdu = FpduPacket::new_unchecked(&self.buf).ulpdu_length();
                     let need =
                         DdpHeader::peek(&self.buf[LEN..LEN + 2], self.oneshot)?.opcode.header_len();
                     if usize::from(ulpdu) < need {
@@ -436,7 +382,7 @@ impl FpduFramer {
                         return Ok((used, None));
                     }
                     let header = DdpHeader::parse_with(&self.buf[LEN..LEN + need], self.oneshot)?;
-                    let ulpdu = usize::from(u16::from_be_bytes([self.buf[0], self.buf[1]]));
+                    let ulpdu = usize::from(FpduPacket::new_unchecked(&self.buf).ulpdu_length());
                     self.header_len = LEN + need;
                     self.nic_crc = self.crc_on && self.vouched;
                     self.crc = if self.wants_payload_crc() { self.header_crc() } else { 0 };
@@ -510,7 +456,7 @@ impl FpduFramer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{Ctrl, Opcode};
+    use crate::wire::{Ctrl, Opcode, emit_fpdu, fpdu_len, mulpdu};
 
     fn send(msn: u32, payload_len: usize) -> (DdpHeader, Vec<u8>) {
         let ctrl = Ctrl { last: true, opcode: Opcode::Send };

@@ -130,7 +130,7 @@ pub fn bytes(len: usize, seed: u8) -> IoBuf {
 
 /// Length of the MPA frame at the start of `b`.
 pub fn mpa_len(b: &[u8]) -> usize {
-    iwarp::wire::MpaFrame::parse(b).unwrap().unwrap().1
+    iwarp::wire::MpaFrame::parse_prefix(b).unwrap().unwrap().1
 }
 
 /// Split a stream of FPDUs into headers and payloads.
