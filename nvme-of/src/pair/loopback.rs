@@ -62,6 +62,14 @@ fn push(out: &mut Vec<u8>, kind: u8, cid: u16, body: &[&[u8]]) {
     }
 }
 
+/// Move what `tx` holds into `out`, as much as fits.
+fn send(tx: &mut Vec<u8>, out: &mut [u8]) -> usize {
+    let n = out.len().min(tx.len());
+    out[..n].copy_from_slice(&tx[..n]);
+    tx.drain(..n);
+    n
+}
+
 /// The first whole message in `rx`, taken off its front: (kind, CID, body).
 fn next_message(rx: &mut Vec<u8>) -> Option<(u8, u16, Vec<u8>)> {
     let header: [u8; HEADER_LEN] = rx.get(..HEADER_LEN)?.try_into().ok()?;
@@ -255,10 +263,7 @@ impl HostQueue for LoopHostQueue {
     }
 
     fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
-        let n = out.len().min(self.tx.len());
-        out[..n].copy_from_slice(&self.tx[..n]);
-        self.tx.drain(..n);
-        n
+        send(&mut self.tx, out)
     }
 
     fn pending_output(&self) -> usize {
@@ -387,10 +392,7 @@ impl ControllerQueue for LoopCtrlQueue {
     }
 
     fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
-        let n = out.len().min(self.tx.len());
-        out[..n].copy_from_slice(&self.tx[..n]);
-        self.tx.drain(..n);
-        n
+        send(&mut self.tx, out)
     }
 
     fn pending_output(&self) -> usize {
