@@ -1,8 +1,10 @@
 //! Entry points for the `nic_rx` and `nic_mpa_rx` fuzz targets (`fuzz/`)
 //! and for the tests that replay their corpora. Not part of the API.
 
-use crate::flow::{Env, Flow, Mapping, Placed};
-use crate::iwarp_flow::{IwarpFlow, StagMapping};
+use crate::flow::iwarp::{Iwarp, StagMapping};
+use crate::flow::nvme_tcp::NvmeTcp;
+use crate::flow::{Env, Socket};
+use crate::place::{Mapping, Placed};
 use ulp_ddp::{
     Access, Caps, IoBuf, IwarpConfig, NvmeTcpConfig, Role, SgEntry, Stag, StagIo, Stats,
 };
@@ -75,7 +77,7 @@ pub fn rx(data: &[u8]) -> Stats {
         rx_start: 0,
         tx_start: 0,
     };
-    let mut flow = Flow::new(config, 0, 0, active.contains(Caps::NVME_TCP_DDGST_TX), TABLE);
+    let mut flow = NvmeTcp::flow(config, 0, 0, active.contains(Caps::NVME_TCP_DDGST_TX), TABLE);
     let mut guarded = Vec::new();
     for _ in 0..c.u8() % 9 {
         let (tag, len, flags) = (c.u8(), usize::from(c.u16() % 8192) + 1, c.u8());
@@ -87,7 +89,7 @@ pub fn rx(data: &[u8]) -> Stats {
         let size = ranges.last().map_or(0, |&(o, l)| o + l) + GUARD;
         let buf = IoBuf::from_vec(vec![CANARY; size]);
         let entries = ranges.iter().map(|&(o, l)| (buf.clone(), o, l)).collect();
-        if let Some(slot) = flow.slot(u16::from(tag) % TABLE as u16) {
+        if let Some(slot) = flow.proto.slot(u16::from(tag) % TABLE as u16) {
             let oneshot = flags & 1 != 0;
             *slot = Some(Mapping { entries, len, oneshot, live: !oneshot || flags & 2 != 0 });
         }
@@ -150,7 +152,7 @@ pub fn mpa_rx(data: &[u8]) -> Stats {
         rx_markers: mode & 0x40 != 0,
         tx_markers: mode & 0x80 != 0,
     };
-    let mut flow = IwarpFlow::new(
+    let mut flow = Iwarp::flow(
         config,
         0,
         0,
@@ -183,12 +185,12 @@ pub fn mpa_rx(data: &[u8]) -> Stats {
         let recv = flags & 4 != 0;
         let arm_at = (flags & 1 != 0).then_some(len as u64);
         if recv {
-            flow.insert_recv(index, sgl);
-        } else if !flow.stag_busy(stag)
+            flow.proto.insert_recv(index, sgl);
+        } else if !flow.proto.stag_busy(stag)
             && let Some(m) =
                 StagMapping::new(StagIo { stag, sgl, base: u64::from(key) << 8, access }, arm_at)
         {
-            flow.insert_stag(m, arm_at);
+            flow.proto.insert_stag(m, arm_at);
             stags.push(stag);
         }
         let writable =
@@ -214,7 +216,7 @@ pub fn mpa_rx(data: &[u8]) -> Stats {
             }
             _ => {
                 if let Some(&s) = stags.get(usize::from(a) % stags.len().max(1)) {
-                    flow.remove_stag(s);
+                    flow.proto.remove_stag(s);
                 }
             }
         }

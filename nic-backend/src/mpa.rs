@@ -17,6 +17,7 @@
 //! FPDU into its CRC; [`marker_head`] reads one to find an FPDU after a
 //! loss.
 
+use crate::track::{self, Unfollowable};
 use crc32c::crc32c_append;
 
 const LEN: usize = 2;
@@ -78,28 +79,7 @@ impl Header {
 }
 
 /// What the input held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Event<'a> {
-    Header(Header),
-    /// Payload of the current FPDU at `offset`.
-    Data {
-        offset: u32,
-        bytes: &'a [u8],
-    },
-    /// Bytes of a marker (nothing else): `inside` an FPDU, and so in its
-    /// CRC, or in front of one.
-    Marker {
-        inside: bool,
-    },
-    /// The FPDU is complete; its CRC trailer as sent.
-    End {
-        trailer: u32,
-    },
-}
-
-/// A stream the tracker cannot follow from here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Unfollowable;
+pub(crate) type Event<'a> = track::Event<'a, Header>;
 
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
@@ -248,11 +228,6 @@ impl Tracker {
         self.markers.is_some()
     }
 
-    /// Stream offset of the current (or last) FPDU's length field.
-    pub fn fpdu_start(&self) -> u64 {
-        self.fpdu_start
-    }
-
     /// Forget the FPDU in progress; an FPDU starts at stream offset `at`.
     pub fn reset_at(&mut self, at: u64) {
         *self = Self { markers: self.markers, ..Self::new(at, false, self.oneshot) };
@@ -300,44 +275,6 @@ impl Tracker {
     /// how many. The CRC is final by then ([`Tracker::computed`]).
     pub fn trailer_span(&self) -> Option<(usize, usize, usize)> {
         self.trailer_span
-    }
-
-    /// Skip `n` bytes that never arrived. Only payload (and markers in
-    /// it) can be skipped: anything else loses the FPDU boundaries (false).
-    pub fn skip(&mut self, n: u64) -> bool {
-        let payload = n - self.marker_octets(self.pos, n);
-        match self.state {
-            State::Data { offset, left } if payload <= u64::from(left) => {
-                let p = payload as u32;
-                self.state = State::Data { offset: offset + p, left: left - p };
-                self.pos += n;
-                // A marker cut by the gap cannot be checked.
-                self.marker_seen = 0;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Take bytes from `input`: how many were used and the event they
-    /// completed. `(n, None)` means more is needed: all of `input` was
-    /// used, or a marker comes next.
-    pub fn next<'a>(
-        &mut self,
-        input: &'a [u8],
-    ) -> Result<(usize, Option<Event<'a>>), Unfollowable> {
-        self.trailer_span = None;
-        let lim = match self.phase(self.pos) {
-            None => input.len(),
-            Some(ph) if ph < MARKER => return self.marker_bytes(ph, input),
-            Some(ph) => (INTERVAL as usize - ph).min(input.len()),
-        };
-        if self.at_fpdu_start() {
-            self.fpdu_start = self.pos;
-        }
-        let (n, ev) = self.step(&input[..lim])?;
-        self.pos += n as u64;
-        Ok((n, ev))
     }
 
     /// The bytes of a marker at hand, from its byte `ph`.
@@ -433,7 +370,7 @@ impl Tracker {
                     let trailer = u32::from_le_bytes(self.trailer);
                     self.have = 0;
                     self.state = State::Header { need: LEN + 2 };
-                    return Ok((used, Some(Event::End { trailer })));
+                    return Ok((used, Some(Event::End { digest: Some(trailer) })));
                 }
             }
         }
@@ -445,9 +382,59 @@ impl Tracker {
     }
 }
 
+impl track::Tracker for Tracker {
+    type Header = Header;
+    const MIN_HEADER: usize = LEN + 2;
+
+    /// Take bytes from `input`: how many were used and the event they
+    /// completed. `(n, None)` means more is needed: all of `input` was
+    /// used, or a marker comes next.
+    fn next<'a>(&mut self, input: &'a [u8]) -> Result<(usize, Option<Event<'a>>), Unfollowable> {
+        self.trailer_span = None;
+        let lim = match self.phase(self.pos) {
+            None => input.len(),
+            Some(ph) if ph < MARKER => return self.marker_bytes(ph, input),
+            Some(ph) => (INTERVAL as usize - ph).min(input.len()),
+        };
+        if self.at_fpdu_start() {
+            self.fpdu_start = self.pos;
+        }
+        let (n, ev) = self.step(&input[..lim])?;
+        self.pos += n as u64;
+        Ok((n, ev))
+    }
+
+    /// Skip `n` bytes that never arrived. Only payload (and markers in
+    /// it) can be skipped: anything else loses the FPDU boundaries (false).
+    fn skip(&mut self, n: u64) -> bool {
+        let payload = n - self.marker_octets(self.pos, n);
+        match self.state {
+            State::Data { offset, left } if payload <= u64::from(left) => {
+                let p = payload as u32;
+                self.state = State::Data { offset: offset + p, left: left - p };
+                self.pos += n;
+                // A marker cut by the gap cannot be checked.
+                self.marker_seen = 0;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn restart(&mut self, at: u64) {
+        self.reset_at(at);
+    }
+
+    /// The FPDU's length field.
+    fn unit_start(&self, _first_seen: u64) -> u64 {
+        self.fpdu_start
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::track::Tracker as _;
 
     /// An FPDU as siw sends it: length, header, payload, PAD, CRC (LE).
     pub(crate) fn fpdu(header: &[u8], payload: &[u8]) -> Vec<u8> {
@@ -520,7 +507,8 @@ pub(crate) mod tests {
                         *t.crc_mut() = crc32c_append(*t.crc_mut(), bytes);
                         cur.as_mut().unwrap().1.extend_from_slice(bytes);
                     }
-                    Some(Event::End { trailer }) => {
+                    Some(Event::End { digest }) => {
+                        let trailer = digest.unwrap();
                         let (h, p) = cur.take().unwrap();
                         out.push((h, p, trailer == t.computed()));
                     }

@@ -10,6 +10,8 @@
 //! input. Anything it cannot follow is an error: the caller stops
 //! offloading until it finds PDU boundaries again.
 
+use crate::track::{self, Unfollowable};
+
 /// PDU types (NVMe/TCP transport specification, "PDU Type").
 pub(crate) mod ty {
     pub const IC_REQ: u8 = 0x00;
@@ -75,20 +77,7 @@ pub(crate) struct Header {
 }
 
 /// What the input held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Event<'a> {
-    /// A whole, consistent header; data then `End` follow.
-    Header(Header),
-    /// Data of the current PDU: `bytes` sit at `offset` within its data.
-    Data { offset: u32, bytes: &'a [u8] },
-    /// The PDU is complete: its data digest, unless it has none or some
-    /// of it was skipped.
-    End { data_digest: Option<u32> },
-}
-
-/// A stream the tracker cannot follow from here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Unfollowable;
+pub(crate) type Event<'a> = track::Event<'a, Header>;
 
 fn le16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
@@ -226,39 +215,6 @@ impl Tracker {
         })
     }
 
-    /// Pass over `n` lost bytes of the current PDU. False, changing
-    /// nothing, if they would reach into the next header.
-    pub fn skip(&mut self, n: u64) -> bool {
-        if self.remaining().is_none_or(|left| n > left) {
-            return false;
-        }
-        let Some(pdu) = self.pdu else { return false };
-        let mut n = n;
-        while n > 0 {
-            match self.state {
-                State::Pad { left } => {
-                    let k = u64::from(left).min(n);
-                    n -= k;
-                    self.state = State::Pad { left: left - k as u32 };
-                }
-                State::Data { offset } => {
-                    let k = u64::from(pdu.data_len - offset).min(n);
-                    n -= k;
-                    self.state = State::Data { offset: offset + k as u32 };
-                }
-                State::Digest { have } => {
-                    let k = ((DIGEST - have) as u64).min(n);
-                    n -= k;
-                    self.state = State::Digest { have: have + k as usize };
-                }
-                State::Header { .. } | State::End => return false,
-            }
-            self.advance(pdu);
-        }
-        self.digest_lost = true;
-        true
-    }
-
     /// Move past finished parts of the PDU.
     fn advance(&mut self, pdu: Header) {
         if self.state == (State::Pad { left: 0 }) {
@@ -271,15 +227,17 @@ impl Tracker {
             self.state = State::End;
         }
     }
+}
+
+impl track::Tracker for Tracker {
+    type Header = Header;
+    const MIN_HEADER: usize = COMMON;
 
     /// Take bytes from `input`: how many were used and the event they
     /// completed. `(n, None)` means all of it was used and more is needed;
     /// call again while events come, even with no input (a PDU without
     /// data ends without using bytes).
-    pub fn next<'a>(
-        &mut self,
-        input: &'a [u8],
-    ) -> Result<(usize, Option<Event<'a>>), Unfollowable> {
+    fn next<'a>(&mut self, input: &'a [u8]) -> Result<(usize, Option<Event<'a>>), Unfollowable> {
         let mut used = 0;
         loop {
             let rest = &input[used..];
@@ -341,16 +299,54 @@ impl Tracker {
                     let ddgst = self.pdu.is_some_and(|p| p.ddgst) && !lost;
                     let data_digest = ddgst.then(|| u32::from_le_bytes(self.digest));
                     self.reset();
-                    return Ok((used, Some(Event::End { data_digest })));
+                    return Ok((used, Some(Event::End { digest: data_digest })));
                 }
             }
         }
+    }
+
+    /// Pass over `n` lost bytes of the current PDU. False, changing
+    /// nothing, if they would reach into the next header.
+    fn skip(&mut self, n: u64) -> bool {
+        if self.remaining().is_none_or(|left| n > left) {
+            return false;
+        }
+        let Some(pdu) = self.pdu else { return false };
+        let mut n = n;
+        while n > 0 {
+            match self.state {
+                State::Pad { left } => {
+                    let k = u64::from(left).min(n);
+                    n -= k;
+                    self.state = State::Pad { left: left - k as u32 };
+                }
+                State::Data { offset } => {
+                    let k = u64::from(pdu.data_len - offset).min(n);
+                    n -= k;
+                    self.state = State::Data { offset: offset + k as u32 };
+                }
+                State::Digest { have } => {
+                    let k = ((DIGEST - have) as u64).min(n);
+                    n -= k;
+                    self.state = State::Digest { have: have + k as usize };
+                }
+                State::Header { .. } | State::End => return false,
+            }
+            self.advance(pdu);
+        }
+        self.digest_lost = true;
+        true
+    }
+
+    fn restart(&mut self, _at: u64) {
+        self.reset();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::track::Tracker as _;
 
     /// A C2HData PDU as a controller sends it: header (and digest), pad to
     /// `pdo`, data, data digest.
@@ -400,11 +396,12 @@ mod tests {
                 match ev {
                     None => break,
                     Some(Event::Header(h)) => out.push(format!("{:?} {}", h.kind, h.data_len)),
+                    Some(Event::Marker { .. }) => unreachable!("PDUs have no markers"),
                     Some(Event::Data { offset, bytes }) => {
                         assert_eq!(offset as usize, data.len());
                         data.extend_from_slice(bytes);
                     }
-                    Some(Event::End { data_digest }) => {
+                    Some(Event::End { digest: data_digest }) => {
                         let ok = data_digest.map(|d| d == crc32c::crc32c(&data));
                         out.push(format!("end {} {ok:?}", data.len()));
                         data.clear();
@@ -482,7 +479,7 @@ mod tests {
         while end.is_none() {
             let (k, ev) = t.next(&stream[at..]).unwrap();
             at += k;
-            if let Some(Event::End { data_digest }) = ev {
+            if let Some(Event::End { digest: data_digest }) = ev {
                 end = Some(data_digest);
             }
         }

@@ -1,0 +1,172 @@
+//! The NIC's state behind its lock, and the path of every frame through
+//! it: parse and checksum, classify (a handshake to remember, a segment of
+//! an offloaded socket, anything else), and hand the segment to its flow.
+//!
+//! It must never edit a received frame, nor withhold one other than a
+//! segment whose checksum is wrong; on transmit it only fills in digests
+//! and the checksum.
+
+use crate::config::NicConfig;
+use crate::flow::{Env, Socket};
+use crate::frame;
+use crate::place::Placed;
+use smoltcp::phy;
+use std::collections::HashMap;
+use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use ulp_ddp::{Caps, Stats};
+
+/// Handshake sequence numbers of a connection, from our side.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Isns {
+    pub peer: Option<u32>,
+    pub local: Option<u32>,
+}
+
+/// Connections remembered for their handshakes before the oldest go.
+const HANDSHAKES: usize = 4096;
+
+/// Everything the NIC knows, behind [`Shared`]'s lock.
+pub(crate) struct State {
+    pub cfg: NicConfig,
+    /// The medium below finishes transmit checksums.
+    pub csum_below: bool,
+    /// The medium below verified every received checksum.
+    pub verified_below: bool,
+    pub handshakes: HashMap<(SocketAddrV4, SocketAddrV4), Isns>,
+    /// Offloaded sockets, by `SkHandle::id`.
+    pub flows: slab::Slab<Box<dyn Socket>>,
+    pub by_key: HashMap<(SocketAddrV4, SocketAddrV4), usize>,
+    pub stats: Stats,
+}
+
+/// The NIC's state, shared by the device and its handle.
+pub(crate) struct Shared {
+    pub state: Mutex<State>,
+    /// Some socket may have data placed: received frames take the DMA path.
+    pub placing: AtomicBool,
+}
+
+impl Shared {
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A frame on its way up to the stack: `None` withholds it, otherwise
+    /// the payload the NIC placed. `split`: the frame is being copied into
+    /// the NIC's ring, so placed bytes may be left out of it.
+    pub fn on_rx(&self, frame: &[u8], split: bool) -> Option<Placed> {
+        let mut st = self.lock();
+        let mut placed = Placed { zero_copy: split && st.cfg.zero_copy, ..Placed::default() };
+        st.rx(frame, &mut placed).then_some(placed)
+    }
+
+    /// A frame the stack is sending, already written.
+    pub fn on_tx(&self, frame: &mut [u8]) {
+        self.lock().tx(frame);
+    }
+
+    /// After a change of sockets or capabilities.
+    pub fn update_placing(&self, st: &State) {
+        let placing =
+            st.cfg.zero_copy && st.cfg.active.contains(Caps::NVME_TCP) && !st.flows.is_empty();
+        self.placing.store(placing, Ordering::Relaxed);
+    }
+
+    /// Take frame `rx` through the NIC's receive path and give it to
+    /// `deliver` with what was placed of it, or `None` if it was withheld.
+    pub fn receive<R>(
+        &self,
+        rx: impl phy::RxToken,
+        deliver: impl FnOnce(Option<(&[u8], &Placed)>) -> R,
+    ) -> R {
+        rx.consume(|frame| match self.on_rx(frame, true) {
+            Some(placed) => deliver(Some((frame, &placed))),
+            None => deliver(None),
+        })
+    }
+}
+
+impl State {
+    fn rx(&mut self, frame: &[u8], placed: &mut Placed) -> bool {
+        let Some(seg) = frame::parse_headers(frame) else { return true };
+        let verified = self.cfg.checksum || self.verified_below;
+        if !self.verified_below && self.cfg.checksum && !frame::verify(frame, &seg) {
+            self.stats.rx_csum_bad += 1;
+            self.stats.drop += 1;
+            return false;
+        }
+        if self.cfg.hw.is_empty() {
+            return true;
+        }
+        // Our side of the connection is the destination.
+        let key = (seg.dst, seg.src);
+        if seg.syn {
+            if verified || frame::verify(frame, &seg) {
+                remember(self, key, |i| i.peer = Some(seg.seq));
+            }
+            return true;
+        }
+        let Some(&id) = self.by_key.get(&key) else { return true };
+        // Nothing is placed from a segment that failed its checksum.
+        if !verified && !frame::verify(frame, &seg) {
+            return true;
+        }
+        let State { flows, stats, cfg, .. } = self;
+        let Some(flow) = flows.get_mut(id) else { return true };
+        let (peer_isn, local_isn) = flow.isns();
+        if let Some(ack) = seg.ack {
+            let off = frame::stream_offset(ack, local_isn, flow.tx_next());
+            flow.tx_acked(off);
+        }
+        if seg.payload_len > 0 {
+            let off = frame::stream_offset(seg.seq, peer_isn, flow.rx_next());
+            let payload = &frame[seg.payload_at..seg.payload_at + seg.payload_len];
+            placed.base = off;
+            let mut env = Env { active: cfg.active, stats, placed };
+            flow.rx_segment(off, payload, &mut env);
+            placed.frame_at = seg.payload_at;
+        }
+        true
+    }
+
+    fn tx(&mut self, frame: &mut [u8]) {
+        let Some(seg) = frame::parse_headers(frame) else { return };
+        let wrote = self.tx_digests(frame, &seg);
+        if (wrote || self.cfg.checksum) && !self.csum_below {
+            seg.fix_checksum(frame);
+        }
+    }
+
+    /// Write the data digests left to the NIC; whether any were written.
+    fn tx_digests(&mut self, frame: &mut [u8], seg: &frame::Segment) -> bool {
+        if self.cfg.hw.is_empty() {
+            return false;
+        }
+        let key = (seg.src, seg.dst);
+        if seg.syn {
+            remember(self, key, |i| i.local = Some(seg.seq));
+            return false;
+        }
+        let Some(&id) = self.by_key.get(&key) else { return false };
+        let State { flows, stats, cfg, .. } = self;
+        let Some(flow) = flows.get_mut(id) else { return false };
+        if seg.payload_len == 0 || !flow.tx_wanted(cfg.active) {
+            return false;
+        }
+        let off = frame::stream_offset(seg.seq, flow.isns().1, flow.tx_next());
+        let mut unused = Placed::default();
+        let mut env = Env { active: cfg.active, stats, placed: &mut unused };
+        let payload = &mut frame[seg.payload_at..seg.payload_at + seg.payload_len];
+        flow.tx_segment(off, payload, &mut env)
+    }
+}
+
+fn remember(st: &mut State, key: (SocketAddrV4, SocketAddrV4), f: impl FnOnce(&mut Isns)) {
+    if st.handshakes.len() >= HANDSHAKES && !st.handshakes.contains_key(&key) {
+        let keep = &st.by_key;
+        st.handshakes.retain(|k, _| keep.contains_key(k));
+    }
+    f(st.handshakes.entry(key).or_default());
+}

@@ -1,0 +1,271 @@
+//! The NIC as its driver sees it, [`NicHandle`]: the ULP DDP device
+//! operations (`limits`, `caps`, `sk_add`, `setup`, `teardown`, `resync`,
+//! `stats`, the STag table and posted receives), and a few reports.
+//!
+//! It must never place or parse frames; it only changes what the flows may
+//! do, under the same lock the data path takes.
+
+use crate::classify::{Shared, State};
+use crate::flow::iwarp::{Iwarp, StagMapping};
+use crate::flow::nvme_tcp::NvmeTcp;
+use crate::flow::{Flow, Protocol, Socket};
+use crate::place::Mapping;
+use std::any::Any;
+use std::sync::Arc;
+use ulp_ddp::{
+    Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, Limits, NvmeTcpConfig, SgEntry, SkHandle,
+    Stag, StagIo, Stats,
+};
+
+/// The NIC as its driver sees it: the ULP DDP device operations.
+#[derive(Clone)]
+pub struct NicHandle {
+    shared: Arc<Shared>,
+}
+
+impl NicHandle {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    /// Whether the receive context of a socket follows real PDU boundaries
+    /// (for tests and reports).
+    pub fn rx_synced(&self, sk: &SkHandle) -> Option<bool> {
+        self.shared.lock().flows.get(sk.id as usize).map(|f| f.rx_synced())
+    }
+
+    /// Offloaded sockets.
+    pub fn sockets(&self) -> usize {
+        self.shared.lock().flows.len()
+    }
+
+    /// Turn header/data split on or off ([`NicConfig::zero_copy`]).
+    pub fn set_zero_copy(&self, on: bool) {
+        let mut st = self.shared.lock();
+        st.cfg.zero_copy = on;
+        self.shared.update_placing(&st);
+    }
+}
+
+impl DdpDevice for NicHandle {
+    fn limits(&self) -> Limits {
+        self.shared.lock().cfg.limits
+    }
+
+    fn caps(&self) -> (Caps, Caps) {
+        let st = self.shared.lock();
+        (st.cfg.hw, st.cfg.active)
+    }
+
+    fn set_caps(&self, wanted: Caps) -> Result<Caps, DdpError> {
+        let mut st = self.shared.lock();
+        let missing = wanted.without(st.cfg.hw);
+        if !missing.is_empty() {
+            return Err(DdpError::Unsupported(missing));
+        }
+        st.cfg.active = wanted;
+        self.shared.update_placing(&st);
+        Ok(wanted)
+    }
+
+    fn sk_add(&self, id: FlowId, config: &Config) -> Result<SkHandle, DdpError> {
+        let mut st = self.shared.lock();
+        let key = (id.local, id.remote);
+        let result = (|| {
+            if st.cfg.active.is_empty() {
+                return Err(DdpError::NotActive(Caps::ALL));
+            }
+            if st.by_key.contains_key(&key) {
+                return Err(DdpError::Exists);
+            }
+            let isn = st.handshakes.get(&key).copied().unwrap_or_default();
+            let (Some(peer), Some(local)) = (isn.peer, isn.local) else {
+                return Err(DdpError::NoHandshake);
+            };
+            let (sock, tx_crc): (Box<dyn Socket>, bool) = match config {
+                Config::NvmeTcp(config) => {
+                    let data_digest = config.dgst & NvmeTcpConfig::DGST_DATA != 0;
+                    let tx_crc = data_digest && st.cfg.active.contains(Caps::NVME_TCP_DDGST_TX);
+                    let table = if st.cfg.limits.full_ccid_range {
+                        65536
+                    } else {
+                        config.queue_size.clamp(1, 65536) as usize
+                    };
+                    (Box::new(NvmeTcp::flow(*config, peer, local, tx_crc, table)), tx_crc)
+                }
+                Config::Iwarp(config) => {
+                    if st.cfg.limits.max_stags == 0 {
+                        return Err(DdpError::WrongUlp);
+                    }
+                    let tx_crc = config.crc && st.cfg.active.contains(Caps::NVME_TCP_DDGST_TX);
+                    let oneshot = st.cfg.active.contains(Caps::NVME_TCP_ONESHOT);
+                    (Box::new(Iwarp::flow(*config, peer, local, tx_crc, oneshot)), tx_crc)
+                }
+            };
+            let ctx = sock.ctx().clone();
+            let slot = st.flows.insert(sock);
+            st.by_key.insert(key, slot);
+            let granted =
+                if tx_crc { st.cfg.active } else { st.cfg.active.without(Caps::NVME_TCP_DDGST_TX) };
+            Ok(SkHandle { id: slot as u32, ctx, offloads: granted })
+        })();
+        self.shared.update_placing(&st);
+        match &result {
+            Ok(_) => st.stats.sk_add += 1,
+            Err(e) => {
+                st.stats.sk_add_fail += 1;
+                tracing::debug!(error = %e, local = %id.local, remote = %id.remote, "sk_add refused");
+            }
+        }
+        result
+    }
+
+    fn sk_del(&self, sk: &SkHandle) {
+        let mut st = self.shared.lock();
+        if st.flows.contains(sk.id as usize) {
+            st.flows.remove(sk.id as usize);
+            st.by_key.retain(|_, v| *v != sk.id as usize);
+            st.stats.sk_del += 1;
+            self.shared.update_placing(&st);
+        }
+    }
+
+    fn setup(&self, sk: &SkHandle, io: DdpIo) -> Result<(), DdpError> {
+        let mut st = self.shared.lock();
+        let (active, limits) = (st.cfg.active, st.cfg.limits);
+        let result = (|| {
+            check_sgl(&limits, active, io.oneshot, &io.sgl)?;
+            if io.sgl.is_empty() {
+                return Err(DdpError::Empty);
+            }
+            let slot =
+                proto::<NvmeTcp>(&mut st, sk)?.slot(io.tag).ok_or(DdpError::BadTag(io.tag))?;
+            if slot.is_some() {
+                return Err(DdpError::Busy(io.tag));
+            }
+            *slot = Some(Mapping::new(io.sgl, io.oneshot, !io.oneshot));
+            Ok(())
+        })();
+        match &result {
+            Ok(()) => st.stats.ddp_setup += 1,
+            Err(_) => st.stats.ddp_setup_fail += 1,
+        }
+        result
+    }
+
+    fn teardown(&self, sk: &SkHandle, tag: u16) {
+        let mut st = self.shared.lock();
+        if let Ok(flow) = proto::<NvmeTcp>(&mut st, sk)
+            && let Some(slot) = flow.slot(tag)
+            && slot.take().is_some()
+        {
+            st.stats.ddp_teardown += 1;
+        }
+        // Linux's teardown may complete later; ours is done at once, but the
+        // ULP still learns of it through the mailbox, as it would.
+        sk.ctx.teardown_done(tag);
+    }
+
+    fn resync(&self, sk: &SkHandle, seq: u64) {
+        let mut st = self.shared.lock();
+        let State { flows, stats, .. } = &mut *st;
+        if let Some(f) = flows.get_mut(sk.id as usize) {
+            f.resync(seq, stats);
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        self.shared.lock().stats
+    }
+
+    fn stag_setup(&self, sk: &SkHandle, io: StagIo) -> Result<(), DdpError> {
+        self.map_stag(sk, io, None)
+    }
+
+    fn stag_advertise(&self, sk: &SkHandle, io: StagIo, send_at: u64) -> Result<(), DdpError> {
+        self.map_stag(sk, io, Some(send_at))
+    }
+
+    fn stag_invalidate(&self, sk: &SkHandle, stag: Stag) {
+        let mut st = self.shared.lock();
+        if let Ok(f) = proto::<Iwarp>(&mut st, sk)
+            && f.remove_stag(stag)
+        {
+            st.stats.stag_invalidate += 1;
+        }
+    }
+
+    fn recv_setup(&self, sk: &SkHandle, msn: u32, sgl: Vec<SgEntry>) -> Result<(), DdpError> {
+        let mut st = self.shared.lock();
+        let (active, limits) = (st.cfg.active, st.cfg.limits);
+        check_sgl(&limits, active, false, &sgl)?;
+        let flow = proto::<Iwarp>(&mut st, sk)?;
+        if flow.recvs() >= limits.max_stags as usize {
+            return Err(DdpError::TooManyStags(limits.max_stags));
+        }
+        flow.insert_recv(msn, sgl).ok_or(DdpError::Empty)?;
+        st.stats.recv_setup += 1;
+        Ok(())
+    }
+}
+
+/// The protocol side of socket `sk`, if it speaks `P`.
+fn proto<'a, P: Protocol>(st: &'a mut State, sk: &SkHandle) -> Result<&'a mut P, DdpError> {
+    let flow: &mut dyn Any = st.flows.get_mut(sk.id as usize).ok_or(DdpError::NoSocket)?.as_mut();
+    Ok(&mut flow.downcast_mut::<Flow<P>>().ok_or(DdpError::WrongUlp)?.proto)
+}
+
+/// Check a request to map `sgl` against the offloads it needs (one-shot
+/// too, if `oneshot`) and the device's limits. The only check of an SGL.
+fn check_sgl(
+    limits: &Limits,
+    active: Caps,
+    oneshot: bool,
+    sgl: &[SgEntry],
+) -> Result<(), DdpError> {
+    if !active.contains(Caps::NVME_TCP) {
+        return Err(DdpError::NotActive(Caps::NVME_TCP));
+    }
+    if oneshot && !active.contains(Caps::NVME_TCP_ONESHOT) {
+        return Err(DdpError::NotActive(Caps::NVME_TCP_ONESHOT));
+    }
+    if limits.max_ddp_sgl_len > 0 && sgl.len() > limits.max_ddp_sgl_len as usize {
+        return Err(DdpError::TooManyEntries(sgl.len()));
+    }
+    match sgl.iter().position(|e| e.len == 0 || !e.in_bounds()) {
+        Some(i) => Err(DdpError::BadEntry(i)),
+        None => Ok(()),
+    }
+}
+
+impl NicHandle {
+    /// Map a tagged buffer, live now or when the Send at `arm_at` leaves.
+    fn map_stag(&self, sk: &SkHandle, io: StagIo, arm_at: Option<u64>) -> Result<(), DdpError> {
+        let mut st = self.shared.lock();
+        let (active, limits) = (st.cfg.active, st.cfg.limits);
+        let result = (|| {
+            check_sgl(&limits, active, false, &io.sgl)?;
+            if arm_at.is_some() && !active.contains(Caps::NVME_TCP_ONESHOT) {
+                return Err(DdpError::NotActive(Caps::NVME_TCP_ONESHOT));
+            }
+            let flow = proto::<Iwarp>(&mut st, sk)?;
+            if flow.stag_busy(io.stag) {
+                return Err(DdpError::StagBusy(io.stag));
+            }
+            if flow.stags() >= limits.max_stags as usize {
+                return Err(DdpError::TooManyStags(limits.max_stags));
+            }
+            let m = StagMapping::new(io, arm_at).ok_or(DdpError::Empty)?;
+            if m.map.len == 0 {
+                return Err(DdpError::Empty);
+            }
+            flow.insert_stag(m, arm_at);
+            Ok(())
+        })();
+        match &result {
+            Ok(()) => st.stats.stag_setup += 1,
+            Err(_) => st.stats.stag_setup_fail += 1,
+        }
+        result
+    }
+}
