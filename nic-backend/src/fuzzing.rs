@@ -77,7 +77,7 @@ pub fn rx(data: &[u8]) -> Stats {
         rx_start: 0,
         tx_start: 0,
     };
-    let mut flow = NvmeTcp::flow(config, 0, 0, active.contains(Caps::NVME_TCP_DDGST_TX), TABLE);
+    let mut flow = NvmeTcp::flow(config, 0, 0, active.contains(Caps::CRC_TX), TABLE);
     let mut guarded = Vec::new();
     for _ in 0..c.u8() % 9 {
         let (tag, len, flags) = (c.u8(), usize::from(c.u16() % 8192) + 1, c.u8());
@@ -156,8 +156,8 @@ pub fn mpa_rx(data: &[u8]) -> Stats {
         config,
         0,
         0,
-        config.crc && active.contains(Caps::NVME_TCP_DDGST_TX),
-        active.contains(Caps::NVME_TCP_ONESHOT),
+        config.crc && active.contains(Caps::CRC_TX),
+        active.contains(Caps::ONESHOT),
     );
     let mut guarded = Vec::new();
     let mut stags = Vec::new();

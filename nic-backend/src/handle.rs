@@ -85,7 +85,7 @@ impl DdpDevice for NicHandle {
             let (sock, tx_crc): (Box<dyn Socket>, bool) = match config {
                 Config::NvmeTcp(config) => {
                     let data_digest = config.dgst & NvmeTcpConfig::DGST_DATA != 0;
-                    let tx_crc = data_digest && st.cfg.active.contains(Caps::NVME_TCP_DDGST_TX);
+                    let tx_crc = data_digest && st.cfg.active.contains(Caps::CRC_TX);
                     let table = if st.cfg.limits.full_ccid_range {
                         65536
                     } else {
@@ -97,8 +97,8 @@ impl DdpDevice for NicHandle {
                     if st.cfg.limits.max_stags == 0 {
                         return Err(DdpError::WrongUlp);
                     }
-                    let tx_crc = config.crc && st.cfg.active.contains(Caps::NVME_TCP_DDGST_TX);
-                    let oneshot = st.cfg.active.contains(Caps::NVME_TCP_ONESHOT);
+                    let tx_crc = config.crc && st.cfg.active.contains(Caps::CRC_TX);
+                    let oneshot = st.cfg.active.contains(Caps::ONESHOT);
                     (Box::new(Iwarp::flow(*config, peer, local, tx_crc, oneshot)), tx_crc)
                 }
             };
@@ -106,7 +106,7 @@ impl DdpDevice for NicHandle {
             let slot = st.flows.insert(sock);
             st.by_key.insert(key, slot);
             let granted =
-                if tx_crc { st.cfg.active } else { st.cfg.active.without(Caps::NVME_TCP_DDGST_TX) };
+                if tx_crc { st.cfg.active } else { st.cfg.active.without(Caps::CRC_TX) };
             Ok(SkHandle { id: slot as u32, ctx, offloads: granted })
         })();
         self.shared.update_placing(&st);
@@ -223,11 +223,11 @@ fn check_sgl(
     oneshot: bool,
     sgl: &[SgEntry],
 ) -> Result<(), DdpError> {
-    if !active.contains(Caps::NVME_TCP) {
-        return Err(DdpError::NotActive(Caps::NVME_TCP));
+    if !active.contains(Caps::DDP) {
+        return Err(DdpError::NotActive(Caps::DDP));
     }
-    if oneshot && !active.contains(Caps::NVME_TCP_ONESHOT) {
-        return Err(DdpError::NotActive(Caps::NVME_TCP_ONESHOT));
+    if oneshot && !active.contains(Caps::ONESHOT) {
+        return Err(DdpError::NotActive(Caps::ONESHOT));
     }
     if limits.max_ddp_sgl_len > 0 && sgl.len() > limits.max_ddp_sgl_len as usize {
         return Err(DdpError::TooManyEntries(sgl.len()));
@@ -245,8 +245,8 @@ impl NicHandle {
         let (active, limits) = (st.cfg.active, st.cfg.limits);
         let result = (|| {
             check_sgl(&limits, active, false, &io.sgl)?;
-            if arm_at.is_some() && !active.contains(Caps::NVME_TCP_ONESHOT) {
-                return Err(DdpError::NotActive(Caps::NVME_TCP_ONESHOT));
+            if arm_at.is_some() && !active.contains(Caps::ONESHOT) {
+                return Err(DdpError::NotActive(Caps::ONESHOT));
             }
             let flow = proto::<Iwarp>(&mut st, sk)?;
             if flow.stag_busy(io.stag) {

@@ -78,7 +78,7 @@ impl DdpSocket {
 
     /// The device writes this socket's data digests.
     pub fn tx_offload(&self) -> bool {
-        self.sk.offloads.contains(Caps::NVME_TCP_DDGST_TX)
+        self.sk.offloads.contains(Caps::CRC_TX)
     }
 
     /// Map `len` bytes of `buf` for `tag` if the transfer is worth it and
@@ -97,7 +97,7 @@ impl DdpSocket {
             return None;
         }
         let active = self.dev.caps().1;
-        if !active.contains(Caps::NVME_TCP) {
+        if !active.contains(Caps::DDP) {
             return None;
         }
         let entries = len.div_ceil(PAGE);
@@ -107,7 +107,7 @@ impl DdpSocket {
         let sgl = (0..entries)
             .map(|i| SgEntry { buf: buf.clone(), offset: i * PAGE, len: PAGE.min(len - i * PAGE) })
             .collect();
-        let oneshot = oneshot_ok && active.contains(Caps::NVME_TCP_ONESHOT);
+        let oneshot = oneshot_ok && active.contains(Caps::ONESHOT);
         stats.control_calls += 1;
         match self.dev.setup(&self.sk, DdpIo { tag, sgl, oneshot }) {
             Ok(()) => {
@@ -177,7 +177,7 @@ impl DataRx {
     /// A data PDU on a socket with or without a device.
     pub fn new(ddp: Option<&DdpSocket>, ddgst: bool) -> Self {
         let crc_expected =
-            ddgst && ddp.is_some_and(|d| d.dev.caps().1.contains(Caps::NVME_TCP_DDGST_RX));
+            ddgst && ddp.is_some_and(|d| d.dev.caps().1.contains(Caps::CRC_RX));
         Self {
             hw_crc: ddp.is_some(),
             sw_crc: 0,

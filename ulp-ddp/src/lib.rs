@@ -43,38 +43,41 @@ use std::sync::Arc;
 pub struct Caps(u32);
 
 impl Caps {
-    /// Direct data placement of NVMe/TCP data PDUs (`ULP_DDP_CAP_NVME_TCP`);
-    /// on an iWARP socket, of tagged segments (RDMA Write, Read Response).
-    pub const NVME_TCP: Caps = Caps(1 << 0);
-    /// Receive data digest verification (`ULP_DDP_CAP_NVME_TCP_DDGST_RX`).
-    pub const NVME_TCP_DDGST_RX: Caps = Caps(1 << 1);
-    /// Transmit data digest computation.
-    pub const NVME_TCP_DDGST_TX: Caps = Caps(1 << 2);
+    /// Direct data placement: of NVMe/TCP data PDUs by CID
+    /// (`ULP_DDP_CAP_NVME_TCP`), of an iWARP socket's tagged segments by
+    /// STag (RDMA Write, Read Response).
+    #[doc(alias = "ULP_DDP_CAP_NVME_TCP")]
+    pub const DDP: Caps = Caps(1 << 0);
+    /// Receive CRC32C verification: NVMe/TCP data digests
+    /// (`ULP_DDP_CAP_NVME_TCP_DDGST_RX`), the MPA CRC on an iWARP socket.
+    #[doc(alias = "ULP_DDP_CAP_NVME_TCP_DDGST_RX")]
+    pub const CRC_RX: Caps = Caps(1 << 1);
+    /// Transmit CRC32C computation: NVMe/TCP data digests, the MPA CRC.
+    pub const CRC_TX: Caps = Caps(1 << 2);
     /// One-shot mappings: armed by the command capsule going out, freed by
     /// the response coming in; on an iWARP socket, STags armed by the Send
     /// that advertises them and freed by the peer's Send that closes them.
-    /// The receive and transmit digest bits stand for the MPA CRC there.
-    pub const NVME_TCP_ONESHOT: Caps = Caps(1 << 3);
+    pub const ONESHOT: Caps = Caps(1 << 3);
 
     pub const NONE: Caps = Caps(0);
     pub const ALL: Caps = Caps(0xf);
 
     /// Every offload but one-shot: mappings set up and torn down (RDMA:
     /// STags registered and invalidated) by calls of their own.
-    pub const CLASSIC: Caps = Caps::ALL.without(Caps::NVME_TCP_ONESHOT);
+    pub const CLASSIC: Caps = Caps::ALL.without(Caps::ONESHOT);
     /// Data digest offload both ways (on an iWARP socket, the MPA CRC).
-    pub const CRC: Caps = Caps::NVME_TCP_DDGST_RX.union(Caps::NVME_TCP_DDGST_TX);
+    pub const CRC: Caps = Caps::CRC_RX.union(Caps::CRC_TX);
 
     /// Names as the command line writes them: whole sets, which print as
     /// their own name, then the parts other sets print as, joined by `+`.
     const SETS: [(Caps, &'static str); 3] =
         [(Caps::NONE, "none"), (Caps::ALL, "all"), (Caps::CLASSIC, "classic")];
     const PARTS: [(Caps, &'static str); 5] = [
-        (Caps::NVME_TCP, "ddp"),
+        (Caps::DDP, "ddp"),
         (Caps::CRC, "crc"),
-        (Caps::NVME_TCP_DDGST_RX, "crc-rx"),
-        (Caps::NVME_TCP_DDGST_TX, "crc-tx"),
-        (Caps::NVME_TCP_ONESHOT, "oneshot"),
+        (Caps::CRC_RX, "crc-rx"),
+        (Caps::CRC_TX, "crc-tx"),
+        (Caps::ONESHOT, "oneshot"),
     ];
 
     fn names() -> impl Iterator<Item = &'static (Caps, &'static str)> {
@@ -445,12 +448,12 @@ mod tests {
         for (name, caps) in [
             ("none", Caps::NONE),
             ("all", Caps::ALL),
-            ("classic", Caps::ALL.without(Caps::NVME_TCP_ONESHOT)),
-            ("crc", Caps::NVME_TCP_DDGST_RX.union(Caps::NVME_TCP_DDGST_TX)),
-            ("ddp+crc-rx", Caps::NVME_TCP.union(Caps::NVME_TCP_DDGST_RX)),
-            ("ddp+oneshot", Caps::NVME_TCP.union(Caps::NVME_TCP_ONESHOT)),
-            ("crc+oneshot", Caps::CRC.union(Caps::NVME_TCP_ONESHOT)),
-            ("ddp+crc-tx+oneshot", Caps::ALL.without(Caps::NVME_TCP_DDGST_RX)),
+            ("classic", Caps::ALL.without(Caps::ONESHOT)),
+            ("crc", Caps::CRC_RX.union(Caps::CRC_TX)),
+            ("ddp+crc-rx", Caps::DDP.union(Caps::CRC_RX)),
+            ("ddp+oneshot", Caps::DDP.union(Caps::ONESHOT)),
+            ("crc+oneshot", Caps::CRC.union(Caps::ONESHOT)),
+            ("ddp+crc-tx+oneshot", Caps::ALL.without(Caps::CRC_RX)),
         ] {
             assert_eq!(Caps::parse(name), Ok(caps), "{name}");
             assert_eq!(caps.to_string(), name);

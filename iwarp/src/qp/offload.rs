@@ -64,7 +64,7 @@ pub(super) struct Active {
 
 impl Active {
     pub fn oneshot(&self) -> bool {
-        self.sk.offloads.contains(Caps::NVME_TCP_ONESHOT)
+        self.sk.offloads.contains(Caps::ONESHOT)
     }
 }
 
@@ -109,7 +109,7 @@ impl Qp {
         });
         match dev.sk_add(flow, &config) {
             Ok(sk) => {
-                let tx_crc = self.crc && sk.offloads.contains(Caps::NVME_TCP_DDGST_TX);
+                let tx_crc = self.crc && sk.offloads.contains(Caps::CRC_TX);
                 self.offload = Offload::On(Active { dev, sk, tx_crc, resync: None });
             }
             Err(e) => return tracing::debug!(error = %e, "offload refused; software only"),

@@ -275,7 +275,7 @@ impl Protocol for Iwarp {
     ) -> Option<(Target, usize)> {
         let len = header.payload_len;
         match header.kind {
-            _ if !trusted || len == 0 || !env.active.contains(Caps::NVME_TCP) => None,
+            _ if !trusted || len == 0 || !env.active.contains(Caps::DDP) => None,
             Kind::Tagged { stag, to } => {
                 let p = self.permitted(header.opcode, stag, to, u64::from(len));
                 env.stats.stag_refused += u64::from(p.is_none());
@@ -318,7 +318,7 @@ impl Protocol for Iwarp {
         if f.header.last
             && f.header.closes()
             && sound
-            && env.active.contains(Caps::NVME_TCP_ONESHOT)
+            && env.active.contains(Caps::ONESHOT)
             && self.remove_stag(Stag(stag))
         {
             ctx.freed(f.start, stag);

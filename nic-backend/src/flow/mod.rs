@@ -254,7 +254,7 @@ impl<P: Protocol> Flow<P> {
     fn crc_on(&self, header: Option<&Header<P>>, env: &Env) -> bool {
         matches!(self.sync, Sync::Synced)
             && self.proto.digests(header)
-            && env.active.contains(Caps::NVME_TCP_DDGST_RX)
+            && env.active.contains(Caps::CRC_RX)
     }
 
     /// The hint for header, PAD and marker bytes of the unit at hand

@@ -145,7 +145,7 @@ impl Protocol for NvmeTcp {
         if !trusted {
             return None;
         }
-        let ddp = env.active.contains(Caps::NVME_TCP);
+        let ddp = env.active.contains(Caps::DDP);
         match (self.role, header.kind) {
             (Role::Host, Kind::C2hData { cccid, datao, success }) => {
                 if success && self.mapped(cccid).is_some_and(|m| m.live && m.oneshot) {
@@ -178,7 +178,7 @@ impl Protocol for NvmeTcp {
     }
 
     fn tx_wanted(&self, active: Caps) -> bool {
-        self.tx_crc || (self.role == Role::Host && active.contains(Caps::NVME_TCP_ONESHOT))
+        self.tx_crc || (self.role == Role::Host && active.contains(Caps::ONESHOT))
     }
 
     fn tx_step(&mut self, input: &[u8], _base: u64, env: &mut Env) -> Option<TxStep> {
@@ -215,7 +215,7 @@ impl NvmeTcp {
         self.tx_crc_on = self.tx_crc && header.ddgst;
         self.tx_crc_value = 0;
         if let (Role::Host, Kind::CapsuleCmd { cid }) = (self.role, header.kind)
-            && env.active.contains(Caps::NVME_TCP_ONESHOT)
+            && env.active.contains(Caps::ONESHOT)
             && let Some(Some(m)) = self.table.get_mut(usize::from(cid))
             && m.oneshot
             && !m.live
