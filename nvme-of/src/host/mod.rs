@@ -10,6 +10,13 @@
 //! writes what [`Host::poll_transmit`] produces, and keeps time with
 //! [`Host::poll_timeout`] / [`Host::handle_timeout`]. Results come out of
 //! [`Host::poll_event`].
+//!
+//! This file holds the association's state and the driver's side of it,
+//! and turns what the queues report into the host's steps. The steps live
+//! apart: `bring_up` (Connect to CC.SHN, discovery), `recovery` (abort,
+//! retry, reconnect, reset), `io` (what users submit), `timer` (the host's
+//! own deadlines), `queue` (what a binding's queue is, and the command
+//! table every binding keeps), `config` (what a user asks for).
 
 mod bring_up;
 mod config;
