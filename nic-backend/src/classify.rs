@@ -69,8 +69,7 @@ impl Shared {
 
     /// After a change of sockets or capabilities.
     pub fn update_placing(&self, st: &State) {
-        let placing =
-            st.cfg.zero_copy && st.cfg.active.contains(Caps::DDP) && !st.flows.is_empty();
+        let placing = st.cfg.zero_copy && st.cfg.active.contains(Caps::DDP) && !st.flows.is_empty();
         self.placing.store(placing, Ordering::Relaxed);
     }
 

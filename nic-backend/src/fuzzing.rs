@@ -236,26 +236,12 @@ pub fn mpa_rx(data: &[u8]) -> Stats {
 mod tests {
     use super::*;
 
-    /// A C2HData PDU without header digest, with data digest.
-    fn c2h(cccid: u16, datao: u32, data: &[u8]) -> Vec<u8> {
-        let mut h = vec![0u8; 24];
-        h[0] = crate::pdu::ty::C2H_DATA;
-        h[1] = 0x02 | 0x08;
-        h[2] = 24;
-        h[3] = 24;
-        h[4..8].copy_from_slice(&(24 + data.len() as u32 + 4).to_le_bytes());
-        h[8..10].copy_from_slice(&cccid.to_le_bytes());
-        h[12..16].copy_from_slice(&datao.to_le_bytes());
-        h[16..20].copy_from_slice(&(data.len() as u32).to_le_bytes());
-        h.extend_from_slice(data);
-        h.extend_from_slice(&crc32c::crc32c(data).to_le_bytes());
-        h
-    }
-
     /// The inputs the corpus grew from: in order, reordered, retransmitted.
     pub(crate) fn seeds() -> Vec<Vec<u8>> {
-        let mut stream = c2h(3, 0, &[0x5a; 1000]);
-        stream.extend(c2h(3, 1000, &[0xa5; 500]));
+        // C2HData PDUs for tag 3 without header digest, with data digest.
+        let c2h = |datao, data: &[u8]| crate::pdu::tests::c2h(3, datao, data, false, 24);
+        let mut stream = c2h(0, &[0x5a; 1000]);
+        stream.extend(c2h(1000, &[0xa5; 500]));
         // Host, data digests, every offload; tag 3 mapped 1500 bytes, split.
         let head = [0x04 | (0xf << 3), 1, 3, 0xdc, 0x05, 0x02 | 0x04];
         let n = stream.len() as u16;

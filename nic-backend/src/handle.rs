@@ -105,8 +105,7 @@ impl DdpDevice for NicHandle {
             let ctx = sock.ctx().clone();
             let slot = st.flows.insert(sock);
             st.by_key.insert(key, slot);
-            let granted =
-                if tx_crc { st.cfg.active } else { st.cfg.active.without(Caps::CRC_TX) };
+            let granted = if tx_crc { st.cfg.active } else { st.cfg.active.without(Caps::CRC_TX) };
             Ok(SkHandle { id: slot as u32, ctx, offloads: granted })
         })();
         self.shared.update_placing(&st);

@@ -344,13 +344,13 @@ impl track::Tracker for Tracker {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::track::Tracker as _;
 
     /// A C2HData PDU as a controller sends it: header (and digest), pad to
     /// `pdo`, data, data digest.
-    fn c2h(cccid: u16, datao: u32, data: &[u8], hdgst: bool, pdo: u8) -> Vec<u8> {
+    pub(crate) fn c2h(cccid: u16, datao: u32, data: &[u8], hdgst: bool, pdo: u8) -> Vec<u8> {
         let mut h = vec![0u8; 24];
         h[0] = ty::C2H_DATA;
         h[1] = DDGSTF | if hdgst { HDGSTF } else { 0 } | SUCCESS;

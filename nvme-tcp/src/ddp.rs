@@ -176,8 +176,7 @@ pub(crate) type Dest<'a> = Option<(&'a IoBuf, usize)>;
 impl DataRx {
     /// A data PDU on a socket with or without a device.
     pub fn new(ddp: Option<&DdpSocket>, ddgst: bool) -> Self {
-        let crc_expected =
-            ddgst && ddp.is_some_and(|d| d.dev.caps().1.contains(Caps::CRC_RX));
+        let crc_expected = ddgst && ddp.is_some_and(|d| d.dev.caps().1.contains(Caps::CRC_RX));
         Self {
             hw_crc: ddp.is_some(),
             sw_crc: 0,
