@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use std::time::Duration;
 
 use crate::args::parse_bytes;
-use crate::host::{HostArgs, host_config, run_app};
+use crate::session::{ConnectArgs, host_config, run_app};
 
 /// How long an admin run may take.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -106,7 +106,7 @@ fn print_fields(fields: &[(&str, F)], json: bool) -> Result<()> {
 /// picks, and return what it learned; a failed command is an error
 /// naming `what`.
 pub(crate) fn admin(
-    a: &HostArgs,
+    a: &ConnectArgs,
     nqn: String,
     plan: impl FnOnce(&Host) -> Vec<(Sqe, usize)> + Send + 'static,
     what: &str,
@@ -121,7 +121,7 @@ pub(crate) fn admin(
 
 /// `list`: every namespace of the subsystem (`--nqn`), or of every NVM
 /// subsystem discovery lists, as `nvme list`.
-pub(crate) fn list(a: &HostArgs) -> Result<()> {
+pub(crate) fn list(a: &ConnectArgs) -> Result<()> {
     let nqns = match &a.nqn {
         Some(nqn) => vec![nqn.clone()],
         None => discover(a)?
@@ -182,7 +182,7 @@ pub(crate) fn list(a: &HostArgs) -> Result<()> {
 }
 
 /// `id-ctrl`: the Identify Controller data, as `nvme id-ctrl`.
-pub(crate) fn id_ctrl(a: &HostArgs) -> Result<()> {
+pub(crate) fn id_ctrl(a: &ConnectArgs) -> Result<()> {
     let app = admin(a, resolve_nqn(a)?, |_| Vec::new(), "Identify Controller")?;
     let c: IdentifyController = app.controller.context("no Identify Controller data")?;
     let n = |v: u64| F::Dec(v);
@@ -228,7 +228,7 @@ pub(crate) fn id_ctrl(a: &HostArgs) -> Result<()> {
 }
 
 /// `id-ns`: a namespace's Identify Namespace data, as `nvme id-ns`.
-pub(crate) fn id_ns(a: &HostArgs, args: &IdNsArgs) -> Result<()> {
+pub(crate) fn id_ns(a: &ConnectArgs, args: &IdNsArgs) -> Result<()> {
     let want = args.nsid;
     let plan = move |host: &Host| {
         let nsid = want.or_else(|| host.namespaces().first().map(|n| n.nsid)).unwrap_or(0);
@@ -270,7 +270,7 @@ pub(crate) fn id_ns(a: &HostArgs, args: &IdNsArgs) -> Result<()> {
 }
 
 /// The subsystem to use: the one given, or the first one discovery lists.
-pub(crate) fn resolve_nqn(a: &HostArgs) -> Result<String> {
+pub(crate) fn resolve_nqn(a: &ConnectArgs) -> Result<String> {
     if let Some(nqn) = &a.nqn {
         return Ok(nqn.clone());
     }
@@ -280,14 +280,14 @@ pub(crate) fn resolve_nqn(a: &HostArgs) -> Result<String> {
 }
 
 /// The discovery log of the discovery controller at `--connect`.
-fn discover(a: &HostArgs) -> Result<Vec<DiscoveryEntry>> {
+fn discover(a: &ConnectArgs) -> Result<Vec<DiscoveryEntry>> {
     let mut app = DiscoverApp::default();
     run_app(a, host_config(a, DISCOVERY_NQN.into()), &mut app, LIMIT)?;
     Ok(app.entries.unwrap_or_default())
 }
 
 /// `discover` and `get-log discovery`: the discovery log, as `nvme discover`.
-pub(crate) fn print_discovery(a: &HostArgs) -> Result<()> {
+pub(crate) fn print_discovery(a: &ConnectArgs) -> Result<()> {
     let entries = discover(a)?;
     if a.json {
         let records: Vec<Value> = entries
@@ -360,7 +360,7 @@ fn treq(t: u8) -> &'static str {
 
 /// `get-log`: a log page, as `nvme smart-log`, `error-log`, `discover` or
 /// (by identifier) `get-log` print it.
-pub(crate) fn get_log(a: &HostArgs, args: &GetLogArgs) -> Result<()> {
+pub(crate) fn get_log(a: &ConnectArgs, args: &GetLogArgs) -> Result<()> {
     let len = args.log_len;
     if len == 0 || !len.is_multiple_of(4) || len > 1 << 20 {
         bail!("--log-len must be a multiple of 4 up to 1M");

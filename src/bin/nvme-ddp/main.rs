@@ -10,6 +10,7 @@ mod host;
 mod link;
 mod net;
 mod progress;
+mod session;
 
 use clap::{Parser, Subcommand};
 

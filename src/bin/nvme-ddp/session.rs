@@ -1,0 +1,136 @@
+//! What every `host` verb shares: how it reaches the controller (kernel
+//! TCP, or smoltcp on a TAP or an interface), the host configuration those
+//! options make, and running a host app over either. The verbs (`host.rs`,
+//! `admin.rs`) use it; it must never know about any one verb.
+
+use anyhow::{Context, Result, bail};
+use clap::{ArgAction, Args};
+use nvme_ddp::app::HostApp;
+use nvme_ddp::clock::Clock;
+use nvme_ddp::kernel_tcp::run_host;
+use nvme_ddp::report::OffloadReport;
+use nvme_ddp::transport::TransportType;
+use nvme_ddp::userspace;
+use nvme_of::Digests;
+use nvme_of::host::HostConfig;
+use smoltcp_glue::Stack;
+use std::net::SocketAddr;
+use std::time::Duration;
+use ulp_ddp::Caps;
+
+use crate::args::{
+    CtrlLossTmo, parse_ctrl_loss_tmo, parse_nqn, parse_on_off, parse_qd, parse_queues,
+    parse_seconds,
+};
+use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
+use crate::progress::Eta;
+
+/// How `host` reaches a controller and what it asks of the association;
+/// like nvme-cli's, these options go before or after the verb.
+#[derive(Args, Debug)]
+pub(crate) struct ConnectArgs {
+    /// Controller address, ADDR:PORT (required).
+    #[arg(long, global = true)]
+    connect: Option<SocketAddr>,
+    /// NVMe-oF transport: tcp, or rdma (iWARP over TCP).
+    #[arg(long, global = true, default_value = "tcp", value_parser = TransportType::parse)]
+    transport: TransportType,
+    /// Subsystem NQN; without it, the first subsystem discovery lists.
+    #[arg(long, global = true, value_parser = parse_nqn)]
+    pub(crate) nqn: Option<String>,
+    /// Host NQN.
+    #[arg(
+        long,
+        global = true,
+        value_parser = parse_nqn,
+        default_value = "nqn.2014-08.org.nvmexpress:uuid:5f0d2c44-6a1e-4c8b-9d3e-000000000000"
+    )]
+    hostnqn: String,
+    /// Header digests: --hdgst (on) or --hdgst=on|off.
+    #[arg(long, global = true, default_value = "off", num_args = 0..=1, require_equals = true, default_missing_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
+    hdgst: bool,
+    /// Data digests: --ddgst (on) or --ddgst=on|off.
+    #[arg(long, global = true, default_value = "off", num_args = 0..=1, require_equals = true, default_missing_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
+    ddgst: bool,
+    /// I/O queues (each its own TCP connection), 1 to 128.
+    #[arg(long, global = true, default_value = "1", value_parser = parse_queues)]
+    pub(crate) queues: u16,
+    /// Commands outstanding per I/O queue, 1 to 1024.
+    #[arg(long, global = true, default_value = "32", value_parser = parse_qd)]
+    pub(crate) qd: u16,
+    /// Keep alive timeout in seconds (0 for none).
+    #[arg(long, global = true, default_value_t = 5)]
+    kato: u64,
+    /// Seconds to wait before each attempt to reconnect a lost
+    /// association (as nvme connect's; fractions allowed).
+    #[arg(long, global = true, default_value = "10", value_parser = parse_seconds)]
+    reconnect_delay: Duration,
+    /// Seconds a lost association is retried before its I/O fails: 0
+    /// fails at once, -1 retries forever (as nvme connect's).
+    #[arg(long, global = true, default_value = "600", allow_negative_numbers = true, value_parser = parse_ctrl_loss_tmo)]
+    ctrl_loss_tmo: CtrlLossTmo,
+    /// Print a machine-readable JSON report.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    /// Progress line: auto (on a terminal), always, never.
+    #[arg(long, global = true, value_enum, default_value = "auto")]
+    pub(crate) eta: Eta,
+    #[command(flatten)]
+    link: LinkArgs,
+}
+
+impl ConnectArgs {
+    fn connect(&self) -> Result<SocketAddr> {
+        self.connect.context("host needs --connect ADDR:PORT, the controller's address")
+    }
+}
+
+pub(crate) fn host_config(a: &ConnectArgs, subnqn: String) -> HostConfig {
+    HostConfig {
+        subnqn,
+        hostnqn: a.hostnqn.clone(),
+        digests: Digests { header: a.hdgst, data: a.ddgst },
+        io_queues: a.queues,
+        queue_depth: a.qd,
+        kato: Duration::from_secs(a.kato),
+        reconnect_delay: a.reconnect_delay,
+        ctrl_loss_tmo: a.ctrl_loss_tmo.0,
+        ddp_threshold: a.link.ddp_threshold,
+        ..HostConfig::default()
+    }
+}
+
+/// Run `app` on a host; over smoltcp, also report what the NIC did.
+pub(crate) fn run_app(
+    a: &ConnectArgs,
+    cfg: HostConfig,
+    app: &mut dyn HostApp,
+    limit: Duration,
+) -> Result<Option<OffloadReport>> {
+    let oneshot = a.link.offload.unwrap_or(Caps::ALL).contains(Caps::NVME_TCP_ONESHOT);
+    let offload = match (a.link.cidr()?, a.link.device(2)?) {
+        (Some(cidr), Some((dev, nic, mtu))) => {
+            let host = a.transport.host(cfg, oneshot, mtu);
+            let remote = match a.connect()? {
+                SocketAddr::V4(v4) => v4,
+                SocketAddr::V6(_) => bail!("smoltcp mode speaks IPv4 only"),
+            };
+            let clock = Clock::new();
+            let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
+            let mut side = userspace::HostSide::new(stack, host, remote, Some(nic.clone()));
+            userspace::run_host(&mut side, app, &clock, limit, a.link.busy_poll())?;
+            let (ulp, tx) = side.host.stats();
+            Some(OffloadReport::new(nic.caps().1, nic.stats(), ulp, tx))
+        }
+        _ => {
+            let mut host = a.transport.host(cfg, oneshot, KERNEL_TCP_MTU);
+            run_host(a.connect()?, &mut host, app, limit)?;
+            None
+        }
+    };
+    match app.error() {
+        Some(e) => bail!("{e}"),
+        None => Ok(offload),
+    }
+}
+
