@@ -12,10 +12,10 @@
 //! all of it. Points are reported as medians with their spread.
 
 use crate::app::HostApp;
-use crate::clock::Clock;
-use crate::rawtcp;
-use crate::transport::TransportType;
-use crate::userspace::{ControllerSide, HostSide, chain, run_host, serve, to_smol};
+use crate::driver::clock::Clock;
+use crate::driver::rawtcp;
+use crate::driver::smoltcp::{ControllerSide, HostSide, chain, run_host, serve, to_smol};
+use crate::driver::transport::TransportType;
 use crate::workload::{IoStats, Limit, Rw, Workload, WorkloadSpec};
 use nic_backend::{NicEngine, NicHandle, NicThread, thread_cpu_ns};
 use nvme_of::UlpStats;

@@ -4,12 +4,12 @@
 
 use crate::app::{HostApp, IoApp, Watch};
 use crate::bench::{self, BenchOptions, Point, Spec};
-use crate::clock::Clock;
-use crate::report::{OffloadReport, PhaseReport, RecoveryReport, human_bytes};
-use crate::transport::TransportType;
-use crate::userspace::{
+use crate::driver::clock::Clock;
+use crate::driver::smoltcp::{
     Chain, ControllerSide, HostSide, RunError, chain, run_host, run_simulated, serve, to_smol,
 };
+use crate::driver::transport::TransportType;
+use crate::report::{OffloadReport, PhaseReport, RecoveryReport, human_bytes};
 use crate::workload::{Limit, Rw, WorkloadSpec};
 use nic_backend::NicHandle;
 use nvme_of::Digests;

@@ -5,8 +5,8 @@
 //! command, keep alive expiry) with the controller serving on regardless.
 
 use nvme_ddp::app::{AdminApp, IoApp};
-use nvme_ddp::kernel_tcp::{ControllerServer, run_host};
-use nvme_ddp::transport::{Listener, TransportType};
+use nvme_ddp::driver::kernel_tcp::{ControllerServer, run_host};
+use nvme_ddp::driver::transport::{Listener, TransportType};
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec, check_pattern};
 use nvme_of::Digests;
 use nvme_of::controller::{Target, TargetConfig};

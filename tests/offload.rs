@@ -7,7 +7,7 @@
 use nic_backend::NicHandle;
 use nvme_ddp::app::{HostApp, IoApp};
 use nvme_ddp::demo::{self, Demo, DemoOptions};
-use nvme_ddp::userspace::{Peer, run_simulated, to_nvme};
+use nvme_ddp::driver::smoltcp::{Peer, run_simulated, to_nvme};
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
 use nvme_of::Digests;
 use nvme_of::controller::ControllerQueue;
@@ -287,10 +287,10 @@ fn spied(o: &DemoOptions) -> (Demo, Spy) {
 
 /// The demo's host again, on the same stack, seeing its NIC as `dev`.
 fn rebuild_host(
-    host: nvme_ddp::userspace::HostSide<demo::DemoDevice>,
+    host: nvme_ddp::driver::smoltcp::HostSide<demo::DemoDevice>,
     o: &DemoOptions,
     dev: Arc<dyn DdpDevice>,
-) -> nvme_ddp::userspace::HostSide<demo::DemoDevice> {
+) -> nvme_ddp::driver::smoltcp::HostSide<demo::DemoDevice> {
     let remote = std::net::SocketAddrV4::new(demo::CONTROLLER_IP, demo::PORT);
     let host_cfg = nvme_of::host::HostConfig {
         subnqn: demo::NQN.into(),
@@ -301,7 +301,12 @@ fn rebuild_host(
         ctrl_loss_tmo: Some(std::time::Duration::ZERO),
         ..Default::default()
     };
-    nvme_ddp::userspace::HostSide::new(host.stack, nvme_tcp::host::new(host_cfg), remote, Some(dev))
+    nvme_ddp::driver::smoltcp::HostSide::new(
+        host.stack,
+        nvme_tcp::host::new(host_cfg),
+        remote,
+        Some(dev),
+    )
 }
 
 /// Submits a fixed list of I/Os once the host is ready, and records what
@@ -606,7 +611,7 @@ fn against_hostile(
     let (h, c) = VirtualWire::pair(o.mtu + 14, 512);
     let now = SmolInstant::from_secs(1);
     let (hdev, nic) =
-        nvme_ddp::userspace::chain(h, Profile::default(), 1, None, Caps::ALL).unwrap();
+        nvme_ddp::driver::smoltcp::chain(h, Profile::default(), 1, None, Caps::ALL).unwrap();
     let hstack = Stack::new(hdev, StackConfig::new(Ipv4Cidr::new(demo::HOST_IP, 24)), now);
     let cstack = Stack::new(c, StackConfig::new(Ipv4Cidr::new(demo::CONTROLLER_IP, 24)), now);
     let host_cfg = nvme_of::host::HostConfig {
@@ -619,7 +624,7 @@ fn against_hostile(
         ..Default::default()
     };
     let remote = std::net::SocketAddrV4::new(demo::CONTROLLER_IP, demo::PORT);
-    let mut host = nvme_ddp::userspace::HostSide::new(
+    let mut host = nvme_ddp::driver::smoltcp::HostSide::new(
         hstack,
         nvme_tcp::host::new(host_cfg),
         remote,

@@ -4,7 +4,7 @@
 //! Responses by STag and the host registering classically or one-shot.
 
 use nvme_ddp::demo::{self, DemoOptions};
-use nvme_ddp::transport::TransportType;
+use nvme_ddp::driver::transport::TransportType;
 use nvme_of::Digests;
 use smoltcp_glue::Profile;
 use ulp_ddp::Caps;

@@ -8,7 +8,7 @@ mod common;
 
 use common::{Netns, root};
 use nvme_ddp::app::HostApp;
-use nvme_ddp::kernel_tcp::run_host;
+use nvme_ddp::driver::kernel_tcp::run_host;
 use nvme_of::Instant;
 use nvme_of::host::{Host, HostConfig, HostEvent, Io, IoKind};
 use nvme_of::nvme::Status;

@@ -6,7 +6,7 @@
 
 use nvme_ddp::app::{HostApp, IoApp};
 use nvme_ddp::demo::{self, Demo, DemoOptions};
-use nvme_ddp::userspace::run_simulated;
+use nvme_ddp::driver::smoltcp::run_simulated;
 use nvme_of::Digests;
 use nvme_of::host::{Host, HostEvent, Io, IoKind};
 use nvme_of::nvme::Status;

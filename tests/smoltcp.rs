@@ -158,7 +158,8 @@ fn impairment_sweep_keeps_every_byte_without_a_reconnect() {
 #[test]
 fn raw_tcp_moves_data() {
     let bps =
-        nvme_ddp::rawtcp::wire_throughput(9000, std::time::Duration::from_millis(200)).unwrap();
+        nvme_ddp::driver::rawtcp::wire_throughput(9000, std::time::Duration::from_millis(200))
+            .unwrap();
     assert!(bps > 0.0);
 }
 

@@ -2,8 +2,8 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use nvme_ddp::driver::transport::TransportType;
 use nvme_ddp::size::{format_size, parse_size};
-use nvme_ddp::transport::TransportType;
 use nvme_ddp::workload::Rw;
 use nvme_ddp::{bench, plot};
 use smoltcp_glue::{LinkName, Via};

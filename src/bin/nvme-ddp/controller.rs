@@ -2,12 +2,12 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use nvme_ddp::clock::Clock;
-use nvme_ddp::kernel_tcp::ControllerServer;
+use nvme_ddp::driver::clock::Clock;
+use nvme_ddp::driver::kernel_tcp::ControllerServer;
+use nvme_ddp::driver::smoltcp::{ControllerSide, serve_queues, to_smol};
+use nvme_ddp::driver::transport::TransportType;
 use nvme_ddp::report::{OffloadReport, human_bytes};
 use nvme_ddp::size::format_size;
-use nvme_ddp::transport::TransportType;
-use nvme_ddp::userspace;
 use nvme_of::controller::{Port, Target, TargetConfig};
 use nvme_of::namespace::Namespace;
 use nvme_storage::{FileNamespace, RamNamespace};
@@ -141,20 +141,15 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
         for ((dev, nic, _), queue) in devices.into_iter().zip(0u64..) {
             let mut cfg = fresh_stack_config(cidr);
             cfg.seed ^= queue;
-            let stack = Stack::new(dev, cfg, userspace::to_smol(clock.now()));
-            let side = userspace::ControllerSide::new(
-                stack,
-                target.clone(),
-                first.port(),
-                Some(nic.clone()),
-            )?
-            .with_listener(listener.clone());
+            let stack = Stack::new(dev, cfg, to_smol(clock.now()));
+            let side = ControllerSide::new(stack, target.clone(), first.port(), Some(nic.clone()))?
+                .with_listener(listener.clone());
             sides.push(side);
             nics.push(nic);
         }
         let stop = interrupt_flag()?;
         tracing::info!(link = ?a.link.name(), queues = sides.len(), ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = a.transport.name(), "listening on smoltcp");
-        userspace::serve_queues(&mut sides, &clock, &stop, a.link.busy_poll())?;
+        serve_queues(&mut sides, &clock, &stop, a.link.busy_poll())?;
         for ((side, nic), queue) in sides.iter().zip(&nics).zip(0..) {
             let (ulp, tx) = side.stats();
             let who = match sides.len() {

@@ -4,8 +4,8 @@
 use anyhow::{Context, Result, bail};
 use clap::{ArgAction, Args};
 use nvme_ddp::demo as run_demo;
+use nvme_ddp::driver::transport::TransportType;
 use nvme_ddp::report::human_bytes;
-use nvme_ddp::transport::TransportType;
 use nvme_of::Digests;
 use smoltcp_glue::Profile;
 use std::path::PathBuf;

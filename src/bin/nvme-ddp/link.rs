@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use nvme_ddp::userspace;
+use nvme_ddp::driver::smoltcp::{Chain, chain};
 use smoltcp_glue::{Link, LinkName, Profile, StackConfig, Via};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -55,7 +55,7 @@ pub(crate) struct LinkArgs {
 
 /// An interface with its decorators, its NIC as the driver sees it, and
 /// the link's IP MTU (which sizes iWARP FPDUs).
-pub(crate) type LinkDevice = (userspace::Chain<Link>, Arc<dyn DdpDevice>, usize);
+pub(crate) type LinkDevice = (Chain<Link>, Arc<dyn DdpDevice>, usize);
 
 impl LinkArgs {
     pub(crate) fn cidr(&self) -> Result<Option<smoltcp::wire::Ipv4Cidr>> {
@@ -109,8 +109,7 @@ impl LinkArgs {
         let mtu = link.ip_mtu();
         tracing::info!(%name, via = link.kind(), mtu, "link open");
         let offload = self.offload.unwrap_or(Caps::ALL);
-        let (dev, nic) =
-            userspace::chain(link, Profile::default(), seed, self.pcap.as_deref(), offload)?;
+        let (dev, nic) = chain(link, Profile::default(), seed, self.pcap.as_deref(), offload)?;
         Ok((dev, Arc::new(nic), mtu))
     }
 }

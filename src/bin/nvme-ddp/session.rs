@@ -6,11 +6,10 @@
 use anyhow::{Context, Result, bail};
 use clap::{ArgAction, Args};
 use nvme_ddp::app::HostApp;
-use nvme_ddp::clock::Clock;
-use nvme_ddp::kernel_tcp::run_host;
+use nvme_ddp::driver::clock::Clock;
+use nvme_ddp::driver::transport::TransportType;
+use nvme_ddp::driver::{kernel_tcp, smoltcp};
 use nvme_ddp::report::OffloadReport;
-use nvme_ddp::transport::TransportType;
-use nvme_ddp::userspace;
 use nvme_of::Digests;
 use nvme_of::host::HostConfig;
 use smoltcp_glue::Stack;
@@ -116,15 +115,15 @@ pub(crate) fn run_app(
                 SocketAddr::V6(_) => bail!("smoltcp mode speaks IPv4 only"),
             };
             let clock = Clock::new();
-            let stack = Stack::new(dev, fresh_stack_config(cidr), userspace::to_smol(clock.now()));
-            let mut side = userspace::HostSide::new(stack, host, remote, Some(nic.clone()));
-            userspace::run_host(&mut side, app, &clock, limit, a.link.busy_poll())?;
+            let stack = Stack::new(dev, fresh_stack_config(cidr), smoltcp::to_smol(clock.now()));
+            let mut side = smoltcp::HostSide::new(stack, host, remote, Some(nic.clone()));
+            smoltcp::run_host(&mut side, app, &clock, limit, a.link.busy_poll())?;
             let (ulp, tx) = side.host.stats();
             Some(OffloadReport::new(nic.caps().1, nic.stats(), ulp, tx))
         }
         _ => {
             let mut host = a.transport.host(cfg, oneshot, KERNEL_TCP_MTU);
-            run_host(a.connect()?, &mut host, app, limit)?;
+            kernel_tcp::run_host(a.connect()?, &mut host, app, limit)?;
             None
         }
     };
@@ -133,4 +132,3 @@ pub(crate) fn run_app(
         None => Ok(offload),
     }
 }
-

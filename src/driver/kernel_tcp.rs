@@ -3,9 +3,9 @@
 //! connections from one thread; a host run drives every queue of one host.
 
 use crate::app::HostApp;
-use crate::clock::Clock;
-use crate::endpoint::{ControllerEnd, Endpoint, HostQueue};
-use crate::transport::Listener;
+use crate::driver::clock::Clock;
+use crate::driver::endpoint::{ControllerEnd, Endpoint, HostEnd};
+use crate::driver::transport::Listener;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use nvme_of::controller::ControllerQueue;
@@ -378,7 +378,7 @@ pub fn run_host(
             if !*open {
                 continue;
             }
-            let r = pipe.pump(sock, &mut HostQueue { host, qid, now });
+            let r = pipe.pump(sock, &mut HostEnd { host, qid, now });
             if r.is_err() || pipe.eof || (host.is_closed(qid) && pipe.flushed()) {
                 closed.push(qid);
             }
@@ -399,7 +399,7 @@ pub fn run_host(
             // Flush anything the app queued last (a shutdown), then stop.
             for (&qid, (sock, pipe, open)) in socks.iter_mut() {
                 if *open {
-                    let _ = pipe.pump(sock, &mut HostQueue { host, qid, now });
+                    let _ = pipe.pump(sock, &mut HostEnd { host, qid, now });
                 }
             }
             return Ok(());

@@ -6,8 +6,8 @@
 //! frame costs microseconds, not a one-second retransmission timeout.
 
 use crate::app::HostApp;
-use crate::clock::Clock;
-use crate::transport::Listener;
+use crate::driver::clock::Clock;
+use crate::driver::transport::Listener;
 use nic_backend::{NicConfig, NicHandle, OffloadNic};
 use nvme_of::TxStats;
 use nvme_of::UlpStats;

@@ -13,14 +13,14 @@ pub trait Endpoint {
     fn output(&mut self, out: &mut [u8]) -> usize;
 }
 
-/// Queue `qid` of a host.
-pub struct HostQueue<'a> {
+/// The host's end of queue `qid`'s byte stream.
+pub struct HostEnd<'a> {
     pub host: &'a mut Host,
     pub qid: u16,
     pub now: Instant,
 }
 
-impl Endpoint for HostQueue<'_> {
+impl Endpoint for HostEnd<'_> {
     fn input(&mut self, data: &[u8]) -> usize {
         self.host.handle_input(self.qid, data, self.now)
     }

@@ -2,8 +2,8 @@
 //! the bytes out of its receive ring without copying them. The ceiling
 //! NVMe/TCP on the same medium is measured against.
 
-use crate::clock::Clock;
-use crate::userspace::to_smol;
+use crate::driver::clock::Clock;
+use crate::driver::smoltcp::to_smol;
 use nic_backend::NicEngine;
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::Ipv4Cidr;
