@@ -3,7 +3,10 @@
 //! then a verified read pass, then a report.
 
 use crate::app::{HostApp, IoApp, Watch};
-use crate::bench::{self, BenchOptions, Point, Spec};
+use crate::bench::options::{BenchOptions, Setting};
+use crate::bench::point::Point;
+use crate::bench::run::{BenchError, run_point};
+use crate::bench::stats::SPREAD_LIMIT;
 use crate::driver::clock::Clock;
 use crate::driver::smoltcp::{
     Chain, ControllerSide, HostSide, RunError, chain, run_host, run_simulated, serve, to_smol,
@@ -166,6 +169,9 @@ pub enum DemoError {
     Run(#[from] RunError),
     #[error("controller thread panicked")]
     Panicked,
+    /// Measuring what the offloads saved failed.
+    #[error(transparent)]
+    Savings(#[from] BenchError),
 }
 
 fn device(
@@ -305,7 +311,7 @@ pub fn run(o: &DemoOptions, watch: Option<Watch>) -> Result<DemoReport, DemoErro
         error: app.error(),
     };
     if o.baseline && o.offload != Caps::NONE && !report.interrupted && report.error.is_none() {
-        report.savings = Some(savings(o).map_err(DemoError::Setup)?);
+        report.savings = Some(savings(o)?);
     }
     Ok(report)
 }
@@ -343,12 +349,12 @@ impl Savings {
             bytes(a.host_copy_bytes_per_io),
             bytes(b.host_crc_bytes_per_io),
             bytes(a.host_crc_bytes_per_io),
-            b.rw,
-            crate::size::format_size(u64::from(b.bs)),
+            b.setting.rw.name(),
+            crate::size::format_size(u64::from(b.setting.bs)),
             b.reps,
             b.host_cpu_spread * 100.0,
             a.host_cpu_spread * 100.0,
-        ) + match b.host_cpu_spread.max(a.host_cpu_spread) > bench::SPREAD_LIMIT {
+        ) + match b.host_cpu_spread.max(a.host_cpu_spread) > SPREAD_LIMIT {
             true => "; too noisy for the CPU figures to be relied on",
             false => "",
         }
@@ -356,14 +362,14 @@ impl Savings {
 }
 
 /// Measure [`Savings`] for the demo's settings.
-pub fn savings(o: &DemoOptions) -> Result<Savings, String> {
+pub fn savings(o: &DemoOptions) -> Result<Savings, BenchError> {
     let bench = BenchOptions {
         reps: Savings::REPS,
         warmup: Duration::from_millis(100),
         duration: Savings::TIME,
         ..BenchOptions::default()
     };
-    let spec = |offload| Spec {
+    let setting = |offload| Setting {
         transport: o.transport,
         bs: o.bs,
         rw: Rw::Rw,
@@ -372,6 +378,6 @@ pub fn savings(o: &DemoOptions) -> Result<Savings, String> {
         ddgst: o.digests.data,
         offload,
     };
-    let point = |offload| bench::run_point(&spec(offload), &bench, (0.0, 0.0), || {});
+    let point = |offload| run_point(&setting(offload), &bench, (0.0, 0.0), || {});
     Ok(Savings { offloaded: point(o.offload)?, software: point(Caps::NONE)? })
 }

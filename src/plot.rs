@@ -5,11 +5,22 @@
 //! x, one line per transport and offload set with the repetitions' range
 //! as error bars, and the legend above the panels, as SVG and PNG.
 
-use crate::bench::Point;
+use crate::bench::point::Point;
+use crate::workload::Rw;
 use plotters::coord::ranged1d::{IntoSegmentedCoord, SegmentValue};
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
+
+/// Why charts could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    #[error("cannot create {}: {source}", path.display())]
+    CreateDir { path: PathBuf, source: std::io::Error },
+    /// Drawing or writing a chart failed (the backend's own error).
+    #[error("{0}")]
+    Draw(Box<dyn std::error::Error + Send + Sync>),
+}
 
 /// Fonts tried for PNG text (SVG needs none).
 const FONTS: [&str; 4] = [
@@ -74,7 +85,7 @@ const LEGEND_ROW: u32 = 24;
 
 /// The points of one direction, laid out: block sizes (x), lines, panels.
 struct Figure<'a> {
-    rw: &'a str,
+    rw: Rw,
     sizes: Vec<u32>,
     /// Several transports: lines are named by transport and offload set.
     transports: bool,
@@ -85,12 +96,12 @@ struct Figure<'a> {
 }
 
 impl<'a> Figure<'a> {
-    fn new(points: &'a [Point], rw: &'a str) -> Self {
-        let of_rw: Vec<&Point> = points.iter().filter(|p| p.rw == rw).collect();
-        let mut sizes: Vec<u32> = of_rw.iter().map(|p| p.bs).collect();
+    fn new(points: &'a [Point], rw: Rw) -> Self {
+        let of_rw: Vec<&Point> = points.iter().filter(|p| p.setting.rw == rw).collect();
+        let mut sizes: Vec<u32> = of_rw.iter().map(|p| p.setting.bs).collect();
         sizes.sort_unstable();
         sizes.dedup();
-        let transports = of_rw.iter().any(|p| p.transport != of_rw[0].transport);
+        let transports = of_rw.iter().any(|p| p.setting.transport != of_rw[0].setting.transport);
         let mut lines: Vec<String> = Vec::new();
         let mut settings: Vec<(u16, usize, bool)> = Vec::new();
         for p in &of_rw {
@@ -98,7 +109,7 @@ impl<'a> Figure<'a> {
             if !lines.contains(&name) {
                 lines.push(name);
             }
-            settings.push((p.qd, p.mtu, p.ddgst));
+            settings.push((p.setting.qd, p.setting.mtu, p.setting.ddgst));
         }
         settings.sort_unstable();
         settings.dedup();
@@ -107,8 +118,10 @@ impl<'a> Figure<'a> {
             .map(|(qd, mtu, ddgst)| {
                 let title =
                     format!("qd {qd}, MTU {mtu}, data digest {}", if ddgst { "on" } else { "off" });
-                let pts =
-                    of_rw.iter().copied().filter(|p| (p.qd, p.mtu, p.ddgst) == (qd, mtu, ddgst));
+                let pts = of_rw.iter().copied().filter(|p| {
+                    let s = &p.setting;
+                    (s.qd, s.mtu, s.ddgst) == (qd, mtu, ddgst)
+                });
                 (title, pts.collect())
             })
             .collect();
@@ -159,13 +172,13 @@ impl<'a> Figure<'a> {
         &self,
         root: DrawingArea<DB, plotters::coord::Shift>,
         m: &Measure,
-    ) -> Result<(), String>
+    ) -> Result<(), PlotError>
     where
         DB::ErrorType: 'static,
     {
-        let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+        let err = |e: DrawingAreaErrorKind<DB::ErrorType>| PlotError::Draw(Box::new(e));
         root.fill(&WHITE).map_err(err)?;
-        let title = format!("{}: {} by block size", self.rw, m.title);
+        let title = format!("{}: {} by block size", self.rw.name(), m.title);
         let root = root.titled(&title, ("sans-serif", 22)).map_err(err)?;
         let (top, grid) = root.split_vertically(self.legend_rows() * LEGEND_ROW + 8);
         for ((name, (row, x)), color) in
@@ -224,7 +237,7 @@ impl<'a> Figure<'a> {
             let mut pts: Vec<(i32, &Point)> = points
                 .iter()
                 .filter(|p| line_of(p, self.transports) == *name)
-                .filter_map(|p| Some((sizes.iter().position(|&b| b == p.bs)? as i32, *p)))
+                .filter_map(|p| Some((sizes.iter().position(|&b| b == p.setting.bs)? as i32, *p)))
                 .collect();
             pts.sort_by_key(|&(i, _)| i);
             let at = |i: i32| SegmentValue::CenterOf(i);
@@ -245,8 +258,8 @@ impl<'a> Figure<'a> {
 /// A line per transport (named when there are several) and offload set.
 fn line_of(p: &Point, transports: bool) -> String {
     match transports {
-        true => format!("{} {}", p.transport, p.offload),
-        false => p.offload.clone(),
+        true => format!("{} {}", p.setting.transport.name(), p.setting.offload),
+        false => p.setting.offload.to_string(),
     }
 }
 
@@ -259,22 +272,27 @@ fn size_label(b: u32) -> String {
 }
 
 /// Write the charts into `dir`; returns the files written.
-pub fn charts(points: &[Point], dir: &Path) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+pub fn charts(points: &[Point], dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|source| PlotError::CreateDir { path: dir.into(), source })?;
     let png = font();
     let mut written = Vec::new();
-    let mut rws: Vec<&str> = points.iter().map(|p| p.rw).collect();
-    rws.sort_unstable();
-    rws.dedup();
+    let mut rws: Vec<Rw> = Vec::new();
+    for p in points {
+        if !rws.contains(&p.setting.rw) {
+            rws.push(p.setting.rw);
+        }
+    }
+    rws.sort_unstable_by_key(|rw| rw.name());
     for rw in rws {
         let fig = Figure::new(points, rw);
         let size = fig.size();
         for m in &MEASURES {
-            let svg = dir.join(format!("{rw}-{}.svg", m.file));
+            let svg = dir.join(format!("{}-{}.svg", rw.name(), m.file));
             fig.draw(SVGBackend::new(&svg, size).into_drawing_area(), m)?;
             written.push(svg);
             if png {
-                let file = dir.join(format!("{rw}-{}.png", m.file));
+                let file = dir.join(format!("{}-{}.png", rw.name(), m.file));
                 fig.draw(BitMapBackend::new(&file, size).into_drawing_area(), m)?;
                 written.push(file);
             }
@@ -286,20 +304,13 @@ pub fn charts(points: &[Point], dir: &Path) -> Result<Vec<PathBuf>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::options::Setting;
+    use ulp_ddp::Caps;
 
-    fn point(qd: u16, bs: u32, offload: &str, iops: f64) -> Point {
-        Point {
-            transport: "tcp",
-            rw: "read",
-            qd,
-            bs,
-            mtu: 9000,
-            ddgst: true,
-            offload: offload.into(),
-            iops,
-            iops_range: [iops * 0.9, iops * 1.2],
-            ..Point::default()
-        }
+    fn point(qd: u16, bs: u32, offload: Caps, iops: f64) -> Point {
+        let setting =
+            Setting { rw: Rw::Read, qd, bs, mtu: 9000, ddgst: true, offload, ..Setting::default() };
+        Point { setting, iops, iops_range: [iops * 0.9, iops * 1.2], ..Point::default() }
     }
 
     #[test]
@@ -307,12 +318,12 @@ mod tests {
         let mut points = Vec::new();
         for qd in [1, 32] {
             for bs in [4096, 131072] {
-                points.push(point(qd, bs, "none", 10e3));
-                points.push(point(qd, bs, "all", 20e3));
+                points.push(point(qd, bs, Caps::NONE, 10e3));
+                points.push(point(qd, bs, Caps::ALL, 20e3));
             }
         }
         assert!(font(), "a TrueType font (fonts-dejavu-core)");
-        let fig = Figure::new(&points, "read");
+        let fig = Figure::new(&points, Rw::Read);
         let mut svg = String::new();
         let root = SVGBackend::with_string(&mut svg, fig.size()).into_drawing_area();
         fig.draw(root, &MEASURES[1]).unwrap();

@@ -1,21 +1,33 @@
 //! Sizes as people write them: `4096`, `4k`, `128KiB`, `1G`, `512M`.
+//! Parsing and showing only; it must never decide what a size is for.
+
+/// Why a size did not parse; each says what was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("{0:?} is not a size (e.g. 4096, 128k, 1G)")]
+    NotASize(String),
+    #[error("{given:?}: unknown unit {unit:?} (use k, M, G or T)")]
+    UnknownUnit { given: String, unit: String },
+    #[error("{0:?} is too large")]
+    TooLarge(String),
+}
 
 /// Parse a byte count with an optional binary suffix (k, M, G, T; "iB" and
 /// "B" are accepted and mean the same).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     let t = s.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(digits);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (e.g. 4096, 128k, 1G)"))?;
+    let n: u64 = num.parse().map_err(|_| SizeError::NotASize(s.into()))?;
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
         "m" | "mb" | "mib" => 20,
         "g" | "gb" | "gib" => 30,
         "t" | "tb" | "tib" => 40,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use k, M, G or T)")),
+        _ => return Err(SizeError::UnknownUnit { given: s.into(), unit: unit.into() }),
     };
-    n.checked_mul(1 << shift).ok_or_else(|| format!("{s:?} is too large"))
+    n.checked_mul(1 << shift).ok_or_else(|| SizeError::TooLarge(s.into()))
 }
 
 /// Show a byte count the way `parse_size` reads it back, e.g. "128k".

@@ -17,9 +17,12 @@ use std::time::Duration;
 use ulp_ddp::IoBuf;
 
 /// Access pattern.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Rw {
+    #[default]
     Read,
     Write,
     #[value(name = "randread")]

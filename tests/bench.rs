@@ -1,7 +1,8 @@
 //! `nvme-ddp bench` end to end on a small matrix: every point is measured,
 //! the JSON carries the fields users script against with values that make
-//! sense for each offload set, the charts are written, and bad arguments
-//! are refused with a message.
+//! sense for each offload set, the charts are written, goals come from the
+//! file given (and only from it), and bad arguments are refused with a
+//! message.
 
 use serde_json::Value;
 use std::path::PathBuf;
@@ -9,6 +10,11 @@ use std::process::Command;
 
 fn exe() -> Command {
     Command::new(env!("CARGO_BIN_EXE_nvme-ddp"))
+}
+
+/// The goals shipped beside the benches.
+fn shipped_goals() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/goals.json")
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -63,6 +69,8 @@ fn a_small_matrix_gives_json_charts_and_a_table() {
         .arg(&json)
         .arg("--plot")
         .arg(&plots)
+        .arg("--goals")
+        .arg(shipped_goals())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -187,6 +195,67 @@ fn tcp_and_rdma_on_one_matrix() {
     let svg = std::fs::read_to_string(plots.join("read-iops.svg")).unwrap();
     for line in ["tcp none", "tcp all", "rdma none", "rdma classic", "rdma all"] {
         assert!(svg.contains(line), "read-iops.svg has a line for {line}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The bench holds no goals of its own: without `--goals` it reports
+/// measures and no verdict; with a file, the verdicts are the file's goals;
+/// a file that cannot be read or makes no sense is refused before anything
+/// runs.
+#[test]
+fn goals_come_only_from_the_file_given() {
+    let dir = scratch("goals");
+    let json = dir.join("points.json");
+    let run = |goals: Option<&std::path::Path>| {
+        let mut cmd = exe();
+        cmd.args(["bench", "--bs", "128k", "--rw", "read", "--qd", "4", "--ddgst", "on"])
+            .args(["--offload", "none,all", "--mtu", "9000", "--reps", "1", "--no-raw"])
+            .args(["--time", "0.05", "--warmup", "0.01", "--json"])
+            .arg(&json);
+        if let Some(g) = goals {
+            cmd.arg("--goals").arg(g);
+        }
+        cmd.output().unwrap()
+    };
+    let out = run(None);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!stdout.contains("target "), "no goals given, no verdicts: {stdout}");
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["targets"].as_array().map(Vec::len), Some(0), "{report}");
+
+    let mine = dir.join("mine.json");
+    std::fs::write(
+        &mine,
+        r#"{"goals": [{"what": "read NIC CPU/IO, all vs none", "metric": "nic_cpu_ns_per_io",
+            "of": {"rw": "read", "offload": "all"}, "over": {"offload": "none"},
+            "at_least": 0.000001}]}"#,
+    )
+    .unwrap();
+    let out = run(Some(&mine));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let targets: Vec<&str> = stdout.lines().filter(|l| l.starts_with("target ")).collect();
+    assert_eq!(targets.len(), 1, "{stdout}");
+    assert!(
+        targets[0].starts_with(
+            "target read NIC CPU/IO, all vs none (128k, data digest, qd 4, mtu 9000): >= 0.000001x"
+        ),
+        "{stdout}"
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["targets"].as_array().map(Vec::len), Some(1), "{report}");
+
+    std::fs::write(&mine, r#"{"goals": [{"what": "x", "metric": "speed", "at_most": 1}]}"#)
+        .unwrap();
+    for (goals, says) in
+        [(mine.clone(), "unknown variant `speed`"), (dir.join("none.json"), "cannot read goals")]
+    {
+        let out = run(Some(&goals));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{goals:?} accepted");
+        assert!(stderr.contains(says), "{goals:?}: {stderr}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,18 +7,31 @@ use crate::driver::smoltcp::to_smol;
 use nic_backend::NicEngine;
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::Ipv4Cidr;
+use smoltcp_glue::stack::StackError;
 use smoltcp_glue::{Medium, Stack, StackConfig, TcpConn, VirtualWire};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+/// Why a raw TCP measurement failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RawTcpError {
+    /// The receiver could not listen or the sender could not connect.
+    #[error(transparent)]
+    Stack(#[from] StackError),
+    #[error("no connection")]
+    NoConnection,
+    #[error("receiver panicked")]
+    ReceiverPanicked,
+}
+
 const SENDER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
 const RECEIVER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const PORT: u16 = 5001;
 
 /// Bytes per second over a fresh in-process wire at IP MTU `mtu`.
-pub fn wire_throughput(mtu: usize, duration: Duration) -> Result<f64, String> {
+pub fn wire_throughput(mtu: usize, duration: Duration) -> Result<f64, RawTcpError> {
     let (a, b) = VirtualWire::pair(mtu + 14, 512);
     throughput(a, b, duration)
 }
@@ -44,10 +57,10 @@ struct Sender<T: Medium> {
 }
 
 impl<T: Medium> Sender<T> {
-    fn new(tx: T, clock: &Clock, duration: Duration) -> Result<Self, String> {
+    fn new(tx: T, clock: &Clock, duration: Duration) -> Result<Self, RawTcpError> {
         let now = to_smol(clock.now());
         let mut stack = Stack::new(tx, StackConfig::new(Ipv4Cidr::new(SENDER, 24)), now);
-        let conn = stack.connect(SocketAddrV4::new(RECEIVER, PORT)).map_err(|e| e.to_string())?;
+        let conn = stack.connect(SocketAddrV4::new(RECEIVER, PORT))?;
         let give_up = clock.now() + Duration::from_secs(30);
         Ok(Self { stack, conn, duration, give_up, started: None, sent: 0 })
     }
@@ -58,9 +71,9 @@ impl<T: Medium> Sender<T> {
     }
 
     /// One turn at time `t`.
-    fn turn(&mut self, t: nvme_of::Instant) -> Result<Turn, String> {
+    fn turn(&mut self, t: nvme_of::Instant) -> Result<Turn, RawTcpError> {
         if t > self.give_up {
-            return Err("no connection".to_string());
+            return Err(RawTcpError::NoConnection);
         }
         if let Some((t0, acked0)) = self.started
             && t.saturating_since(t0) >= self.duration
@@ -102,11 +115,11 @@ fn receive<R: Medium>(
 /// A listening receiver on `rx` and a sender on `tx` connecting to it.
 type Ends<T, R> = (Clock, Stack<R>, Sender<T>);
 
-fn ends<T: Medium, R: Medium>(tx: T, rx: R, duration: Duration) -> Result<Ends<T, R>, String> {
+fn ends<T: Medium, R: Medium>(tx: T, rx: R, duration: Duration) -> Result<Ends<T, R>, RawTcpError> {
     let clock = Clock::new();
     let now = to_smol(clock.now());
     let mut receiver = Stack::new(rx, StackConfig::new(Ipv4Cidr::new(RECEIVER, 24)), now);
-    receiver.listen(PORT, 1).map_err(|e| e.to_string())?;
+    receiver.listen(PORT, 1)?;
     let sender = Sender::new(tx, &clock, duration)?;
     Ok((clock, receiver, sender))
 }
@@ -120,7 +133,7 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
     tx: T,
     rx: R,
     duration: Duration,
-) -> Result<f64, String> {
+) -> Result<f64, RawTcpError> {
     let (clock, mut receiver, mut sender) = ends(tx, rx, duration)?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
@@ -148,7 +161,7 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
         }
     };
     stop.store(true, Ordering::Relaxed);
-    rx.join().map_err(|_| "receiver panicked".to_string())?;
+    rx.join().map_err(|_| RawTcpError::ReceiverPanicked)?;
     result
 }
 
@@ -160,7 +173,7 @@ pub fn lockstep<T: Medium, R: Medium, N: Medium>(
     rx: R,
     mut nic: NicEngine<N>,
     duration: Duration,
-) -> Result<f64, String> {
+) -> Result<f64, RawTcpError> {
     let (clock, mut receiver, mut sender) = ends(tx, rx, duration)?;
     let mut conn = None;
     loop {

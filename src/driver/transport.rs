@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 /// Which transport a run speaks (TRTYPE): NVMe/TCP, or NVMe/RDMA over
 /// user-space iWARP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TransportType {
     #[default]
@@ -29,11 +29,8 @@ impl TransportType {
         }
     }
 
-    pub fn parse(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|t| t.name() == s)
-            .ok_or_else(|| format!("{s:?}: use tcp or rdma"))
+    pub fn parse(s: &str) -> Result<Self, UnknownTransport> {
+        Self::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| UnknownTransport(s.into()))
     }
 
     /// A host speaking this transport. Over RDMA, `digests.data` asks for
@@ -61,6 +58,11 @@ impl TransportType {
         }
     }
 }
+
+/// A transport name that is neither `tcp` nor `rdma`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?}: use tcp or rdma")]
+pub struct UnknownTransport(pub String);
 
 /// A controller's way of making connections: NVMe/TCP, or NVMe/RDMA with
 /// the controller's memory and how its queue pairs answer (the CRC follows

@@ -47,18 +47,18 @@ pub(crate) enum NsSpec {
 
 pub(crate) fn parse_ns(s: &str) -> Result<NsSpec, String> {
     match s.split_once(':') {
-        Some(("ram", size)) => parse_size(size).map(NsSpec::Ram),
+        Some(("ram", size)) => parse_size(size).map(NsSpec::Ram).map_err(|e| e.to_string()),
         Some(("file", path)) if !path.is_empty() => Ok(NsSpec::File(path.into())),
         _ => Err(format!("{s:?}: use ram:SIZE (e.g. ram:1G) or file:PATH")),
     }
 }
 
 pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
-    parse_size(s)
+    parse_size(s).map_err(|e| e.to_string())
 }
 
 pub(crate) fn parse_block_size(s: &str) -> Result<u32, String> {
-    match parse_size(s)? {
+    match parse_bytes(s)? {
         512 => Ok(512),
         4096 => Ok(4096),
         n => Err(format!("block size {n} is not supported (use 512 or 4096)")),
@@ -66,7 +66,7 @@ pub(crate) fn parse_block_size(s: &str) -> Result<u32, String> {
 }
 
 pub(crate) fn parse_threshold(s: &str) -> Result<u32, String> {
-    u32::try_from(parse_size(s)?).map_err(|_| format!("{s:?} is too large"))
+    u32::try_from(parse_bytes(s)?).map_err(|_| format!("{s:?} is too large"))
 }
 
 pub(crate) fn on_off(b: bool) -> &'static str {

@@ -2,18 +2,23 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use nvme_ddp::bench::goals::{Goals, Verdict};
+use nvme_ddp::bench::options::BenchOptions;
+use nvme_ddp::bench::report::Report;
+use nvme_ddp::bench::run::{raw_tcp, run_point};
+use nvme_ddp::bench::stats::SPREAD_LIMIT;
 use nvme_ddp::driver::transport::TransportType;
-use nvme_ddp::size::{format_size, parse_size};
+use nvme_ddp::plot;
+use nvme_ddp::size::format_size;
 use nvme_ddp::workload::Rw;
-use nvme_ddp::{bench, plot};
 use smoltcp_glue::{LinkName, Via};
 use std::path::PathBuf;
 use std::time::Duration;
 use ulp_ddp::Caps;
 
 use crate::args::{
-    List, existing_iface, list, on_off, parse_busy_poll, parse_on_off, parse_qd, parse_queues,
-    parse_rw, parse_via,
+    List, existing_iface, list, on_off, parse_busy_poll, parse_bytes, parse_on_off, parse_qd,
+    parse_queues, parse_rw, parse_via,
 };
 use crate::progress::interrupt_flag;
 use std::io::Write;
@@ -22,7 +27,7 @@ use std::sync::atomic::Ordering;
 #[derive(Args, Debug)]
 pub(crate) struct BenchArgs {
     /// Block sizes, e.g. 4k,128k (default: 4k,32k,128k,1M).
-    #[arg(long, value_parser = |s: &str| list(s, |w| parse_size(w).and_then(|n| u32::try_from(n).map_err(|_| format!("{w}: too large")))))]
+    #[arg(long, value_parser = |s: &str| list(s, |w| parse_bytes(w).and_then(|n| u32::try_from(n).map_err(|_| format!("{w}: too large")))))]
     bs: Option<List<u32>>,
     /// Directions: read, write (default both).
     #[arg(long, value_parser = |s: &str| list(s, parse_rw))]
@@ -41,7 +46,7 @@ pub(crate) struct BenchArgs {
     offload: Option<List<Caps>>,
     /// Transports: tcp, rdma, or tcp,rdma to compare them on the same
     /// matrix (default tcp).
-    #[arg(long, value_parser = |s: &str| list(s, TransportType::parse))]
+    #[arg(long, value_parser = |s: &str| list(s, |w| TransportType::parse(w).map_err(|e| e.to_string())))]
     transport: Option<List<TransportType>>,
     /// IP MTUs of the in-process wire (default 1500,9000).
     #[arg(long, value_parser = |s: &str| list(s, |w| w.parse::<usize>().map_err(|e| format!("{w}: {e}"))))]
@@ -83,6 +88,11 @@ pub(crate) struct BenchArgs {
     /// Write the points as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Check the points against the goals in this JSON file (ratios of
+    /// one point's measure to another's, each with a bound; see
+    /// benches/goals.json) and print a verdict on each.
+    #[arg(long, value_name = "FILE")]
+    goals: Option<PathBuf>,
     /// Write charts (SVG and PNG) into this directory.
     #[arg(long)]
     plot: Option<PathBuf>,
@@ -92,7 +102,7 @@ pub(crate) struct BenchArgs {
 }
 
 pub(crate) fn run(a: BenchArgs) -> Result<()> {
-    let d = bench::BenchOptions::default();
+    let d = BenchOptions::default();
     let link = match (a.tap.clone(), a.iface.clone()) {
         (Some((h, c)), _) => Some((LinkName::Tap(h), LinkName::Tap(c))),
         (_, Some((h, c))) => {
@@ -110,10 +120,14 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         )),
         None => None,
     };
+    let goals = match &a.goals {
+        Some(path) => Goals::load(path)?,
+        None => Goals::default(),
+    };
     if !(a.time > 0.0 && a.warmup >= 0.0) {
         bail!("--time must be positive and --warmup not negative");
     }
-    let o = bench::BenchOptions {
+    let o = BenchOptions {
         bs: a.bs.map_or(d.bs, |l| l.0),
         rw: a.rw.map_or(d.rw, |l| l.0),
         qd: a.qd.map_or(d.qd, |l| l.0),
@@ -141,7 +155,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     if o.link.is_none() && o.mtu.iter().any(|&m| !(576..=65521).contains(&m)) {
         bail!("MTUs must be within 576..=65521");
     }
-    let points = bench::points(&o);
+    let points = o.settings();
     let bar = indicatif::ProgressBar::new((points.len() * o.reps) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -160,11 +174,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         }
         if let std::collections::hash_map::Entry::Vacant(e) = raw.entry(p.mtu) {
             bar.set_message(format!("raw TCP at mtu {}", p.mtu));
-            let bps = if a.no_raw {
-                (0.0, 0.0)
-            } else {
-                bench::raw_tcp(&o, p.mtu).map_err(anyhow::Error::msg)?
-            };
+            let bps = if a.no_raw { (0.0, 0.0) } else { raw_tcp(&o, p.mtu)? };
             e.insert(bps);
         }
         bar.set_message(format!(
@@ -177,7 +187,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             on_off(p.ddgst),
             p.offload
         ));
-        out.push(bench::run_point(p, &o, raw[&p.mtu], || bar.inc(1)).map_err(anyhow::Error::msg)?);
+        out.push(run_point(p, &o, raw[&p.mtu], || bar.inc(1))?);
     }
     bar.finish_and_clear();
     println!(
@@ -207,13 +217,13 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     for p in &out {
         println!(
             "{:<4} {:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>5.1} | {:>9.1}{}",
-            p.transport,
-            p.rw,
-            format_size(u64::from(p.bs)),
-            p.qd,
-            p.mtu,
-            on_off(p.ddgst),
-            p.offload,
+            p.setting.transport.name(),
+            p.setting.rw.name(),
+            format_size(u64::from(p.setting.bs)),
+            p.setting.qd,
+            p.setting.mtu,
+            on_off(p.setting.ddgst),
+            p.setting.offload.to_string(),
             p.bytes_per_sec / 1e6,
             p.bytes_per_sec_spread * 100.0,
             p.iops,
@@ -235,21 +245,21 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         println!(
             "noisy: a spread (max - min over median of {} runs) above {:.0}%; no verdict rests on it",
             o.reps,
-            bench::SPREAD_LIMIT * 100.0
+            SPREAD_LIMIT * 100.0
         );
     }
-    let report = bench::Report::new(&o, out);
+    let report = Report::new(&o, out, &goals);
     println!(
         "this machine: a fixed copy-and-CRC loop spreads {:.0}% over 7 runs by itself",
         report.machine.baseline_spread * 100.0
     );
-    if !report.targets.is_empty() {
+    if !report.goals.is_empty() {
         println!();
-        for t in &report.targets {
+        for t in &report.goals {
             let verdict = match t.verdict {
-                bench::Verdict::Met => "met",
-                bench::Verdict::Missed => "MISSED",
-                bench::Verdict::Inconclusive => "inconclusive",
+                Verdict::Met => "met",
+                Verdict::Missed => "MISSED",
+                Verdict::Inconclusive => "inconclusive",
             };
             println!(
                 "target {}: {} (measured {:.2}x, spread {:.0}%) {verdict}",
@@ -266,7 +276,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     }
     let out = report.points;
     if let Some(dir) = &a.plot {
-        let files = plot::charts(&out, dir).map_err(anyhow::Error::msg)?;
+        let files = plot::charts(&out, dir)?;
         if !files.iter().any(|f| f.extension().is_some_and(|e| e == "png")) {
             eprintln!(
                 "note: no TrueType font found (install fonts-dejavu-core); PNG charts skipped, SVG written"

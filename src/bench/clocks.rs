@@ -1,0 +1,85 @@
+//! The CPU clocks a bench run reads: each part's thread clock when the
+//! parts run on threads, or the sums the lockstep loop keeps; and the
+//! counters at one moment of a run. Reading only; it must never step a
+//! part or decide what a reading means.
+
+use nic_backend::{NicHandle, NicThread, thread_cpu_ns};
+use nvme_of::host::Host;
+use nvme_of::{TxStats, UlpStats};
+use std::cell::Cell;
+use std::rc::Rc;
+use ulp_ddp::{DdpDevice, Stats};
+
+/// CPU time used so far by this thread or this process, in nanoseconds.
+pub fn cpu_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec we own.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// What one read of this thread's CPU clock costs: the time an empty
+/// interval between two reads measures (the median of many).
+pub fn clock_read_cost() -> i64 {
+    let mut v: Vec<i64> = (0..64)
+        .map(|_| {
+            let a = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+            (cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) - a) as i64
+        })
+        .collect();
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// CPU time in nanoseconds of the host, the host's NIC, the controller,
+/// the measuring itself, and the process, at one moment.
+#[derive(Clone, Copy, Default)]
+pub struct Cpu {
+    pub host: i64,
+    pub nic: i64,
+    pub controller: i64,
+    /// Lockstep only: the clock reads and idle sleeps of the loop.
+    pub harness: i64,
+    pub process: i64,
+}
+
+/// Where a run's CPU times come from.
+pub enum Clocks {
+    /// Each part on a thread of its own: their CPU clocks.
+    Threads { nic: NicThread, controller: std::thread::JoinHandle<()> },
+    /// Every part stepped in turn on this thread: what the loop added up.
+    Lockstep(Rc<Cell<Cpu>>),
+}
+
+impl Clocks {
+    /// Read on the host's thread.
+    pub fn cpu(&self) -> Cpu {
+        let process = cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID) as i64;
+        match self {
+            Clocks::Threads { nic, controller } => Cpu {
+                host: cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) as i64,
+                nic: nic.cpu_ns() as i64,
+                controller: thread_cpu_ns(controller).unwrap_or(0) as i64,
+                harness: 0,
+                process,
+            },
+            Clocks::Lockstep(sums) => Cpu { process, ..sums.get() },
+        }
+    }
+}
+
+/// Counters at one moment of the host thread.
+#[derive(Clone, Copy)]
+pub struct Mark {
+    pub cpu: Cpu,
+    pub nic: Stats,
+    pub ulp: UlpStats,
+    pub tx: TxStats,
+}
+
+impl Mark {
+    pub fn take(host: &Host, nic: &NicHandle, clocks: &Clocks) -> Self {
+        let (ulp, tx) = host.stats();
+        Mark { cpu: clocks.cpu(), nic: nic.stats(), ulp, tx }
+    }
+}

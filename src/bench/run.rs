@@ -1,0 +1,413 @@
+//! The bench's run loop: one point run `reps` times on fresh stacks and
+//! media, each run a warm-up and then a measured phase, and raw TCP on the
+//! same medium. It measures and returns samples; it must never judge them
+//! (that is [`goals`](crate::bench::goals)'s, against the user's file).
+
+use crate::app::HostApp;
+use crate::bench::clocks::{Clocks, Cpu, Mark, clock_read_cost, cpu_ns};
+use crate::bench::options::{BenchOptions, Setting};
+use crate::bench::point::{Point, Sample};
+use crate::bench::stats::{median, spread, summarize};
+use crate::driver::clock::Clock;
+use crate::driver::rawtcp::{self, RawTcpError};
+use crate::driver::smoltcp::{ControllerSide, HostSide, RunError, chain, run_host, serve, to_smol};
+use crate::workload::{Limit, Workload, WorkloadSpec};
+use nic_backend::{NicEngine, NicHandle, NicThread};
+use nvme_of::Digests;
+use nvme_of::controller::{ConfigError, Target, TargetConfig};
+use nvme_of::host::{Host, HostConfig, HostEvent};
+use nvme_of::namespace::Namespace;
+use nvme_storage::RamNamespace;
+use smoltcp::wire::Ipv4Cidr;
+use smoltcp_glue::{Link, Medium, Profile, Stack, StackConfig, VirtualWire};
+use std::cell::Cell;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+use ulp_ddp::{Caps, DdpDevice};
+
+const HOST_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
+const CONTROLLER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+const NQN: &str = "nqn.2026-11.io.nvme-ddp:bench";
+const PORT: u16 = 4420;
+
+/// Why a bench run failed. The texts are what users see.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Making the namespace or a NIC, or starting the controller's thread.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Target(#[from] ConfigError),
+    /// A stack could not listen, or the host's run failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error(transparent)]
+    RawTcp(#[from] RawTcpError),
+    /// An interface to run over could not be opened.
+    #[error("{name}: {source}")]
+    Link { name: String, source: std::io::Error },
+    /// The lockstep loop ran past its time limit.
+    #[error("gave up after {0:?}")]
+    GaveUp(Duration),
+    /// The host failed (as the host app reports it).
+    #[error("{0}")]
+    Host(String),
+    #[error("no measurement")]
+    NoMeasurement,
+    /// A run of this point failed.
+    #[error("{setting}: {source}")]
+    Point { setting: Setting, source: Box<BenchError> },
+}
+
+enum Phase {
+    Warmup(Workload),
+    Measure(Workload, Box<Mark>),
+    Over,
+}
+
+/// Warm up, then measure one workload, then shut down.
+struct BenchApp<'a> {
+    nic: NicHandle,
+    clocks: &'a Clocks,
+    spec: WorkloadSpec,
+    warmup: Duration,
+    phase: Phase,
+    sample: Option<Sample>,
+    error: Option<String>,
+    done: bool,
+}
+
+impl BenchApp<'_> {
+    fn pump(&mut self, host: &mut Host, now: nvme_of::Instant) {
+        let w = match &mut self.phase {
+            Phase::Warmup(w) | Phase::Measure(w, _) => w,
+            Phase::Over => return,
+        };
+        if let Err(e) = w.fill(host, now) {
+            self.error.get_or_insert(format!("submit failed: {e}"));
+            self.phase = Phase::Over;
+            return host.shutdown(now);
+        }
+        if !w.done(now) {
+            return;
+        }
+        match std::mem::replace(&mut self.phase, Phase::Over) {
+            Phase::Warmup(w) => {
+                if let Some(e) = w.first_error() {
+                    self.error.get_or_insert(e.to_string());
+                    return host.shutdown(now);
+                }
+                match Workload::new(self.spec.clone(), host) {
+                    Ok(m) => {
+                        let mark = Mark::take(host, &self.nic, self.clocks);
+                        self.phase = Phase::Measure(m, Box::new(mark));
+                        self.pump(host, now);
+                    }
+                    Err(e) => {
+                        self.error.get_or_insert(e.to_string());
+                        host.shutdown(now);
+                    }
+                }
+            }
+            Phase::Measure(w, start) => {
+                let end = Mark::take(host, &self.nic, self.clocks);
+                if let Some(e) = w.first_error() {
+                    self.error.get_or_insert(e.to_string());
+                }
+                self.sample = Some(Sample::between(&w.stats(), &start, &end));
+                host.shutdown(now);
+            }
+            Phase::Over => {}
+        }
+    }
+}
+
+impl HostApp for BenchApp<'_> {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_of::Instant) {
+        match event {
+            HostEvent::Ready => match Workload::new(
+                WorkloadSpec { limit: Limit::Time(self.warmup), ..self.spec.clone() },
+                host,
+            ) {
+                Ok(w) => {
+                    self.phase = Phase::Warmup(w);
+                    self.pump(host, now);
+                }
+                Err(e) => {
+                    self.error = Some(e.to_string());
+                    host.shutdown(now);
+                }
+            },
+            HostEvent::Completion { tag, status, .. } => {
+                if let Phase::Warmup(w) | Phase::Measure(w, _) = &mut self.phase {
+                    w.complete(tag, status, now);
+                }
+                self.pump(host, now);
+            }
+            HostEvent::Closed => self.done = true,
+            HostEvent::Failed(e) => {
+                self.error.get_or_insert(e.to_string());
+                self.done = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn on_poll(&mut self, host: &mut Host, now: nvme_of::Instant) {
+        self.pump(host, now);
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn error(&self) -> Option<String> {
+        self.error.clone()
+    }
+}
+
+/// A seed for this run's stacks: a fresh one each run.
+fn fresh_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// One run of `p` over a pair of media (host's, controller's).
+fn run_once<M: Medium + Send + 'static>(
+    host_m: M,
+    ctrl_m: M,
+    p: &Setting,
+    o: &BenchOptions,
+) -> Result<Sample, BenchError> {
+    let size = (64u64 << 20).max(u64::from(p.bs) * u64::from(p.qd) * u64::from(o.queues) * 4);
+    let ns: Arc<dyn Namespace> = Arc::new(RamNamespace::new(size, 512)?);
+    let cfg = TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() };
+    let target = Target::new(cfg, vec![ns])?;
+    let caps = p.offload;
+    let (hdev, hnic) = chain(host_m, Profile::default(), 1, None, caps)?;
+    let (cdev, cnic) = chain(ctrl_m, Profile::default(), 2, None, caps)?;
+    let clock = Clock::new();
+    let now = to_smol(clock.now());
+    let seed = fresh_seed();
+    let hcfg = StackConfig {
+        seed,
+        rx_buffer: 8 << 20,
+        tx_buffer: 8 << 20,
+        ..StackConfig::new(Ipv4Cidr::new(HOST_IP, 24))
+    };
+    let ccfg = StackConfig {
+        seed: seed ^ 0x5a5a,
+        rx_buffer: 8 << 20,
+        tx_buffer: 8 << 20,
+        ..StackConfig::new(Ipv4Cidr::new(CONTROLLER_IP, 24))
+    };
+    let host_cfg = HostConfig {
+        subnqn: NQN.into(),
+        digests: Digests { header: false, data: p.ddgst },
+        io_queues: o.queues,
+        queue_depth: p.qd,
+        ..HostConfig::default()
+    };
+    let hddp: Arc<dyn DdpDevice> = Arc::new(hnic.clone());
+    let cddp: Arc<dyn DdpDevice> = Arc::new(cnic);
+    let remote = SocketAddrV4::new(CONTROLLER_IP, PORT);
+    let cstack = Stack::new(cdev, ccfg, now);
+    let mut ctrl = ControllerSide::new(cstack, target, PORT, Some(cddp))?
+        .with_listener(p.transport.listener(p.mtu));
+    let oneshot = caps.contains(Caps::NVME_TCP_ONESHOT);
+    let spec = WorkloadSpec {
+        rw: p.rw,
+        bs: p.bs,
+        limit: Limit::Time(o.duration),
+        qd: usize::from(p.qd),
+        verify: false,
+        seed: 1,
+        nsid: None,
+    };
+    let app = |clocks| BenchApp {
+        nic: hnic,
+        clocks,
+        spec,
+        warmup: o.warmup,
+        phase: Phase::Over,
+        sample: None,
+        error: None,
+        done: false,
+    };
+    let limit = Duration::from_secs(120);
+    // The host's stack runs on the NIC's descriptor ring.
+    let (error, sample) = if o.threaded() {
+        let (ring, nic) = NicThread::spawn(hdev)?;
+        let mut host = HostSide::new(
+            Stack::new(ring, hcfg, now),
+            p.transport.host(host_cfg, oneshot, p.mtu),
+            remote,
+            Some(hddp),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let busy_poll = o.busy_poll;
+        let controller = std::thread::Builder::new()
+            .name("bench-ctrl".into())
+            .spawn(move || serve(&mut ctrl, &clock, &flag, busy_poll))?;
+        let clocks = Clocks::Threads { nic, controller };
+        let mut app = app(&clocks);
+        let result = run_host(&mut host, &mut app, &clock, limit, o.busy_poll);
+        let (error, sample) = (app.error, app.sample);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Clocks::Threads { controller, .. } = clocks {
+            let _ = controller.join();
+        }
+        result?;
+        (error, sample)
+    } else {
+        let (ring, mut nic) = NicEngine::new(hdev);
+        let mut host = HostSide::new(
+            Stack::new(ring, hcfg, now),
+            p.transport.host(host_cfg, oneshot, p.mtu),
+            remote,
+            Some(hddp),
+        );
+        let sums = Rc::new(Cell::new(Cpu::default()));
+        let clocks = Clocks::Lockstep(sums.clone());
+        let mut app = app(&clocks);
+        lockstep(&mut host, &mut nic, &mut ctrl, &mut app, &clock, &sums, limit)?;
+        (app.error, app.sample)
+    };
+    if let Some(e) = error {
+        return Err(BenchError::Host(e));
+    }
+    sample.ok_or(BenchError::NoMeasurement)
+}
+
+/// Run host, the host's NIC and the controller in turn on this thread, in
+/// real time, until the app is done, adding each one's CPU time into
+/// `sums`. No scheduler decides who runs when, so a point's figures repeat
+/// from run to run. Each part's interval between two reads of the thread's
+/// CPU clock holds one read's cost, which is taken out and counted as the
+/// harness's; so are the sleeps while every part waits for a timer.
+fn lockstep<H: Medium, N: Medium, C: Medium>(
+    host: &mut HostSide<H>,
+    nic: &mut NicEngine<N>,
+    ctrl: &mut ControllerSide<C>,
+    app: &mut dyn HostApp,
+    clock: &Clock,
+    sums: &Cell<Cpu>,
+    limit: Duration,
+) -> Result<(), BenchError> {
+    let read = clock_read_cost();
+    let cpu = || cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) as i64;
+    let start = clock.now();
+    let mut t0 = cpu();
+    loop {
+        let now = to_smol(clock.now());
+        let a = host.step(app, now)?;
+        let t1 = cpu();
+        let b = nic.step(now);
+        let t2 = cpu();
+        let c = ctrl.step(now);
+        let t3 = cpu();
+        let mut s = sums.get();
+        s.host += t1 - t0 - read;
+        s.nic += t2 - t1 - read;
+        s.controller += t3 - t2 - read;
+        s.harness += 3 * read;
+        t0 = t3;
+        if app.is_done() && host.flushed() {
+            sums.set(s);
+            return Ok(());
+        }
+        if clock.now().saturating_since(start) > limit {
+            return Err(BenchError::GaveUp(limit));
+        }
+        if !(a || b || c) {
+            // Everything waits for a timer (a delayed ACK, a keep-alive).
+            let at = [host.poll_at(now), nic.poll_at(), ctrl.poll_at(now)];
+            let at = at.into_iter().flatten().min().unwrap_or(now);
+            if at > now {
+                let d = (at - now).min(smoltcp::time::Duration::from_millis(10));
+                std::thread::sleep(Duration::from_micros(d.total_micros()));
+            }
+            t0 = cpu();
+            s.harness += t0 - t3;
+        }
+        sums.set(s);
+    }
+}
+
+/// A fresh pair of media for one run.
+fn media(o: &BenchOptions, mtu: usize) -> Result<Media, BenchError> {
+    match &o.link {
+        None => {
+            let (h, c) = VirtualWire::pair(mtu + 14, 512);
+            Ok(Media::Wire(h, c))
+        }
+        Some((h, c)) => {
+            let h =
+                h.open(None).map_err(|source| BenchError::Link { name: h.to_string(), source })?;
+            let c =
+                c.open(None).map_err(|source| BenchError::Link { name: c.to_string(), source })?;
+            Ok(Media::Link(h, c))
+        }
+    }
+}
+
+enum Media {
+    Wire(smoltcp_glue::WireEnd, smoltcp_glue::WireEnd),
+    Link(Link, Link),
+}
+/// Raw TCP throughput on the bench's medium at `mtu`, through the same NIC
+/// (checksum offload, no ULP offload): median of `reps`, and spread.
+pub fn raw_tcp(o: &BenchOptions, mtu: usize) -> Result<(f64, f64), BenchError> {
+    // As in the NVMe runs: the receiver (the host) has its NIC behind a
+    // ring, on a thread or in lockstep.
+    fn through_nic<M: Medium + Send + 'static>(
+        a: M,
+        b: M,
+        d: Duration,
+        threads: bool,
+    ) -> Result<f64, BenchError> {
+        let (a, _) = chain(a, Profile::default(), 1, None, Caps::NONE)?;
+        let (b, _) = chain(b, Profile::default(), 2, None, Caps::NONE)?;
+        if threads {
+            let (ring, _nic) = NicThread::spawn(b)?;
+            Ok(rawtcp::throughput(a, ring, d)?)
+        } else {
+            let (ring, nic) = NicEngine::new(b);
+            Ok(rawtcp::lockstep(a, ring, nic, d)?)
+        }
+    }
+    let d = o.duration.max(Duration::from_millis(100));
+    let mut v = Vec::new();
+    for _ in 0..o.reps.max(1) {
+        v.push(match media(o, mtu)? {
+            Media::Wire(a, b) => through_nic(a, b, d, o.threaded())?,
+            Media::Link(a, b) => through_nic(a, b, d, o.threaded())?,
+        });
+    }
+    Ok((median(v.clone()), spread(&v)))
+}
+
+/// Run one point `reps` times; `tick` is called after each run.
+pub fn run_point(
+    p: &Setting,
+    o: &BenchOptions,
+    raw: (f64, f64),
+    mut tick: impl FnMut(),
+) -> Result<Point, BenchError> {
+    let mut samples = Vec::new();
+    for _ in 0..o.reps.max(1) {
+        let s = match media(o, p.mtu)? {
+            Media::Wire(h, c) => run_once(h, c, p, o),
+            Media::Link(h, c) => run_once(h, c, p, o),
+        }
+        .map_err(|e| BenchError::Point { setting: *p, source: Box::new(e) })?;
+        samples.push(s);
+        tick();
+    }
+    Ok(summarize(*p, &samples, raw))
+}
