@@ -334,7 +334,7 @@ impl Savings {
     /// One line: host CPU, copies and CRC per I/O, with and without.
     pub fn line(&self) -> String {
         let (a, b) = (&self.offloaded, &self.software);
-        let us = |p: &Point| p.host_cpu_ns_per_io / 1e3;
+        let us = |p: &Point| p.median.host_cpu_ns_per_io / 1e3;
         let change = match us(b) {
             0.0 => String::new(),
             base => format!(" ({:+.0}%)", (us(a) / base - 1.0) * 100.0),
@@ -345,10 +345,10 @@ impl Savings {
             "offloads saved: host CPU {} -> {} per I/O{change}, copies {} -> {}, CRC {} -> {} per I/O (against no offload, measured alongside: {} {}, {} runs each, spread {:.0}%/{:.0}%)",
             cpu(b),
             cpu(a),
-            bytes(b.host_copy_bytes_per_io),
-            bytes(a.host_copy_bytes_per_io),
-            bytes(b.host_crc_bytes_per_io),
-            bytes(a.host_crc_bytes_per_io),
+            bytes(b.median.host_copy_bytes_per_io),
+            bytes(a.median.host_copy_bytes_per_io),
+            bytes(b.median.host_crc_bytes_per_io),
+            bytes(a.median.host_crc_bytes_per_io),
             b.setting.rw.name(),
             crate::size::format_size(u64::from(b.setting.bs)),
             b.reps,

@@ -60,21 +60,21 @@ const MEASURES: [Measure; 3] = [
         file: "throughput",
         title: "throughput",
         unit: "MiB/s",
-        value: |p| p.bytes_per_sec / 1048576.0,
+        value: |p| p.median.bytes_per_sec / 1048576.0,
         range: |p| p.bytes_per_sec_range.map(|v| v / 1048576.0),
     },
     Measure {
         file: "iops",
         title: "IOPS",
         unit: "thousand IOPS",
-        value: |p| p.iops / 1e3,
+        value: |p| p.median.iops / 1e3,
         range: |p| p.iops_range.map(|v| v / 1e3),
     },
     Measure {
         file: "host-cpu",
         title: "host CPU per I/O",
         unit: "host CPU µs per I/O",
-        value: |p| p.host_cpu_ns_per_io / 1e3,
+        value: |p| p.median.host_cpu_ns_per_io / 1e3,
         range: |p| p.host_cpu_ns_per_io_range.map(|v| v / 1e3),
     },
 ];
@@ -305,12 +305,14 @@ pub fn charts(points: &[Point], dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
 mod tests {
     use super::*;
     use crate::bench::options::Setting;
+    use crate::bench::point::Measures;
     use ulp_ddp::Caps;
 
     fn point(qd: u16, bs: u32, offload: Caps, iops: f64) -> Point {
         let setting =
             Setting { rw: Rw::Read, qd, bs, mtu: 9000, ddgst: true, offload, ..Setting::default() };
-        Point { setting, iops, iops_range: [iops * 0.9, iops * 1.2], ..Point::default() }
+        let median = Measures { iops, ..Measures::default() };
+        Point { setting, median, iops_range: [iops * 0.9, iops * 1.2], ..Point::default() }
     }
 
     #[test]

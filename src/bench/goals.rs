@@ -233,6 +233,7 @@ impl GoalCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::point::Measures;
 
     /// The goals shipped with the bench (the ones the README reports on).
     const SHIPPED: &str = include_str!("../../benches/goals.json");
@@ -240,14 +241,18 @@ mod tests {
     fn point(transport: TransportType, rw: Rw, offload: Caps, cpu: f64, spread: f64) -> Point {
         let setting =
             Setting { transport, bs: 128 << 10, rw, qd: 32, mtu: 9000, ddgst: true, offload };
-        Point {
-            setting,
+        let median = Measures {
             iops: 1.0,
             bytes_per_sec: 1e9,
             host_cpu_ns_per_io: cpu,
             nic_cpu_ns_per_io: 1.0,
             controller_cpu_ns_per_io: 1.0,
             process_cpu_ns_per_io: 1.0,
+            ..Measures::default()
+        };
+        Point {
+            setting,
+            median,
             reps: 5,
             bytes_per_sec_spread: 0.01,
             host_cpu_spread: spread,

@@ -1,4 +1,4 @@
-//! What a point measured: one run's measures ([`Sample`]), a point's
+//! What a point measured: one run's measures ([`Measures`]), a point's
 //! medians and spreads over its runs ([`Point`]), and the measures a goal
 //! may compare ([`Metric`]). Plain data; it must never run anything or
 //! hold a limit.
@@ -14,34 +14,11 @@ pub struct Point {
     /// What ran (written as its fields: transport, bs, rw, ...).
     #[serde(flatten)]
     pub setting: Setting,
-    pub iops: f64,
-    pub bytes_per_sec: f64,
-    pub lat_p50_us: f64,
-    pub lat_p99_us: f64,
-    /// CPU time per I/O of the host's thread (the NIC's work is not on it).
-    pub host_cpu_ns_per_io: f64,
-    /// CPU time per I/O of the host's NIC thread.
-    pub nic_cpu_ns_per_io: f64,
-    /// CPU time per I/O of the controller, its own NIC included.
-    pub controller_cpu_ns_per_io: f64,
-    /// In lockstep, CPU time per I/O of the measuring itself (clock reads,
-    /// sleeps while every part waits for a timer).
-    pub harness_cpu_ns_per_io: f64,
-    /// CPU time per I/O of the whole process: the four above and anything
-    /// else that ran (it should be nothing much).
-    pub process_cpu_ns_per_io: f64,
-    /// Data bytes the host copied (into buffers on receive, into the send
-    /// ring on transmit) and digested, per I/O.
-    pub host_copy_bytes_per_io: f64,
-    pub host_crc_bytes_per_io: f64,
-    pub nic_placed_bytes_per_io: f64,
-    /// Receive and transmit data bytes the NIC digested, per I/O.
-    pub nic_crc_bytes_per_io: f64,
-    pub control_calls_per_io: f64,
+    /// The medians over the runs (written as their fields: iops, ...).
+    #[serde(flatten)]
+    pub median: Measures,
     /// Raw smoltcp TCP throughput on the same medium and MTU.
     pub raw_tcp_bytes_per_sec: f64,
-    pub offload_share: f64,
-    pub resync_latency_pdus: f64,
     pub reps: usize,
     /// [min, max] over the repetitions.
     pub iops_range: [f64; 2],
@@ -74,9 +51,9 @@ impl Metric {
     /// The point's median of this measure.
     pub fn of(self, p: &Point) -> f64 {
         match self {
-            Metric::BytesPerSec => p.bytes_per_sec,
-            Metric::HostCpuNsPerIo => p.host_cpu_ns_per_io,
-            Metric::NicCpuNsPerIo => p.nic_cpu_ns_per_io,
+            Metric::BytesPerSec => p.median.bytes_per_sec,
+            Metric::HostCpuNsPerIo => p.median.host_cpu_ns_per_io,
+            Metric::NicCpuNsPerIo => p.median.nic_cpu_ns_per_io,
             Metric::RawTcpBytesPerSec => p.raw_tcp_bytes_per_sec,
         }
     }
@@ -92,34 +69,45 @@ impl Metric {
     }
 }
 
-/// One run of one point.
-#[derive(Debug, Clone, Default)]
-pub struct Sample {
+/// What one run of a point did, or (in a [`Point`]) the medians over its
+/// runs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Measures {
     pub iops: f64,
     pub bytes_per_sec: f64,
     pub lat_p50_us: f64,
     pub lat_p99_us: f64,
+    /// CPU time per I/O of the host's thread (the NIC's work is not on it).
     pub host_cpu_ns_per_io: f64,
+    /// CPU time per I/O of the host's NIC thread.
     pub nic_cpu_ns_per_io: f64,
+    /// CPU time per I/O of the controller, its own NIC included.
     pub controller_cpu_ns_per_io: f64,
+    /// In lockstep, CPU time per I/O of the measuring itself (clock reads,
+    /// sleeps while every part waits for a timer).
     pub harness_cpu_ns_per_io: f64,
+    /// CPU time per I/O of the whole process: the four above and anything
+    /// else that ran (it should be nothing much).
     pub process_cpu_ns_per_io: f64,
+    /// Data bytes the host copied (into buffers on receive, into the send
+    /// ring on transmit) and digested, per I/O.
     pub host_copy_bytes_per_io: f64,
     pub host_crc_bytes_per_io: f64,
     pub nic_placed_bytes_per_io: f64,
+    /// Receive and transmit data bytes the NIC digested, per I/O.
     pub nic_crc_bytes_per_io: f64,
     pub control_calls_per_io: f64,
     pub offload_share: f64,
     pub resync_latency_pdus: f64,
 }
 
-impl Sample {
+impl Measures {
     /// What the I/O `s` cost between the marks `a` and `b`.
     pub fn between(s: &IoStats, a: &Mark, b: &Mark) -> Self {
         let ios = s.ios.max(1) as f64;
         let ulp = b.ulp.since(&a.ulp);
         let cpu = |f: fn(&Cpu) -> i64| (f(&b.cpu) - f(&a.cpu)) as f64 / ios;
-        Sample {
+        Measures {
             iops: s.iops,
             bytes_per_sec: s.bytes_per_sec,
             lat_p50_us: s.lat_p50_us as f64,
@@ -141,5 +129,27 @@ impl Sample {
             offload_share: ulp.offload_share(),
             resync_latency_pdus: ulp.resync_latency_pdus(),
         }
+    }
+
+    /// Each measure, so statistics can go over all of them alike.
+    pub fn each_mut(&mut self) -> [&mut f64; 16] {
+        [
+            &mut self.iops,
+            &mut self.bytes_per_sec,
+            &mut self.lat_p50_us,
+            &mut self.lat_p99_us,
+            &mut self.host_cpu_ns_per_io,
+            &mut self.nic_cpu_ns_per_io,
+            &mut self.controller_cpu_ns_per_io,
+            &mut self.harness_cpu_ns_per_io,
+            &mut self.process_cpu_ns_per_io,
+            &mut self.host_copy_bytes_per_io,
+            &mut self.host_crc_bytes_per_io,
+            &mut self.nic_placed_bytes_per_io,
+            &mut self.nic_crc_bytes_per_io,
+            &mut self.control_calls_per_io,
+            &mut self.offload_share,
+            &mut self.resync_latency_pdus,
+        ]
     }
 }

@@ -6,7 +6,7 @@
 use crate::app::HostApp;
 use crate::bench::clocks::{Clocks, Cpu, Mark, clock_read_cost, cpu_ns};
 use crate::bench::options::{BenchOptions, Setting};
-use crate::bench::point::{Point, Sample};
+use crate::bench::point::{Measures, Point};
 use crate::bench::stats::{median, spread, summarize};
 use crate::driver::clock::Clock;
 use crate::driver::rawtcp::{self, RawTcpError};
@@ -75,7 +75,7 @@ struct BenchApp<'a> {
     spec: WorkloadSpec,
     warmup: Duration,
     phase: Phase,
-    sample: Option<Sample>,
+    sample: Option<Measures>,
     error: Option<String>,
     done: bool,
 }
@@ -117,7 +117,7 @@ impl BenchApp<'_> {
                 if let Some(e) = w.first_error() {
                     self.error.get_or_insert(e.to_string());
                 }
-                self.sample = Some(Sample::between(&w.stats(), &start, &end));
+                self.sample = Some(Measures::between(&w.stats(), &start, &end));
                 host.shutdown(now);
             }
             Phase::Over => {}
@@ -182,7 +182,7 @@ fn run_once<M: Medium + Send + 'static>(
     ctrl_m: M,
     p: &Setting,
     o: &BenchOptions,
-) -> Result<Sample, BenchError> {
+) -> Result<Measures, BenchError> {
     let size = (64u64 << 20).max(u64::from(p.bs) * u64::from(p.qd) * u64::from(o.queues) * 4);
     let ns: Arc<dyn Namespace> = Arc::new(RamNamespace::new(size, 512)?);
     let cfg = TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() };
