@@ -1,6 +1,9 @@
 //! What a host run does once its association is up: identify, discover, or
 //! run workloads. The same apps run over kernel TCP and over smoltcp; the
 //! drivers only move bytes and time.
+//!
+//! Apps decide what a run does; they must never touch a socket, a device
+//! or the clock (the driver hands them `now`).
 
 use crate::report::RecoveryReport;
 use crate::workload::{IoStats, Workload, WorkloadSpec};

@@ -1,6 +1,9 @@
 //! The embedded default: host and controller in one process over an
 //! in-process wire with a RAM namespace. A write pass over the namespace,
 //! then a verified read pass, then a report.
+//!
+//! It wires the parts and runs them; it must never measure on its own
+//! (savings are measured by [`crate::bench`]) or print (the CLI shows its report).
 
 use crate::app::{HostApp, IoApp, Watch};
 use crate::bench::options::{BenchOptions, Setting};

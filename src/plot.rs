@@ -4,6 +4,8 @@
 //! setting measured (queue depth, MTU, data digest), the block sizes along
 //! x, one line per transport and offload set with the repetitions' range
 //! as error bars, and the legend above the panels, as SVG and PNG.
+//!
+//! It draws what was measured; it must never measure or judge a point.
 
 use crate::bench::point::Point;
 use crate::workload::Rw;

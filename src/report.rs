@@ -1,4 +1,6 @@
 //! Results as people read them and as programs read them (JSON).
+//!
+//! Reports show what was counted; they must never count or run anything.
 
 use crate::size::format_size;
 use crate::workload::{IoStats, WorkloadSpec};

@@ -6,6 +6,9 @@
 //! what a block must hold), and records latencies in an HDR histogram.
 //! Like the block layer, it splits an I/O larger than the host's largest
 //! transfer into several commands; the I/O completes with the last.
+//!
+//! A workload chooses and checks I/O; it must never move bytes or read
+//! the clock (the host and the driver do).
 
 use crate::size::format_size;
 use hdrhistogram::Histogram;

@@ -1,4 +1,6 @@
 //! Wall-clock time for the drivers, in the sans-IO code's units.
+//!
+//! It tells the time; it must never sleep or schedule.
 
 /// Microseconds since the clock was made.
 #[derive(Debug, Clone, Copy)]

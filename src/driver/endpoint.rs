@@ -1,5 +1,8 @@
 //! The two ends the drivers move bytes for: one host queue, or one
 //! controller connection.
+//!
+//! They adapt the sans-IO calls; they must never buffer bytes or decide
+//! what to do with them.
 
 use nvme_of::Instant;
 use nvme_of::controller::ControllerQueue;

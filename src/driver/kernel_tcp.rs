@@ -1,6 +1,9 @@
 //! NVMe/TCP and NVMe/RDMA (iWARP) over the kernel's TCP: non-blocking
 //! sockets (mio) driving the sans-IO host and controller. A controller server serves any number of
 //! connections from one thread; a host run drives every queue of one host.
+//!
+//! It moves bytes and time only; it must never interpret NVMe (that is
+//! the sans-IO host's and controller's) or decide what a run does.
 
 use crate::app::HostApp;
 use crate::driver::clock::Clock;

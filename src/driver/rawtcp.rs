@@ -1,6 +1,9 @@
 //! Raw smoltcp TCP throughput: one stack sends for a while, the other takes
 //! the bytes out of its receive ring without copying them. The ceiling
 //! NVMe/TCP on the same medium is measured against.
+//!
+//! It measures plain TCP only; it must never carry NVMe or judge its
+//! result.
 
 use crate::driver::clock::Clock;
 use crate::driver::smoltcp::to_smol;

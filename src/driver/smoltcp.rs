@@ -4,6 +4,9 @@
 //! ([`run_host`], [`serve`]), or both in one thread in simulated time
 //! ([`run_simulated`]), where time jumps to the next deadline and a lost
 //! frame costs microseconds, not a one-second retransmission timeout.
+//!
+//! It moves bytes and time only; it must never interpret NVMe (that is
+//! the sans-IO host's and controller's) or decide what a run does.
 
 use crate::app::HostApp;
 use crate::driver::clock::Clock;

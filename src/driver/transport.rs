@@ -1,6 +1,8 @@
 //! Which NVMe-oF transport a run speaks, and how each side makes its ends
 //! of it: the host's queues, and a controller connection per accepted
 //! TCP connection. The drivers move bytes and time the same way for both.
+//!
+//! It picks and builds the binding; it must never move bytes itself.
 
 use iwarp::{Device, QpConfig};
 use nvme_of::Instant;

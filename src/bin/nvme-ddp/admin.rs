@@ -1,6 +1,9 @@
 //! `nvme-ddp host list | id-ctrl | id-ns | get-log | discover`: nvme-cli's
 //! admin verbs, printed as nvme-cli prints them (`name : value`), or as
 //! JSON with nvme-cli's field names.
+//!
+//! It asks and prints; it must never hold connection options of its own
+//! (they are `session`'s, shared with the other verbs).
 
 use anyhow::{Context, Result, bail};
 use clap::Args;

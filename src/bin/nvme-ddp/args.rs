@@ -1,4 +1,6 @@
 //! Argument parsers shared by the subcommands: lists, sizes, switches.
+//!
+//! Parsing only; it must never act on what it parsed.
 
 use nvme_ddp::size::parse_size;
 use nvme_ddp::workload::Rw;

@@ -1,4 +1,7 @@
 //! `nvme-ddp bench`: the offload matrix, as a table, JSON and charts.
+//!
+//! It parses, runs and prints; it must never hold goals of its own (they
+//! come from `--goals FILE`) or measure anything the library does not.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;

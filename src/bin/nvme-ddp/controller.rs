@@ -1,4 +1,7 @@
 //! `nvme-ddp controller`: serve an NVM subsystem and a discovery controller.
+//!
+//! It parses and serves; the serving itself is the library's drivers', and
+//! this file must never reach into a connection.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;

@@ -1,5 +1,8 @@
 //! `nvme-ddp demo`: host and controller in one process over the in-process
 //! wire, with a report of what the offloads did.
+//!
+//! It parses and prints; the run itself is the library's and must never
+//! be done here.
 
 use anyhow::{Context, Result, bail};
 use clap::{ArgAction, Args};

@@ -1,4 +1,7 @@
 //! `nvme-ddp host`: connect to a controller and identify, discover or run I/O.
+//!
+//! It parses and prints; connecting is `session`'s, and this file must
+//! never import `admin`'s helpers the other way round.
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};

@@ -1,6 +1,8 @@
 //! `--tap/--iface/--ip`: running a side over smoltcp on a TAP device or any
 //! interface (AF_XDP or AF_PACKET), behind the software NIC, instead of over kernel
 //! TCP.
+//!
+//! It opens links; it must never run a host or a controller.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;

@@ -1,5 +1,8 @@
 //! `nvme-ddp`: an NVMe/TCP host and controller on a software NIC that models
 //! ULP DDP offload.
+//!
+//! The CLI's edge: the only place errors become text and exit codes
+//! (anyhow stays in this binary); it must never hold the library's logic.
 
 mod admin;
 mod args;

@@ -1,5 +1,7 @@
 //! `nvme-ddp net`: the network namespace, bridge, TAPs and veth pair the
 //! `--tap` and `--iface` runs use.
+//!
+//! It sets up and tears down namespaces; it must never run NVMe.
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};

@@ -1,5 +1,8 @@
 //! The progress line of `host io` and `demo` (fio's `--eta`), and Ctrl-C
 //! and SIGTERM, which end a run early with the results so far.
+//!
+//! It shows progress; it must never change what a run does, other than
+//! stopping it when asked to.
 
 use anyhow::{Context, Result};
 use nvme_ddp::app::{Progress, Watch};
