@@ -29,7 +29,7 @@ struct Vouching {
     ctx: Mutex<Option<Arc<SkCtx>>>,
 }
 
-const CAPS: Caps = Caps::NVME_TCP.union(Caps::NVME_TCP_DDGST_RX);
+const CAPS: Caps = Caps::DDP.union(Caps::CRC_RX);
 
 impl DdpDevice for Vouching {
     fn limits(&self) -> Limits {

@@ -226,7 +226,7 @@ pub fn build(o: &DemoOptions) -> Result<Demo, DemoError> {
     let remote = SocketAddrV4::new(CONTROLLER_IP, PORT);
     let hdev: Arc<dyn DdpDevice> = Arc::new(host_nic.clone());
     let cdev: Arc<dyn DdpDevice> = Arc::new(ctrl_nic.clone());
-    let oneshot = o.offload.contains(Caps::NVME_TCP_ONESHOT);
+    let oneshot = o.offload.contains(Caps::ONESHOT);
     let host = o.transport.host(host_cfg, oneshot, o.mtu);
     let host = HostSide::new(hstack, host, remote, Some(hdev));
     let ctrl = ControllerSide::new(cstack, target, PORT, Some(cdev))?

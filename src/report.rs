@@ -211,7 +211,7 @@ impl OffloadReport {
         ulp: nvme_of::UlpStats,
         tx: nvme_of::TxStats,
     ) -> Self {
-        Self::new(caps.without(ulp_ddp::Caps::NVME_TCP_ONESHOT), nic, ulp, tx)
+        Self::new(caps.without(ulp_ddp::Caps::ONESHOT), nic, ulp, tx)
     }
 
     /// A few lines for people.

@@ -146,18 +146,18 @@ fn every_toggle_combination_and_both_mapping_modes_give_identical_data() {
         let d = run(&o);
         let (ulp, tx) = d.host.host.stats();
         let nic = d.host_nic.stats();
-        let ddp = caps.contains(Caps::NVME_TCP);
+        let ddp = caps.contains(Caps::DDP);
         assert_eq!(nic.nic_placed_bytes, if ddp { o.size } else { 0 }, "{caps}");
         assert_eq!(ulp.copy_bytes, if ddp { 0 } else { o.size }, "{caps}");
-        let crc_rx = caps.contains(Caps::NVME_TCP_DDGST_RX);
+        let crc_rx = caps.contains(Caps::CRC_RX);
         assert_eq!(ulp.hw_crc_bytes, if crc_rx { o.size } else { 0 }, "{caps}");
         assert_eq!(ulp.crc_bytes, if crc_rx { 0 } else { o.size }, "{caps}");
-        let crc_tx = caps.contains(Caps::NVME_TCP_DDGST_TX);
+        let crc_tx = caps.contains(Caps::CRC_TX);
         assert_eq!(tx.crc_offloaded_bytes, if crc_tx { o.size } else { 0 }, "{caps}");
         assert_eq!(ulp.fallback_pdus, 0, "{caps}");
         if ddp {
             let per_io = ulp.control_calls as f64 / ulp.ddp_ios as f64;
-            let expect = if caps.contains(Caps::NVME_TCP_ONESHOT) { 1.0 } else { 3.0 };
+            let expect = if caps.contains(Caps::ONESHOT) { 1.0 } else { 3.0 };
             assert_eq!(per_io, expect, "{caps}: setup+teardown+teardown_done, or one post");
         }
     }
@@ -386,7 +386,7 @@ fn a_nic_that_places_wrong_bytes_without_vouching_fails_the_read() {
     // buffer holds other bytes, while the stream still carries the right
     // ones (no header/data split): a digest taken over the stream would
     // pass; one taken over the buffer, as it must be, fails.
-    let o = DemoOptions { qd: 1, queues: 1, ..opts(Caps::NVME_TCP, true) };
+    let o = DemoOptions { qd: 1, queues: 1, ..opts(Caps::DDP, true) };
     let (mut d, mut spy) = spied(&o);
     spy.misplace = true;
     d.host_nic.set_zero_copy(false);

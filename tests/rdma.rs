@@ -52,7 +52,7 @@ fn one_shot_reads_are_placed_whole_with_one_control_call_each() {
 
 #[test]
 fn classic_registration_takes_three_calls_and_no_offload_copies_everything() {
-    let classic = Caps::ALL.without(Caps::NVME_TCP_ONESHOT);
+    let classic = Caps::ALL.without(Caps::ONESHOT);
     let r = run(classic, false, Profile::default());
     assert_eq!(r.offload.control_calls, 3 * r.offload.ddp_ios + 2, "{:?}", r.offload);
     assert!(r.offload.nic_placed_bytes >= 8 << 20);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ulp_ddp::Caps;
 
 /// The offload sets the bench compares by default.
-pub const OFFLOAD_SETS: [Caps; 4] = [Caps::NONE, Caps::CRC, Caps::NVME_TCP, Caps::ALL];
+pub const OFFLOAD_SETS: [Caps; 4] = [Caps::NONE, Caps::CRC, Caps::DDP, Caps::ALL];
 
 /// What to measure.
 #[derive(Debug, Clone)]

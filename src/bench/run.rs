@@ -218,7 +218,7 @@ fn run_once<M: Medium + Send + 'static>(
     let cstack = Stack::new(cdev, ccfg, now);
     let mut ctrl = ControllerSide::new(cstack, target, PORT, Some(cddp))?
         .with_listener(p.transport.listener(p.mtu));
-    let oneshot = caps.contains(Caps::NVME_TCP_ONESHOT);
+    let oneshot = caps.contains(Caps::ONESHOT);
     let spec = WorkloadSpec {
         rw: p.rw,
         bs: p.bs,

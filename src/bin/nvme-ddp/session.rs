@@ -106,7 +106,7 @@ pub(crate) fn run_app(
     app: &mut dyn HostApp,
     limit: Duration,
 ) -> Result<Option<OffloadReport>> {
-    let oneshot = a.link.offload.unwrap_or(Caps::ALL).contains(Caps::NVME_TCP_ONESHOT);
+    let oneshot = a.link.offload.unwrap_or(Caps::ALL).contains(Caps::ONESHOT);
     let offload = match (a.link.cidr()?, a.link.device(2)?) {
         (Some(cidr), Some((dev, nic, mtu))) => {
             let host = a.transport.host(cfg, oneshot, mtu);
