@@ -23,6 +23,9 @@ pub struct StackConfig {
     pub tx_buffer: usize,
     /// Seeds TCP initial sequence numbers and ephemeral ports.
     pub seed: u64,
+    /// The least retransmission timeout a measured RTT gives: Linux's
+    /// `TCP_RTO_MIN`, 200 ms, rather than RFC 6298's 1 s.
+    pub rto_min: Duration,
 }
 
 impl StackConfig {
@@ -35,6 +38,7 @@ impl StackConfig {
             rx_buffer: 1 << 20,
             tx_buffer: 1 << 20,
             seed: u64::from(u32::from_be_bytes(o)),
+            rto_min: Duration::from_millis(200),
         }
     }
 }
@@ -107,6 +111,7 @@ impl<D: Medium> Stack<D> {
         s.set_congestion_control(CongestionControl::Cubic);
         // NVMe/TCP sends small PDUs it wants on the wire now.
         s.set_nagle_enabled(false);
+        s.set_rto_min(self.cfg.rto_min);
         s
     }
 

@@ -19,6 +19,8 @@ use crate::wire::{
 };
 
 mod congestion;
+#[cfg(feature = "socket-tcp-sack-recovery")]
+mod recovery;
 
 macro_rules! tcp_trace {
     ($($arg:expr),*) => (net_log!(trace, $($arg),*));
@@ -151,7 +153,8 @@ const RTTE_MIN_MARGIN: u32 = 5;
 const RTTE_K: u32 = 4;
 
 // RFC 6298 (2.4): Whenever RTO is computed, if it is less than 1 second, then the
-// RTO SHOULD be rounded up to 1 second.
+// RTO SHOULD be rounded up to 1 second. The default; `Socket::set_rto_min`
+// may lower it (Linux uses 200 ms).
 const RTTE_MIN_RTO: u32 = 1000;
 
 // RFC 6298 (2.5) A maximum value MAY be placed on RTO provided it is at least 60
@@ -170,6 +173,8 @@ struct RttEstimator {
     rttvar: u32,
     /// Retransmission Time-Out
     rto: u32,
+    /// The least RTO a measurement may give (RFC 6298 (2.4)).
+    min_rto: u32,
     timestamp: Option<(Instant, TcpSeqNumber)>,
     max_seq_sent: Option<TcpSeqNumber>,
     rto_count: u8,
@@ -177,19 +182,24 @@ struct RttEstimator {
 
 impl Default for RttEstimator {
     fn default() -> Self {
+        Self::new(RTTE_MIN_RTO)
+    }
+}
+
+impl RttEstimator {
+    fn new(min_rto: u32) -> Self {
         Self {
             have_measurement: false,
             srtt: 0,   // ignored, will be overwritten on first measurement.
             rttvar: 0, // ignored, will be overwritten on first measurement.
             rto: RTTE_INITIAL_RTO,
+            min_rto,
             timestamp: None,
             max_seq_sent: None,
             rto_count: 0,
         }
     }
-}
 
-impl RttEstimator {
     fn retransmission_timeout(&self) -> Duration {
         Duration::from_millis(self.rto as _)
     }
@@ -214,7 +224,7 @@ impl RttEstimator {
 
         // RFC 6298 (2.2), (2.3)
         let margin = RTTE_MIN_MARGIN.max(self.rttvar * RTTE_K);
-        self.rto = (self.srtt + margin).clamp(RTTE_MIN_RTO, RTTE_MAX_RTO);
+        self.rto = (self.srtt + margin).clamp(self.min_rto, RTTE_MAX_RTO);
 
         self.rto_count = 0;
 
@@ -832,6 +842,28 @@ impl<'a> Socket<'a> {
         self.ack_delay = duration
     }
 
+    /// Return the least retransmission timeout an RTT measurement may give.
+    ///
+    /// See also the [set_rto_min](#method.set_rto_min) method.
+    pub fn rto_min(&self) -> Duration {
+        Duration::from_millis(self.rtte.min_rto as _)
+    }
+
+    /// Set the least retransmission timeout an RTT measurement may give.
+    ///
+    /// By default, it is 1 second, as RFC 6298 (2.4) recommends; Linux uses
+    /// 200 ms (`TCP_RTO_MIN`), and on short paths a lower bound repairs a
+    /// loss that fast retransmit cannot much sooner. It is clamped to
+    /// 1 ms..=60 s. The RTO before the first measurement stays 1 second
+    /// (RFC 6298 (2.1)).
+    pub fn set_rto_min(&mut self, duration: Duration) {
+        let ms = duration.total_millis().clamp(1, RTTE_MAX_RTO as u64) as u32;
+        self.rtte.min_rto = ms;
+        if self.rtte.have_measurement {
+            self.rtte.rto = self.rtte.rto.max(ms);
+        }
+    }
+
     /// Enable or disable Nagle's Algorithm.
     ///
     /// Also known as "tinygram prevention". By default, it is enabled.
@@ -933,7 +965,7 @@ impl<'a> Socket<'a> {
 
         self.state = State::Closed;
         self.timer = Timer::new();
-        self.rtte = RttEstimator::default();
+        self.rtte = RttEstimator::new(self.rtte.min_rto);
         self.assembler = Assembler::new();
         self.tx_buffer.clear();
         self.rx_buffer.clear();
@@ -1604,44 +1636,41 @@ impl<'a> Socket<'a> {
         // segment.
         if self.remote_has_sack {
             net_debug!("sending sACK option with current assembler ranges");
-
-            // RFC 2018: The first SACK block (i.e., the one immediately following the kind and
-            // length fields in the option) MUST specify the contiguous block of data containing
-            // the segment which triggered this ACK, unless that segment advanced the
-            // Acknowledgment Number field in the header.
-            reply_repr.sack_ranges[0] = None;
-
             let ack = reply_repr.ack_number.unwrap_or(TcpSeqNumber(0));
-
-            if let Some(last_seg_seq) = self.local_rx_last_seq {
-                reply_repr.sack_ranges[0] = self
-                    .assembler
-                    .iter_data()
-                    .map(|(left, right)| (ack + left, ack + right))
-                    .find(|&(left, right)| left <= last_seg_seq && right >= last_seg_seq)
-                    .map(|(left, right)| (left.0 as u32, right.0 as u32));
-            }
-
-            if reply_repr.sack_ranges[0].is_none() {
-                // The matching segment was removed from the assembler, meaning the acknowledgement
-                // number has advanced, or there was no previous sACK.
-                //
-                // While the RFC says we SHOULD keep a list of reported sACK ranges, and iterate
-                // through those, that is currently infeasible. Instead, we offer the range with
-                // the lowest sequence number (if one exists) to hint at what segments would
-                // most quickly advance the acknowledgement number.
-                reply_repr.sack_ranges[0] = self
-                    .assembler
-                    .iter_data()
-                    .map(|(left, right)| (ack + left, ack + right))
-                    .next()
-                    .map(|(left, right)| (left.0 as u32, right.0 as u32));
-            }
+            reply_repr.sack_ranges = self.sack_blocks(ack);
         }
 
         // Since the sACK option may have changed the length of the payload, update that.
         ip_reply_repr.set_payload_len(reply_repr.buffer_len());
         (ip_reply_repr, reply_repr)
+    }
+
+    /// The SACK blocks of an ACK of `ack` (RFC 2018 section 4): first the
+    /// block holding the segment that triggered it (unless that segment
+    /// advanced the ACK), then the others, lowest first, as many as fit.
+    ///
+    /// RFC 2018 asks for the most recently reported blocks after the first;
+    /// the assembler keeps no history, and the lowest blocks are the ones
+    /// whose repair advances the ACK soonest. The blocks come from the
+    /// assembler, never from a segment: bytes the buffer did not keep are
+    /// not SACKed, or the peer would never send them again.
+    fn sack_blocks(&self, ack: TcpSeqNumber) -> [Option<(u32, u32)>; 3] {
+        let blocks = || {
+            self.assembler
+                .iter_data()
+                .map(move |(left, right)| (ack + left, ack + right))
+        };
+        let first = self.local_rx_last_seq.and_then(|seq| {
+            blocks().find(|&(left, right)| left <= seq && right >= seq)
+        });
+        let mut out = [None; 3];
+        let ordered = first
+            .into_iter()
+            .chain(blocks().filter(|&b| Some(b) != first));
+        for (slot, (left, right)) in out.iter_mut().zip(ordered) {
+            *slot = Some((left.0 as u32, right.0 as u32));
+        }
+        out
     }
 
     fn challenge_ack_reply(
@@ -2346,7 +2375,10 @@ impl<'a> Socket<'a> {
                 payload_len,
                 payload_offset
             );
-            return None;
+            // The segment is dropped, but the sender still learns where the
+            // stream stands: a duplicate ACK with the blocks we do hold
+            // (RFC 5681 section 4.2: an out-of-order segment is ACKed at once).
+            return Some(self.ack_reply(ip_repr, repr));
         };
 
         // Place payload octets into the buffer.
@@ -4952,6 +4984,67 @@ mod test {
                     ..RECV_TEMPL
                 })
             );
+        }
+    }
+
+    #[test]
+    fn test_established_sack_reports_every_block() {
+        // RFC 2018 section 4: the first block holds the segment that
+        // triggered the ACK, the others follow, as many as fit.
+        let (mut s, segment) = setup_rfc2018_cases();
+        let sack = |from: usize, to: usize| {
+            Some((
+                REMOTE_SEQ.0 as u32 + 1 + 5000 + from as u32,
+                REMOTE_SEQ.0 as u32 + 1 + 5000 + to as u32,
+            ))
+        };
+        let expected = [
+            (500, [sack(500, 1000), None, None]),
+            (1500, [sack(1500, 2000), sack(500, 1000), None]),
+            (2500, [sack(2500, 3000), sack(500, 1000), sack(1500, 2000)]),
+            // A segment that fills in part of a hole: its block comes first.
+            (2000, [sack(1500, 3000), sack(500, 1000), None]),
+        ];
+        for (offset, sack_ranges) in expected {
+            send!(
+                s,
+                TcpRepr {
+                    seq_number: REMOTE_SEQ + 1 + 5000 + offset,
+                    ack_number: Some(LOCAL_SEQ + 1),
+                    payload: &segment,
+                    ..SEND_TEMPL
+                },
+                Some(TcpRepr {
+                    seq_number: LOCAL_SEQ + 1,
+                    ack_number: Some(REMOTE_SEQ + 1 + 5000),
+                    window_len: 4000,
+                    sack_ranges,
+                    ..RECV_TEMPL
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn test_established_too_many_holes_still_acks() {
+        // A segment the assembler has no room to hold is dropped, but the
+        // sender hears where the stream stands, with the blocks held.
+        let mut s = socket_established_with_buffer_sizes(4000, 4000);
+        s.remote_has_sack = true;
+        let held = |from: u32| Some((REMOTE_SEQ.0 as u32 + 1 + from, REMOTE_SEQ.0 as u32 + 1 + from + 10));
+        let holes = crate::config::ASSEMBLER_MAX_SEGMENT_COUNT;
+        for (i, offset) in (0..holes + 1).map(|i| (i, 20 * i + 10)) {
+            let segment = TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + offset,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &[0xaa; 10],
+                ..SEND_TEMPL
+            };
+            let reply = send(&mut s, Instant::from_millis(0), &segment)
+                .expect("every out-of-order segment is ACKed");
+            assert_eq!(reply.ack_number, Some(REMOTE_SEQ + 1), "segment {i}");
+            let first = if i < holes { held(offset as u32) } else { held(10) };
+            assert_eq!(reply.sack_ranges[0], first, "segment {i}");
         }
     }
 
@@ -10058,6 +10151,27 @@ mod test {
             r.sample(2000);
             assert_eq!(r.retransmission_timeout(), Duration::from_millis(rto));
         }
+    }
+
+    #[test]
+    fn test_rto_min_is_the_floor_of_a_measured_rto() {
+        let mut s = socket_established();
+        assert_eq!(s.rto_min(), Duration::from_millis(1000));
+        s.rtte.sample(5);
+        assert_eq!(s.rtte.retransmission_timeout(), Duration::from_millis(1000));
+
+        s.set_rto_min(Duration::from_millis(200));
+        assert_eq!(s.rto_min(), Duration::from_millis(200));
+        s.rtte.sample(5);
+        assert_eq!(s.rtte.retransmission_timeout(), Duration::from_millis(200));
+        // A slow path still gets what RFC 6298 computes.
+        s.rtte.sample(300);
+        assert!(s.rtte.retransmission_timeout() > Duration::from_millis(300));
+
+        // The bound outlives a reset; the first RTO is still 1 s.
+        s.reset();
+        assert_eq!(s.rto_min(), Duration::from_millis(200));
+        assert_eq!(s.rtte.retransmission_timeout(), Duration::from_millis(1000));
     }
 
     #[test]
