@@ -19,7 +19,7 @@ use crate::wire::{
 };
 
 mod congestion;
-#[cfg(feature = "socket-tcp-sack-recovery")]
+#[cfg(feature = "socket-tcp-loss-recovery")]
 mod recovery;
 
 macro_rules! tcp_trace {
@@ -288,6 +288,20 @@ impl RttEstimator {
     }
 }
 
+#[cfg(feature = "socket-tcp-loss-recovery")]
+/// A loss recovery episode (RFC 6582 section 3.2, RFC 6675 section 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+struct Recovery {
+    /// RecoveryPoint: the highest sequence number sent when it began; the
+    /// episode ends when the ACK covers it.
+    point: TcpSeqNumber,
+    /// Began with a retransmission timeout: every byte not SACKed is taken
+    /// for lost (RFC 6675 section 5.1), and the window grows by slow start
+    /// from one segment meanwhile.
+    after_rto: bool,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 enum Timer {
@@ -537,6 +551,20 @@ pub struct Socket<'a> {
     local_rx_dup_acks: u8,
     /// If a fast retransmit needs to occur
     pending_fast_retransmit: bool,
+    /// Loss recovery under way, if any (RFC 6582, RFC 6675).
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    recovery: Option<Recovery>,
+    /// Where the last recovery ended: a new one begins only once the ACK
+    /// passes it (RFC 6582 section 3.2, "recover").
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    recover: Option<TcpSeqNumber>,
+    /// RFC 6675 HighRxt: the highest sequence number retransmitted in this
+    /// recovery.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    high_rxt: TcpSeqNumber,
+    /// What the peer has SACKed above SND.UNA.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    scoreboard: recovery::Scoreboard,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -630,6 +658,14 @@ impl<'a> Socket<'a> {
             local_rx_last_seq: None,
             local_rx_dup_acks: 0,
             pending_fast_retransmit: false,
+            #[cfg(feature = "socket-tcp-loss-recovery")]
+            recovery: None,
+            #[cfg(feature = "socket-tcp-loss-recovery")]
+            recover: None,
+            #[cfg(feature = "socket-tcp-loss-recovery")]
+            high_rxt: TcpSeqNumber::default(),
+            #[cfg(feature = "socket-tcp-loss-recovery")]
+            scoreboard: recovery::Scoreboard::new(),
             ack_delay: Some(ACK_DELAY_DEFAULT),
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
@@ -986,6 +1022,15 @@ impl<'a> Socket<'a> {
         self.remote_last_ts = None;
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
+        self.pending_fast_retransmit = false;
+        self.local_rx_dup_acks = 0;
+        #[cfg(feature = "socket-tcp-loss-recovery")]
+        {
+            self.recovery = None;
+            self.recover = None;
+            self.high_rxt = TcpSeqNumber::default();
+            self.scoreboard.clear();
+        }
 
         #[cfg(feature = "async")]
         {
@@ -1510,7 +1555,51 @@ impl<'a> Socket<'a> {
         self.congestion_controller
             .inner()
             .window()
-            .saturating_sub(self.flight_size())
+            .saturating_sub(self.in_flight())
+    }
+
+    /// The bytes taken to be in the network: during a SACK-based recovery,
+    /// RFC 6675's pipe (lost bytes left out, retransmitted ones counted
+    /// again); otherwise everything sent and not acknowledged.
+    fn in_flight(&self) -> usize {
+        #[cfg(feature = "socket-tcp-loss-recovery")]
+        if let Some(rec) = self.recovery
+            && self.remote_has_sack
+        {
+            return self.scoreboard.pipe(
+                self.local_seq_no,
+                self.remote_last_seq,
+                self.high_rxt,
+                self.remote_mss,
+                rec.after_rto,
+            );
+        }
+        self.flight_size()
+    }
+
+    /// The retransmission a SACK-based recovery wants sent now, as (offset
+    /// from SND.UNA, length): RFC 6675 NextSeg rules 1 and 3 (rule 3 only
+    /// with no new data to send), while the window has a segment's room
+    /// beyond pipe.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn next_retransmission(&self, mss: usize) -> Option<(usize, usize)> {
+        let rec = self.recovery?;
+        if !self.remote_has_sack || self.cwnd_remaining() < mss {
+            return None;
+        }
+        let una = self.local_seq_no;
+        let unsent = una + self.tx_buffer.len() > self.remote_last_seq;
+        let (seq, len) = self.scoreboard.next_seg(
+            una,
+            self.remote_last_seq,
+            self.high_rxt,
+            mss,
+            rec.after_rto,
+            !unsent,
+        )?;
+        let offset = seq - una;
+        let len = len.min(self.tx_buffer.len().saturating_sub(offset));
+        (len > 0).then_some((offset, len))
     }
 
     /// Return the amount of octets queued in the receive buffer. This value can be larger than
@@ -1609,6 +1698,116 @@ impl<'a> Socket<'a> {
         }
 
         (ip_reply_repr, reply_repr)
+    }
+
+    /// What an ACK means for loss recovery (RFC 5681 section 3.2, RFC 6582,
+    /// RFC 6675): it updates the SACK scoreboard, counts duplicate ACKs,
+    /// begins a recovery (cutting the congestion window once per episode),
+    /// asks for the retransmissions a partial ACK calls for, and ends the
+    /// recovery when the ACK covers its point.
+    ///
+    /// An ACK is a duplicate when it acknowledges nothing new and either is
+    /// a bare ACK that leaves the window as it was (RFC 5681) or SACKs new
+    /// data (RFC 6675 section 2), which counts ACKs riding on data too.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn on_ack_for_recovery(
+        &mut self,
+        cx: &mut Context,
+        repr: &TcpRepr,
+        ack_number: TcpSeqNumber,
+        ack_len: usize,
+        is_window_update: bool,
+    ) {
+        let newly_sacked = if self.remote_has_sack {
+            self.scoreboard
+                .update(&repr.sack_ranges, ack_number, self.remote_last_seq)
+        } else {
+            0
+        };
+        let duplicate = self.local_rx_last_ack == Some(ack_number)
+            && ack_number < self.remote_last_seq
+            && (newly_sacked > 0 || (repr.payload.is_empty() && !is_window_update));
+
+        if duplicate {
+            self.local_rx_dup_acks = self.local_rx_dup_acks.saturating_add(1);
+            net_debug!(
+                "received duplicate ACK for seq {} (duplicate nr {})",
+                ack_number,
+                self.local_rx_dup_acks
+            );
+            let in_flight = self.flight_size();
+            match self.recovery {
+                None => {
+                    // RFC 6582 section 3.2 step 1: only an ACK past the last
+                    // recovery begins a new one.
+                    let past_recover = self.recover.is_none_or(|r| ack_number > r);
+                    let lost = self.local_rx_dup_acks >= 3
+                        || (self.remote_has_sack
+                            && self.scoreboard.is_lost(ack_number, self.remote_mss));
+                    if past_recover && lost {
+                        net_debug!("loss detected: entering fast recovery");
+                        self.recovery = Some(Recovery {
+                            point: self.remote_last_seq,
+                            after_rto: false,
+                        });
+                        self.high_rxt = ack_number;
+                        self.congestion_controller
+                            .inner_mut()
+                            .on_loss(cx.now(), in_flight);
+                        self.pending_fast_retransmit = true;
+                    }
+                }
+                // Without SACK, each duplicate ACK is a segment that left the
+                // network: inflate the window (RFC 6582 section 3.2 step 3).
+                Some(Recovery { after_rto: false, .. }) if !self.remote_has_sack => {
+                    self.congestion_controller.inner_mut().on_dup_ack(
+                        cx.now(),
+                        self.remote_mss,
+                        in_flight,
+                    );
+                }
+                Some(_) => {}
+            }
+            return;
+        }
+
+        if self.local_rx_dup_acks > 0 {
+            self.local_rx_dup_acks = 0;
+            net_debug!("reset duplicate ACK count");
+        }
+        self.local_rx_last_ack = Some(ack_number);
+        self.rtte.on_ack(cx.now(), ack_number);
+        let new_flight_size = self.flight_size().saturating_sub(ack_len);
+        let mut grow = true;
+        if let Some(rec) = self.recovery {
+            if ack_number >= rec.point {
+                // A full ACK ends the episode; the controller leaves fast
+                // recovery with this ACK.
+                net_debug!("recovery complete at {}", ack_number);
+                self.recovery = None;
+                self.recover = Some(rec.point);
+                self.pending_fast_retransmit = false;
+            } else if ack_len > 0 {
+                // A partial ACK: the next hole is lost too. With SACK the
+                // scoreboard finds it; without, it starts at the new SND.UNA
+                // (RFC 6582 section 3.2 step 4). The window neither grows nor
+                // leaves fast recovery until the episode ends; after an RTO
+                // it grows by slow start.
+                self.high_rxt = self.high_rxt.max(ack_number);
+                if !self.remote_has_sack && !rec.after_rto {
+                    self.pending_fast_retransmit = true;
+                }
+                grow = rec.after_rto;
+            }
+        }
+        if grow {
+            self.congestion_controller.inner_mut().on_ack(
+                cx.now(),
+                ack_len,
+                new_flight_size,
+                &self.rtte,
+            );
+        }
     }
 
     fn ack_reply(&mut self, ip_repr: &IpRepr, repr: &TcpRepr) -> (IpRepr, TcpRepr<'static>) {
@@ -2243,6 +2442,9 @@ impl<'a> Socket<'a> {
             // TODO: When flow control is implemented,
             // refractor the following block within that implementation
 
+#[cfg(feature = "socket-tcp-loss-recovery")]
+            self.on_ack_for_recovery(cx, repr, ack_number, ack_len, is_window_update);
+            #[cfg(not(feature = "socket-tcp-loss-recovery"))]
             match self.local_rx_last_ack {
                 // Duplicate ACK if payload empty and ACK doesn't move send window ->
                 // Increment duplicate ACK count, notify congestion controller and
@@ -2484,6 +2686,13 @@ impl<'a> Socket<'a> {
         let local_mss = cx.ip_mtu() - ip_header_len - TCP_HEADER_LEN;
         let effective_mss = local_mss.min(self.remote_mss).saturating_sub(options_len);
 
+        // Holes a SACK-based recovery wants filled go first, as fast
+        // retransmits do.
+        #[cfg(feature = "socket-tcp-loss-recovery")]
+        if self.next_retransmission(effective_mss).is_some() {
+            return true;
+        }
+
         // Have we sent data that hasn't been ACKed yet?
         let data_in_flight = self.remote_last_seq != self.local_seq_no;
 
@@ -2650,7 +2859,28 @@ impl<'a> Socket<'a> {
                 // Rewind "last sequence number sent", as if we never
                 // had sent them. This will cause all data in the queue
                 // to be sent again.
-                self.remote_last_seq = self.local_seq_no;
+                #[cfg(not(feature = "socket-tcp-loss-recovery"))]
+                {
+                    self.remote_last_seq = self.local_seq_no;
+                }
+
+                // A recovery begins that takes every byte not SACKed for lost
+                // (RFC 6675 section 5.1) and ends when all that was sent is
+                // acknowledged; duplicate ACKs before then begin no other
+                // (RFC 6582 section 4). With SACK only the holes are sent
+                // again, as the window allows; without, everything is.
+                #[cfg(feature = "socket-tcp-loss-recovery")]
+                {
+                    self.recovery = Some(Recovery {
+                        point: self.remote_last_seq,
+                        after_rto: true,
+                    });
+                    self.high_rxt = self.local_seq_no;
+                    self.pending_fast_retransmit = false;
+                    if !self.remote_has_sack {
+                        self.remote_last_seq = self.local_seq_no;
+                    }
+                }
 
                 // Inform RTTE, so that it can can handle RTO backoff
                 self.rtte.on_rto();
@@ -2740,6 +2970,8 @@ impl<'a> Socket<'a> {
         };
 
         let mut is_zero_window_probe = false;
+        #[cfg(feature = "socket-tcp-loss-recovery")]
+        let mut retransmitted_end = None;
 
         #[cfg_attr(
             not(feature = "segmentation-offload"),
@@ -2796,16 +3028,36 @@ impl<'a> Socket<'a> {
                 let local_mss = cx.ip_mtu() - ip_repr.header_len() - TCP_HEADER_LEN;
                 let effective_mss = local_mss.min(self.remote_mss).saturating_sub(options_len);
 
-                let offset = if self.pending_fast_retransmit {
-                    let size = effective_mss.min(self.tx_buffer.len());
+                // A retransmission, if recovery wants one: the segment at
+                // SND.UNA first, then (with SACK) the holes NextSeg picks.
+                let retransmission = if self.pending_fast_retransmit {
+                    Some((0, effective_mss))
+                } else {
+                    #[cfg(feature = "socket-tcp-loss-recovery")]
+                    {
+                        self.next_retransmission(effective_mss)
+                    }
+                    #[cfg(not(feature = "socket-tcp-loss-recovery"))]
+                    {
+                        None
+                    }
+                };
+                let offset = if let Some((offset, len)) = retransmission {
+                    let size = len
+                        .min(effective_mss)
+                        .min(self.tx_buffer.len().saturating_sub(offset));
                     #[cfg(feature = "socket-tcp-records")]
-                    let size = self.record_aligned(0, size);
-                    repr.seq_number = self.local_seq_no;
-                    repr.payload = self.tx_buffer.get_allocated(0, size);
+                    let size = self.record_aligned(offset, size);
+                    repr.seq_number = self.local_seq_no + offset;
+                    repr.payload = self.tx_buffer.get_allocated(offset, size);
+                    #[cfg(feature = "socket-tcp-loss-recovery")]
+                    {
+                        retransmitted_end = Some(repr.seq_number + repr.payload.len());
+                    }
 
                     self.pending_fast_retransmit = false;
 
-                    0
+                    offset
                 } else {
                     // Right edge of window, ie the max sequence number we're allowed to send.
                     let win_right_edge = self.local_seq_no + self.remote_win_len;
@@ -2997,6 +3249,13 @@ impl<'a> Socket<'a> {
         self.remote_last_seq = self
             .remote_last_seq
             .max(repr.seq_number + repr.segment_len());
+        #[cfg(feature = "socket-tcp-loss-recovery")]
+        if let Some(end) = retransmitted_end {
+            // RFC 6675 HighRxt; and an RTT sample across a retransmission
+            // would be ambiguous (Karn).
+            self.high_rxt = self.high_rxt.max(end);
+            self.rtte.on_retransmit();
+        }
         self.remote_last_ack = repr.ack_number;
         self.remote_last_win = repr.window_len;
 
@@ -7578,6 +7837,138 @@ mod test {
             ack_number: Some(LOCAL_SEQ + 1 + (3 * 5)),
             ..SEND_TEMPL
         });
+    }
+
+    /// Send `data` in segments of 3 at `time`, each taken by the test.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn send_in_threes(s: &mut TestSocket, time: i64, data: &'static [u8]) {
+        s.send_slice(data).unwrap();
+        for (i, chunk) in data.chunks(3).enumerate() {
+            retransmitted(s, time, 3 * i, chunk);
+        }
+    }
+
+    /// An ACK of `ack` bytes of our data carrying `sack` blocks, as offsets.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn sack_ack(ack: usize, sack: &[(usize, usize)]) -> TcpRepr<'static> {
+        let mut sack_ranges = [None; 3];
+        for (slot, &(l, r)) in sack_ranges.iter_mut().zip(sack) {
+            *slot = Some(((LOCAL_SEQ + 1 + l).0 as u32, (LOCAL_SEQ + 1 + r).0 as u32));
+        }
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + ack),
+            sack_ranges,
+            ..SEND_TEMPL
+        }
+    }
+
+    /// The next segment out is `payload` at offset `at` of our data.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    #[track_caller]
+    fn retransmitted(s: &mut TestSocket, time: i64, at: usize, payload: &[u8]) {
+        recv(s, Instant::from_millis(time), |result| {
+            let result = result.map(|mut repr| {
+                repr.control = repr.control.quash_psh();
+                repr
+            });
+            let expected = TcpRepr {
+                seq_number: LOCAL_SEQ + 1 + at,
+                ack_number: Some(REMOTE_SEQ + 1),
+                payload,
+                ..RECV_TEMPL
+            };
+            assert_eq!(result, Ok(expected));
+        });
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn test_sack_recovery_resends_only_the_holes() {
+        let mut s = socket_established();
+        s.remote_mss = 3;
+        s.remote_has_sack = true;
+        send!(s, time 0, sack_ack(0, &[]));
+        // aaa and DDD are lost.
+        send_in_threes(&mut s, 1000, b"aaaBBBcccDDDeeeFFFgggHHH");
+        send!(s, time 1050, sack_ack(0, &[(3, 6)]));
+        send!(s, time 1051, sack_ack(0, &[(3, 9)]));
+        send!(s, time 1052, sack_ack(0, &[(12, 15), (3, 9)]));
+        // The third duplicate begins recovery: the first hole goes at once,
+        // then the second (RFC 6675 NextSeg rule 3: nothing new to send),
+        // and nothing SACKed, nor the tail above the last SACKed byte.
+        retransmitted(&mut s, 1060, 0, b"aaa");
+        retransmitted(&mut s, 1061, 9, b"DDD");
+        recv_nothing!(s, time 1062);
+        // The tail arrives after all; the ACK covers the recovery point.
+        send!(s, time 1100, sack_ack(24, &[]));
+        assert_eq!(s.recovery, None);
+        recv_nothing!(s, time 1101);
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn test_sack_recovery_begins_when_a_hole_is_lost_before_three_duplicates() {
+        let mut s = socket_established();
+        s.remote_mss = 3;
+        s.remote_has_sack = true;
+        send!(s, time 0, sack_ack(0, &[]));
+        send_in_threes(&mut s, 1000, b"aaaBBBcccDDDeeeFFF");
+        // One ACK (a receiver that ACKs every other segment, or a lost ACK)
+        // SACKs more than two segments above the hole: it is lost.
+        send!(s, time 1050, sack_ack(0, &[(3, 12)]));
+        retransmitted(&mut s, 1060, 0, b"aaa");
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn test_newreno_partial_ack_resends_the_next_hole_at_once() {
+        let mut s = socket_established();
+        s.remote_mss = 3;
+        send!(s, time 0, sack_ack(0, &[]));
+        // aaa and DDD are lost; the peer does not SACK.
+        send_in_threes(&mut s, 1000, b"aaaBBBcccDDDeeeFFF");
+        for t in 0..3 {
+            send!(s, time 1050 + t, sack_ack(0, &[]));
+        }
+        retransmitted(&mut s, 1060, 0, b"aaa");
+        // The retransmission fills the first hole; the ACK stops at the
+        // second (RFC 6582 section 3.2 step 4): it goes at once, not after
+        // three more duplicates or a retransmission timeout.
+        send!(s, time 1070, sack_ack(9, &[]));
+        retransmitted(&mut s, 1071, 9, b"DDD");
+        recv_nothing!(s, time 1072);
+        send!(s, time 1080, sack_ack(18, &[]));
+        assert_eq!(s.recovery, None);
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn test_rto_with_sack_resends_only_what_was_not_sacked() {
+        let mut s = socket_established();
+        s.remote_mss = 3;
+        s.remote_has_sack = true;
+        send!(s, time 0, sack_ack(0, &[]));
+        send_in_threes(&mut s, 1000, b"aaaBBBcccDDDeeeFFFgggHHH");
+        // Too little SACKed for a hole to count as lost.
+        send!(s, time 1050, sack_ack(0, &[(12, 15), (18, 21)]));
+        recv_nothing!(s, time 1100);
+        // The retransmission timer (1 s, no RTT sample yet) resends every
+        // byte not SACKed, the tail included (RFC 6675 section 5.1), and
+        // nothing else.
+        for (at, payload) in [
+            (0, &b"aaa"[..]),
+            (3, b"BBB"),
+            (6, b"ccc"),
+            (9, b"DDD"),
+            (15, b"FFF"),
+            (21, b"HHH"),
+        ] {
+            retransmitted(&mut s, 2000, at, payload);
+        }
+        recv_nothing!(s, time 2000);
+        send!(s, time 2050, sack_ack(24, &[]));
+        assert_eq!(s.recovery, None);
     }
 
     #[test]
