@@ -302,6 +302,31 @@ struct Recovery {
     after_rto: bool,
 }
 
+/// What the loss timer is for (RFC 8985).
+#[cfg(feature = "socket-tcp-loss-recovery")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+enum LossTimer {
+    /// A hole was SACKed past too few segments to call it lost; if it is
+    /// still open when the reordering window closes, it is (RACK, section
+    /// 6.2, with the first SACK's arrival standing in for the send time of
+    /// the segment SACKed).
+    Reorder,
+    /// Nothing has been heard of the tail of the flight: send its last
+    /// segment again to draw an ACK (TLP, section 7).
+    Probe,
+}
+
+/// The least reordering window, and the least probe timeout.
+#[cfg(feature = "socket-tcp-loss-recovery")]
+const REORDER_WINDOW_MIN: Duration = Duration::from_millis(1);
+#[cfg(feature = "socket-tcp-loss-recovery")]
+const PROBE_TIMEOUT_MIN: Duration = Duration::from_millis(10);
+/// Added to the probe timeout of a flight of one segment, which a
+/// receiver may be holding its ACK for (Linux's shortest delayed ACK).
+#[cfg(feature = "socket-tcp-loss-recovery")]
+const PROBE_DELAYED_ACK: Duration = Duration::from_millis(40);
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 enum Timer {
@@ -565,6 +590,16 @@ pub struct Socket<'a> {
     /// What the peer has SACKed above SND.UNA.
     #[cfg(feature = "socket-tcp-loss-recovery")]
     scoreboard: recovery::Scoreboard,
+    /// When loss detection next acts without an ACK: the reordering window
+    /// after a hole was first SACKed, or a tail loss probe.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    loss_timer: Option<(Instant, LossTimer)>,
+    /// A tail loss probe is due: the last segment goes again.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    probe_pending: bool,
+    /// SND.NXT when the last probe went; no other until the ACK passes it.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    probe_end: Option<TcpSeqNumber>,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -666,6 +701,12 @@ impl<'a> Socket<'a> {
             high_rxt: TcpSeqNumber::default(),
             #[cfg(feature = "socket-tcp-loss-recovery")]
             scoreboard: recovery::Scoreboard::new(),
+            #[cfg(feature = "socket-tcp-loss-recovery")]
+            loss_timer: None,
+            #[cfg(feature = "socket-tcp-loss-recovery")]
+            probe_pending: false,
+            #[cfg(feature = "socket-tcp-loss-recovery")]
+            probe_end: None,
             ack_delay: Some(ACK_DELAY_DEFAULT),
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
@@ -1030,6 +1071,9 @@ impl<'a> Socket<'a> {
             self.recover = None;
             self.high_rxt = TcpSeqNumber::default();
             self.scoreboard.clear();
+            self.loss_timer = None;
+            self.probe_pending = false;
+            self.probe_end = None;
         }
 
         #[cfg(feature = "async")]
@@ -1745,16 +1789,13 @@ impl<'a> Socket<'a> {
                         || (self.remote_has_sack
                             && self.scoreboard.is_lost(ack_number, self.remote_mss));
                     if past_recover && lost {
-                        net_debug!("loss detected: entering fast recovery");
-                        self.recovery = Some(Recovery {
-                            point: self.remote_last_seq,
-                            after_rto: false,
-                        });
-                        self.high_rxt = ack_number;
-                        self.congestion_controller
-                            .inner_mut()
-                            .on_loss(cx.now(), in_flight);
-                        self.pending_fast_retransmit = true;
+                        self.enter_recovery(cx.now());
+                    } else if past_recover
+                        && newly_sacked > 0
+                        && !matches!(self.loss_timer, Some((_, LossTimer::Reorder)))
+                    {
+                        let window = self.reorder_window();
+                        self.loss_timer = Some((cx.now() + window, LossTimer::Reorder));
                     }
                 }
                 // Without SACK, each duplicate ACK is a segment that left the
@@ -1807,6 +1848,98 @@ impl<'a> Socket<'a> {
                 new_flight_size,
                 &self.rtte,
             );
+        }
+        if ack_len > 0 {
+            // The hole the reordering window waited on may be filled; and
+            // once the ACK passes the last probe, the next tail may have one.
+            if matches!(self.loss_timer, Some((_, LossTimer::Reorder))) {
+                self.loss_timer = None;
+            }
+            if self.probe_end.is_some_and(|end| ack_number >= end) {
+                self.probe_end = None;
+            }
+        }
+    }
+
+    /// Loss is detected: begin a recovery, cutting the congestion window
+    /// once for it, and send the segment at SND.UNA again at once.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn enter_recovery(&mut self, now: Instant) {
+        net_debug!("loss detected: entering fast recovery");
+        let in_flight = self.flight_size();
+        self.recovery = Some(Recovery {
+            point: self.remote_last_seq,
+            after_rto: false,
+        });
+        self.high_rxt = self.local_seq_no;
+        self.congestion_controller
+            .inner_mut()
+            .on_loss(now, in_flight);
+        self.pending_fast_retransmit = true;
+        self.loss_timer = None;
+        self.probe_pending = false;
+    }
+
+    /// RACK's reordering window: a quarter of the smoothed RTT, at least
+    /// `REORDER_WINDOW_MIN` (RFC 8985 section 6.2.1 takes min_RTT / 4).
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn reorder_window(&self) -> Duration {
+        let srtt = if self.rtte.have_measurement { self.rtte.srtt } else { 0 };
+        Duration::from_millis(u64::from(srtt / 4)).max(REORDER_WINDOW_MIN)
+    }
+
+    /// Arm the tail loss probe for what is in flight (RFC 8985 section
+    /// 7.2), once there is an RTT to time it by, outside recovery, and not
+    /// again before the ACK passes the last probe. A probe timeout no
+    /// sooner than the retransmission timeout is left to that timer.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn arm_loss_probe(&mut self, now: Instant) {
+        if matches!(self.loss_timer, Some((_, LossTimer::Reorder))) {
+            return;
+        }
+        self.loss_timer = None;
+        let in_flight = self.flight_size();
+        if in_flight == 0
+            || self.recovery.is_some()
+            || self.probe_end.is_some()
+            || !self.rtte.have_measurement
+        {
+            return;
+        }
+        let mut pto =
+            Duration::from_millis(2 * u64::from(self.rtte.srtt)).max(PROBE_TIMEOUT_MIN);
+        if in_flight <= self.remote_mss {
+            pto += PROBE_DELAYED_ACK;
+        }
+        if pto < self.rtte.retransmission_timeout() {
+            self.loss_timer = Some((now + pto, LossTimer::Probe));
+        }
+    }
+
+    /// The loss timer fired: a hole still open after the reordering window
+    /// is lost; a tail not heard of is probed.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn on_loss_timer(&mut self, now: Instant) {
+        let Some((at, kind)) = self.loss_timer else {
+            return;
+        };
+        if now < at {
+            return;
+        }
+        self.loss_timer = None;
+        if self.recovery.is_some() || self.flight_size() == 0 {
+            return;
+        }
+        match kind {
+            LossTimer::Reorder => {
+                if !self.scoreboard.is_empty() && self.recover.is_none_or(|r| self.local_seq_no > r) {
+                    self.enter_recovery(now);
+                }
+            }
+            LossTimer::Probe => {
+                net_debug!("tail loss probe");
+                self.probe_pending = true;
+            }
         }
     }
 
@@ -2542,6 +2675,12 @@ impl<'a> Socket<'a> {
             _ => {}
         }
 
+        // A tail that goes unheard of is probed (RFC 8985 section 7.2).
+        #[cfg(feature = "socket-tcp-loss-recovery")]
+        if ack_len > 0 {
+            self.arm_loss_probe(cx.now());
+        }
+
         // start/stop the Zero Window Probe timer.
         if self.remote_win_len == 0
             && !self.tx_buffer.is_empty()
@@ -2689,7 +2828,9 @@ impl<'a> Socket<'a> {
         // Holes a SACK-based recovery wants filled go first, as fast
         // retransmits do.
         #[cfg(feature = "socket-tcp-loss-recovery")]
-        if self.next_retransmission(effective_mss).is_some() {
+        if self.next_retransmission(effective_mss).is_some()
+            || (self.probe_pending && self.flight_size() > 0)
+        {
             return true;
         }
 
@@ -2840,6 +2981,9 @@ impl<'a> Socket<'a> {
             .inner_mut()
             .pre_transmit(cx.now());
 
+        #[cfg(feature = "socket-tcp-loss-recovery")]
+        self.on_loss_timer(cx.now());
+
         // Check if any state needs to be changed because of a timer.
         if self.timed_out(cx.now()) {
             // If a timeout expires, we should abort the connection.
@@ -2877,6 +3021,8 @@ impl<'a> Socket<'a> {
                     });
                     self.high_rxt = self.local_seq_no;
                     self.pending_fast_retransmit = false;
+                    self.loss_timer = None;
+                    self.probe_pending = false;
                     if !self.remote_has_sack {
                         self.remote_last_seq = self.local_seq_no;
                     }
@@ -3035,7 +3181,14 @@ impl<'a> Socket<'a> {
                 } else {
                     #[cfg(feature = "socket-tcp-loss-recovery")]
                     {
-                        self.next_retransmission(effective_mss)
+                        self.next_retransmission(effective_mss).or_else(|| {
+                            // A probe sends the last segment again.
+                            let flight = self.flight_size();
+                            (self.probe_pending && flight > 0).then(|| {
+                                let len = flight.min(effective_mss);
+                                (flight - len, len)
+                            })
+                        })
                     }
                     #[cfg(not(feature = "socket-tcp-loss-recovery"))]
                     {
@@ -3056,6 +3209,11 @@ impl<'a> Socket<'a> {
                     }
 
                     self.pending_fast_retransmit = false;
+                    #[cfg(feature = "socket-tcp-loss-recovery")]
+                    if self.probe_pending {
+                        self.probe_pending = false;
+                        self.probe_end = Some(self.remote_last_seq);
+                    }
 
                     offset
                 } else {
@@ -3249,13 +3407,6 @@ impl<'a> Socket<'a> {
         self.remote_last_seq = self
             .remote_last_seq
             .max(repr.seq_number + repr.segment_len());
-        #[cfg(feature = "socket-tcp-loss-recovery")]
-        if let Some(end) = retransmitted_end {
-            // RFC 6675 HighRxt; and an RTT sample across a retransmission
-            // would be ambiguous (Karn).
-            self.high_rxt = self.high_rxt.max(end);
-            self.rtte.on_retransmit();
-        }
         self.remote_last_ack = repr.ack_number;
         self.remote_last_win = repr.window_len;
 
@@ -3273,6 +3424,21 @@ impl<'a> Socket<'a> {
             // so that it will expire after RTO seconds.
             let rto = self.rtte.retransmission_timeout();
             self.timer.set_for_retransmit(cx.now(), rto);
+        }
+
+        #[cfg(feature = "socket-tcp-loss-recovery")]
+        let sent_data = repr.segment_len() > 0;
+        #[cfg(feature = "socket-tcp-loss-recovery")]
+        match retransmitted_end {
+            Some(end) => {
+                // RFC 6675 HighRxt; and an RTT sample across a retransmission
+                // would be ambiguous (Karn).
+                self.high_rxt = self.high_rxt.max(end);
+                self.rtte.on_retransmit();
+            }
+            // New data (re)starts the probe timer (RFC 8985 section 7.2).
+            None if sent_data => self.arm_loss_probe(cx.now()),
+            None => {}
         }
 
         if self.state == State::Closed {
@@ -3324,8 +3490,16 @@ impl<'a> Socket<'a> {
                 (_, _) => PollAt::Ingress,
             };
 
+            #[cfg(feature = "socket-tcp-loss-recovery")]
+            let loss_poll_at = match self.loss_timer {
+                Some((at, _)) => PollAt::Time(at),
+                None => PollAt::Ingress,
+            };
+            #[cfg(not(feature = "socket-tcp-loss-recovery"))]
+            let loss_poll_at = PollAt::Ingress;
+
             // We wait for the earliest of our timers to fire.
-            *[self.timer.poll_at(), timeout_poll_at, delayed_ack_poll_at]
+            *[self.timer.poll_at(), timeout_poll_at, delayed_ack_poll_at, loss_poll_at]
                 .iter()
                 .min()
                 .unwrap_or(&PollAt::Ingress)
@@ -7466,6 +7640,20 @@ mod test {
             window_len: 6,
             ..SEND_TEMPL
         });
+        // With loss recovery, a tail loss probe goes first, 2 SRTT (and a
+        // delayed ACK's time, for a flight of one segment) after the ACK;
+        // it leaves the retransmission timer running.
+        #[cfg(feature = "socket-tcp-loss-recovery")]
+        {
+            recv_nothing!(s, time 1839);
+            recv!(s, time 1840, Ok(TcpRepr {
+                control:    TcpControl::Psh,
+                seq_number: LOCAL_SEQ + 1 + 6,
+                ack_number: Some(REMOTE_SEQ + 1),
+                payload:    &b"012345"[..],
+                ..RECV_TEMPL
+            }), exact);
+        }
         // The ACK of the first packet should restart the retransmit timer and delay a retransmission.
         recv_nothing!(s, time 2399);
         // The second packet should be re-sent.
@@ -7839,12 +8027,14 @@ mod test {
         });
     }
 
-    /// Send `data` in segments of 3 at `time`, each taken by the test.
+    /// Send `data` in segments of 3 at `time`, after what was sent before,
+    /// each taken by the test.
     #[cfg(feature = "socket-tcp-loss-recovery")]
     fn send_in_threes(s: &mut TestSocket, time: i64, data: &'static [u8]) {
+        let sent = s.remote_last_seq - (LOCAL_SEQ + 1);
         s.send_slice(data).unwrap();
         for (i, chunk) in data.chunks(3).enumerate() {
-            retransmitted(s, time, 3 * i, chunk);
+            retransmitted(s, time, sent + 3 * i, chunk);
         }
     }
 
@@ -7922,6 +8112,31 @@ mod test {
 
     #[test]
     #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn test_a_lost_tail_is_probed_after_two_srtt() {
+        let mut s = socket_established();
+        s.remote_mss = 3;
+        s.remote_has_sack = true;
+        // An RTT sample of 10 ms.
+        send_in_threes(&mut s, 0, b"xyz");
+        send!(s, time 10, sack_ack(3, &[]));
+        // The whole tail of a flight is lost: no ACK comes back. After
+        // 2 SRTT its last segment goes again (RFC 8985 section 7.3), long
+        // before the retransmission timer; then no other probe.
+        send_in_threes(&mut s, 1000, b"aaaBBBccc");
+        recv_nothing!(s, time 1019);
+        retransmitted(&mut s, 1020, 9, b"ccc");
+        recv_nothing!(s, time 1100);
+        // The probe draws a duplicate ACK that SACKs it: the reordering
+        // window later, the hole is lost and recovery repairs it.
+        send!(s, time 1101, sack_ack(3, &[(9, 12)]));
+        retransmitted(&mut s, 1103, 3, b"aaa");
+        retransmitted(&mut s, 1103, 6, b"BBB");
+        send!(s, time 1110, sack_ack(12, &[]));
+        assert_eq!(s.recovery, None);
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-loss-recovery")]
     fn test_newreno_partial_ack_resends_the_next_hole_at_once() {
         let mut s = socket_established();
         s.remote_mss = 3;
@@ -7944,18 +8159,24 @@ mod test {
 
     #[test]
     #[cfg(feature = "socket-tcp-loss-recovery")]
-    fn test_rto_with_sack_resends_only_what_was_not_sacked() {
+    fn test_a_hole_still_open_after_the_reordering_window_is_lost_and_an_rto_resends_what_was_not_sacked() {
         let mut s = socket_established();
         s.remote_mss = 3;
         s.remote_has_sack = true;
         send!(s, time 0, sack_ack(0, &[]));
         send_in_threes(&mut s, 1000, b"aaaBBBcccDDDeeeFFFgggHHH");
-        // Too little SACKed for a hole to count as lost.
+        // Too little SACKed for a hole to count as lost by the count of
+        // segments; once the reordering window has passed it is, and the
+        // holes below the highest SACKed byte go (NextSeg rule 3).
         send!(s, time 1050, sack_ack(0, &[(12, 15), (18, 21)]));
+        recv_nothing!(s, time 1050);
+        for (at, payload) in [(0, &b"aaa"[..]), (3, b"BBB"), (6, b"ccc"), (9, b"DDD"), (15, b"FFF")] {
+            retransmitted(&mut s, 1052, at, payload);
+        }
         recv_nothing!(s, time 1100);
-        // The retransmission timer (1 s, no RTT sample yet) resends every
-        // byte not SACKed, the tail included (RFC 6675 section 5.1), and
-        // nothing else.
+        // The retransmissions are lost too. The retransmission timer (1 s,
+        // no RTT sample yet) resends every byte not SACKed, the tail
+        // included (RFC 6675 section 5.1), and nothing else.
         for (at, payload) in [
             (0, &b"aaa"[..]),
             (3, b"BBB"),
