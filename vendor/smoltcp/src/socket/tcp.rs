@@ -300,6 +300,9 @@ struct Recovery {
     /// for lost (RFC 6675 section 5.1), and the window grows by slow start
     /// from one segment meanwhile.
     after_rto: bool,
+    /// SND.UNA was sent again for want of an ACK a probe timeout after its
+    /// retransmission: once per episode, and the RTO after that.
+    probed: bool,
 }
 
 /// What the loss timer is for (RFC 8985).
@@ -600,6 +603,9 @@ pub struct Socket<'a> {
     /// SND.NXT when the last probe went; no other until the ACK passes it.
     #[cfg(feature = "socket-tcp-loss-recovery")]
     probe_end: Option<TcpSeqNumber>,
+    /// When the segment at SND.UNA was last sent again in this recovery.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    una_rxt_at: Option<Instant>,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -707,6 +713,8 @@ impl<'a> Socket<'a> {
             probe_pending: false,
             #[cfg(feature = "socket-tcp-loss-recovery")]
             probe_end: None,
+            #[cfg(feature = "socket-tcp-loss-recovery")]
+            una_rxt_at: None,
             ack_delay: Some(ACK_DELAY_DEFAULT),
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
@@ -1074,6 +1082,7 @@ impl<'a> Socket<'a> {
             self.loss_timer = None;
             self.probe_pending = false;
             self.probe_end = None;
+            self.una_rxt_at = None;
         }
 
         #[cfg(feature = "async")]
@@ -1781,23 +1790,7 @@ impl<'a> Socket<'a> {
             );
             let in_flight = self.flight_size();
             match self.recovery {
-                None => {
-                    // RFC 6582 section 3.2 step 1: only an ACK past the last
-                    // recovery begins a new one.
-                    let past_recover = self.recover.is_none_or(|r| ack_number > r);
-                    let lost = self.local_rx_dup_acks >= 3
-                        || (self.remote_has_sack
-                            && self.scoreboard.is_lost(ack_number, self.remote_mss));
-                    if past_recover && lost {
-                        self.enter_recovery(cx.now());
-                    } else if past_recover
-                        && newly_sacked > 0
-                        && !matches!(self.loss_timer, Some((_, LossTimer::Reorder)))
-                    {
-                        let window = self.reorder_window();
-                        self.loss_timer = Some((cx.now() + window, LossTimer::Reorder));
-                    }
-                }
+                None => self.detect_loss(cx.now(), ack_number),
                 // Without SACK, each duplicate ACK is a segment that left the
                 // network: inflate the window (RFC 6582 section 3.2 step 3).
                 Some(Recovery { after_rto: false, .. }) if !self.remote_has_sack => {
@@ -1806,6 +1799,20 @@ impl<'a> Socket<'a> {
                         self.remote_mss,
                         in_flight,
                     );
+                }
+                // Data sent after the retransmission at SND.UNA is SACKed
+                // an RTT and a reordering window after it went, and SND.UNA
+                // has not moved: that retransmission is lost too (RACK,
+                // RFC 8985 section 6.2). NextSeg starts over from SND.UNA.
+                Some(_) if newly_sacked > 0 => {
+                    let rtt = Duration::from_millis(u64::from(self.rtte.srtt));
+                    let window = rtt + self.reorder_window();
+                    if self.una_rxt_at.is_some_and(|at| cx.now() >= at + window) {
+                        net_debug!("retransmission at {} lost", ack_number);
+                        self.high_rxt = ack_number;
+                        self.pending_fast_retransmit = true;
+                        self.una_rxt_at = None;
+                    }
                 }
                 Some(_) => {}
             }
@@ -1835,6 +1842,7 @@ impl<'a> Socket<'a> {
                 // leaves fast recovery until the episode ends; after an RTO
                 // it grows by slow start.
                 self.high_rxt = self.high_rxt.max(ack_number);
+                self.una_rxt_at = None;
                 if !self.remote_has_sack && !rec.after_rto {
                     self.pending_fast_retransmit = true;
                 }
@@ -1850,34 +1858,65 @@ impl<'a> Socket<'a> {
             );
         }
         if ack_len > 0 {
-            // The hole the reordering window waited on may be filled; and
-            // once the ACK passes the last probe, the next tail may have one.
+            // The hole the reordering window waited on is filled; there may
+            // be another at the new SND.UNA. Once the ACK passes the last
+            // probe, the next tail may have one.
             if matches!(self.loss_timer, Some((_, LossTimer::Reorder))) {
                 self.loss_timer = None;
             }
             if self.probe_end.is_some_and(|end| ack_number >= end) {
                 self.probe_end = None;
             }
+            if self.recovery.is_none() {
+                self.detect_loss(cx.now(), ack_number);
+            }
+        }
+    }
+
+    /// Outside recovery, with SND.UNA at `una`: is the hole there lost? It
+    /// is after three duplicate ACKs, or when enough is SACKed above it
+    /// (RFC 6675 IsLost); otherwise, if anything is SACKed above it, it is
+    /// once the reordering window has passed with the hole still open.
+    /// Without SACK, only an ACK past the last recovery begins a new one
+    /// (RFC 6582 section 3.2 step 1).
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn detect_loss(&mut self, now: Instant, una: TcpSeqNumber) {
+        // Without SACK, duplicate ACKs up to the last recovery's point may
+        // be echoes of its own retransmissions; with SACK they are not.
+        if !self.remote_has_sack && self.recover.is_some_and(|r| una <= r) {
+            return;
+        }
+        let lost = self.local_rx_dup_acks >= 3
+            || (self.remote_has_sack && self.scoreboard.is_lost(una, self.remote_mss));
+        if lost {
+            self.enter_recovery(now, una);
+        } else if !self.scoreboard.is_empty()
+            && !matches!(self.loss_timer, Some((_, LossTimer::Reorder)))
+        {
+            let window = self.reorder_window();
+            self.loss_timer = Some((now + window, LossTimer::Reorder));
         }
     }
 
     /// Loss is detected: begin a recovery, cutting the congestion window
     /// once for it, and send the segment at SND.UNA again at once.
     #[cfg(feature = "socket-tcp-loss-recovery")]
-    fn enter_recovery(&mut self, now: Instant) {
+    fn enter_recovery(&mut self, now: Instant, una: TcpSeqNumber) {
         net_debug!("loss detected: entering fast recovery");
         let in_flight = self.flight_size();
         self.recovery = Some(Recovery {
             point: self.remote_last_seq,
             after_rto: false,
+            probed: false,
         });
-        self.high_rxt = self.local_seq_no;
+        self.high_rxt = una;
         self.congestion_controller
             .inner_mut()
             .on_loss(now, in_flight);
         self.pending_fast_retransmit = true;
         self.loss_timer = None;
         self.probe_pending = false;
+        self.una_rxt_at = None;
     }
 
     /// RACK's reordering window: a quarter of the smoothed RTT, at least
@@ -1889,31 +1928,35 @@ impl<'a> Socket<'a> {
     }
 
     /// Arm the tail loss probe for what is in flight (RFC 8985 section
-    /// 7.2), once there is an RTT to time it by, outside recovery, and not
-    /// again before the ACK passes the last probe. A probe timeout no
+    /// 7.2), once there is an RTT to time it by, outside recovery (whose
+    /// own timer this leaves alone), and not again before the ACK passes
+    /// the last probe. A probe timeout no
     /// sooner than the retransmission timeout is left to that timer.
     #[cfg(feature = "socket-tcp-loss-recovery")]
     fn arm_loss_probe(&mut self, now: Instant) {
-        if matches!(self.loss_timer, Some((_, LossTimer::Reorder))) {
+        if self.recovery.is_some() || matches!(self.loss_timer, Some((_, LossTimer::Reorder))) {
             return;
         }
         self.loss_timer = None;
         let in_flight = self.flight_size();
-        if in_flight == 0
-            || self.recovery.is_some()
-            || self.probe_end.is_some()
-            || !self.rtte.have_measurement
-        {
+        if in_flight == 0 || self.probe_end.is_some() || !self.rtte.have_measurement {
             return;
         }
-        let mut pto =
-            Duration::from_millis(2 * u64::from(self.rtte.srtt)).max(PROBE_TIMEOUT_MIN);
+        let mut pto = self.probe_timeout();
         if in_flight <= self.remote_mss {
             pto += PROBE_DELAYED_ACK;
         }
         if pto < self.rtte.retransmission_timeout() {
             self.loss_timer = Some((now + pto, LossTimer::Probe));
         }
+    }
+
+    /// Two smoothed RTTs, at least `PROBE_TIMEOUT_MIN` (RFC 8985 section
+    /// 7.2).
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn probe_timeout(&self) -> Duration {
+        let srtt = if self.rtte.have_measurement { self.rtte.srtt } else { 0 };
+        Duration::from_millis(2 * u64::from(srtt)).max(PROBE_TIMEOUT_MIN)
     }
 
     /// The loss timer fired: a hole still open after the reordering window
@@ -1927,13 +1970,28 @@ impl<'a> Socket<'a> {
             return;
         }
         self.loss_timer = None;
-        if self.recovery.is_some() || self.flight_size() == 0 {
+        if self.flight_size() == 0 {
+            return;
+        }
+        if self.recovery.is_some() {
+            // SND.UNA was sent again a probe timeout ago and has not been
+            // acknowledged: that retransmission is lost as well.
+            if let Some(rec) = &mut self.recovery
+                && kind == LossTimer::Probe
+                && self.una_rxt_at.is_some()
+            {
+                net_debug!("retransmission at {} lost", self.local_seq_no);
+                rec.probed = true;
+                self.high_rxt = self.local_seq_no;
+                self.pending_fast_retransmit = true;
+                self.una_rxt_at = None;
+            }
             return;
         }
         match kind {
             LossTimer::Reorder => {
-                if !self.scoreboard.is_empty() && self.recover.is_none_or(|r| self.local_seq_no > r) {
-                    self.enter_recovery(now);
+                if !self.scoreboard.is_empty() {
+                    self.enter_recovery(now, self.local_seq_no);
                 }
             }
             LossTimer::Probe => {
@@ -3018,6 +3076,7 @@ impl<'a> Socket<'a> {
                     self.recovery = Some(Recovery {
                         point: self.remote_last_seq,
                         after_rto: true,
+                        probed: false,
                     });
                     self.high_rxt = self.local_seq_no;
                     self.pending_fast_retransmit = false;
@@ -3205,7 +3264,7 @@ impl<'a> Socket<'a> {
                     repr.payload = self.tx_buffer.get_allocated(offset, size);
                     #[cfg(feature = "socket-tcp-loss-recovery")]
                     {
-                        retransmitted_end = Some(repr.seq_number + repr.payload.len());
+                        retransmitted_end = Some((offset, repr.seq_number + repr.payload.len()));
                     }
 
                     self.pending_fast_retransmit = false;
@@ -3430,11 +3489,20 @@ impl<'a> Socket<'a> {
         let sent_data = repr.segment_len() > 0;
         #[cfg(feature = "socket-tcp-loss-recovery")]
         match retransmitted_end {
-            Some(end) => {
+            Some((offset, end)) => {
                 // RFC 6675 HighRxt; and an RTT sample across a retransmission
                 // would be ambiguous (Karn).
                 self.high_rxt = self.high_rxt.max(end);
                 self.rtte.on_retransmit();
+                if let Some(rec) = self.recovery
+                    && offset == 0
+                {
+                    self.una_rxt_at = Some(cx.now());
+                    if !rec.probed && self.rtte.have_measurement {
+                        let pto = self.probe_timeout();
+                        self.loss_timer = Some((cx.now() + pto, LossTimer::Probe));
+                    }
+                }
             }
             // New data (re)starts the probe timer (RFC 8985 section 7.2).
             None if sent_data => self.arm_loss_probe(cx.now()),
