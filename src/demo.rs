@@ -7,7 +7,7 @@
 
 use crate::app::{HostApp, IoApp, Watch};
 use crate::bench::options::{BenchOptions, Setting};
-use crate::bench::point::Point;
+use crate::bench::point::{Point, RawTcp};
 use crate::bench::run::{BenchError, run_point};
 use crate::bench::stats::SPREAD_LIMIT;
 use crate::driver::clock::Clock;
@@ -380,7 +380,8 @@ pub fn savings(o: &DemoOptions) -> Result<Savings, BenchError> {
         mtu: o.mtu,
         ddgst: o.digests.data,
         offload,
+        ..Setting::default()
     };
-    let point = |offload| run_point(&setting(offload), &bench, (0.0, 0.0), || {});
+    let point = |offload| run_point(&setting(offload), &bench, RawTcp::default(), || {});
     Ok(Savings { offloaded: point(o.offload)?, software: point(Caps::NONE)? })
 }

@@ -139,6 +139,9 @@ fn bad_numbers_and_names_fail_before_any_work() {
         refused(&["demo", "--queues", queues], "I/O queues must be 1..=128");
     }
     refused(&["bench", "--reps", "0"], "--reps");
+    for loss in ["1.5", "x", "0,0.01,2"] {
+        refused(&["bench", "--loss", loss], "is not a probability between 0 and 1");
+    }
     refused(&["host", "--connect", p, "io", "--size", "0"], "--size 0 transfers nothing");
     refused(&["host", "--connect", p, "--nqn", "not an nqn", "identify"], "is not an NQN");
     refused(&["controller", "--nqn", "not an nqn"], "is not an NQN");

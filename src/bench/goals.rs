@@ -106,6 +106,7 @@ impl Select {
             mtu: self.mtu.unwrap_or(s.mtu),
             ddgst: self.ddgst.unwrap_or(s.ddgst),
             offload: self.offload.unwrap_or(s.offload),
+            impair: s.impair,
         }
     }
 }
@@ -186,8 +187,12 @@ impl Goal {
         };
         let s = &top.setting;
         let digest = if s.ddgst { "data digest" } else { "no data digest" };
+        let impaired = match s.impair.is_clean() {
+            true => String::new(),
+            false => format!(", {}", s.impair),
+        };
         let what = format!(
-            "{} ({}, {digest}, qd {}, mtu {})",
+            "{} ({}, {digest}, qd {}, mtu {}{impaired})",
             self.what,
             format_size(u64::from(s.bs)),
             s.qd,
@@ -239,8 +244,16 @@ mod tests {
     const SHIPPED: &str = include_str!("../../benches/goals.json");
 
     fn point(transport: TransportType, rw: Rw, offload: Caps, cpu: f64, spread: f64) -> Point {
-        let setting =
-            Setting { transport, bs: 128 << 10, rw, qd: 32, mtu: 9000, ddgst: true, offload };
+        let setting = Setting {
+            transport,
+            bs: 128 << 10,
+            rw,
+            qd: 32,
+            mtu: 9000,
+            ddgst: true,
+            offload,
+            ..Setting::default()
+        };
         let median = Measures {
             iops: 1.0,
             bytes_per_sec: 1e9,

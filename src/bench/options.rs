@@ -1,10 +1,10 @@
 //! What a bench run measures: the options, and the matrix of settings they
-//! make. Only the choice of points; it must never run or judge one.
+//! make (impairments of the wire included). Only the choice of points; it must never run or judge one.
 
 use crate::driver::transport::TransportType;
 use crate::workload::Rw;
 use serde::Serialize;
-use smoltcp_glue::LinkName;
+use smoltcp_glue::{LinkName, Profile};
 use std::fmt;
 use std::time::Duration;
 use ulp_ddp::Caps;
@@ -37,12 +37,45 @@ pub struct BenchOptions {
     /// On threads, how long host and controller poll after their last
     /// progress before they sleep (zero: at once).
     pub busy_poll: Duration,
+    /// Chances per frame, each direction, that the in-process wire loses,
+    /// reorders or duplicates it (as `demo --loss` etc.): axes of the
+    /// matrix.
+    pub loss: Vec<f64>,
+    pub reorder: Vec<f64>,
+    pub duplicate: Vec<f64>,
+    /// Where the impairments' seeds come from: repetition `r` uses
+    /// [`rep_seed`]`(seed, r)`.
+    pub seed: u64,
+}
+
+/// The impairments' seed of repetition `rep`: a different one each
+/// repetition, the same for every point (so points at one setting meet
+/// the same luck), and the same from one bench run to the next.
+pub fn rep_seed(seed: u64, rep: usize) -> u64 {
+    // splitmix64 of the pair.
+    let mut z = seed.wrapping_add((rep as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 impl BenchOptions {
     /// Whether the parts run on threads of their own.
     pub fn threaded(&self) -> bool {
         self.threads || self.link.is_some()
+    }
+
+    /// Every impairment of the matrix, in order.
+    pub fn impairments(&self) -> Vec<Impair> {
+        let mut v = Vec::new();
+        for &reorder in &self.reorder {
+            for &duplicate in &self.duplicate {
+                for &loss in &self.loss {
+                    v.push(Impair { loss, reorder, duplicate });
+                }
+            }
+        }
+        v
     }
 
     /// Every point of the matrix, in order.
@@ -52,10 +85,21 @@ impl BenchOptions {
             for &rw in &self.rw {
                 for &ddgst in &self.ddgst {
                     for &mtu in &self.mtu {
-                        for &qd in &self.qd {
-                            for &bs in &self.bs {
-                                for &offload in &self.offload {
-                                    v.push(Setting { transport, bs, rw, qd, mtu, ddgst, offload });
+                        for impair in self.impairments() {
+                            for &qd in &self.qd {
+                                for &bs in &self.bs {
+                                    for &offload in &self.offload {
+                                        v.push(Setting {
+                                            transport,
+                                            bs,
+                                            rw,
+                                            qd,
+                                            mtu,
+                                            ddgst,
+                                            offload,
+                                            impair,
+                                        });
+                                    }
                                 }
                             }
                         }
@@ -86,12 +130,48 @@ impl Default for BenchOptions {
             link: None,
             busy_poll: Duration::ZERO,
             threads: false,
+            loss: vec![0.0],
+            reorder: vec![0.0],
+            duplicate: vec![0.0],
+            seed: 1,
         }
     }
 }
 
+/// What the in-process wire does to frames, each direction: chances per
+/// frame, as `demo --loss/--reorder/--duplicate` take them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Impair {
+    pub loss: f64,
+    pub reorder: f64,
+    pub duplicate: f64,
+}
+
+impl Impair {
+    /// The profile each end's impairments apply to the frames it receives.
+    pub fn profile(&self) -> Profile {
+        Profile {
+            loss: self.loss,
+            reorder: self.reorder,
+            duplicate: self.duplicate,
+            ..Profile::default()
+        }
+    }
+
+    pub fn is_clean(&self) -> bool {
+        self.profile().is_clean()
+    }
+}
+
+impl fmt::Display for Impair {
+    /// `loss=0.01 reorder=0 duplicate=0`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "loss={} reorder={} duplicate={}", self.loss, self.reorder, self.duplicate)
+    }
+}
+
 /// One setting of the matrix: what a point runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Setting {
     pub transport: TransportType,
     pub bs: u32,
@@ -102,6 +182,9 @@ pub struct Setting {
     /// Written as its name ("none", "crc", "all", "ddp+crc").
     #[serde(serialize_with = "as_name")]
     pub offload: Caps,
+    /// Written as its fields: loss, reorder, duplicate.
+    #[serde(flatten)]
+    pub impair: Impair,
 }
 
 fn as_name<S: serde::Serializer>(caps: &Caps, s: S) -> Result<S::Ok, S::Error> {
@@ -109,7 +192,8 @@ fn as_name<S: serde::Serializer>(caps: &Caps, s: S) -> Result<S::Ok, S::Error> {
 }
 
 impl fmt::Display for Setting {
-    /// `tcp read bs=131072 qd=32 mtu=9000 ddgst=true offload=all`
+    /// `tcp read bs=131072 qd=32 mtu=9000 ddgst=true offload=all`, then
+    /// ` loss=0.01 reorder=0 duplicate=0` if the wire is impaired.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -121,6 +205,10 @@ impl fmt::Display for Setting {
             self.mtu,
             self.ddgst,
             self.offload
-        )
+        )?;
+        match self.impair.is_clean() {
+            true => Ok(()),
+            false => write!(f, " {}", self.impair),
+        }
     }
 }

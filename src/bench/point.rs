@@ -17,13 +17,16 @@ pub struct Point {
     /// The medians over the runs (written as their fields: iops, ...).
     #[serde(flatten)]
     pub median: Measures,
-    /// Raw smoltcp TCP throughput on the same medium and MTU.
+    /// Raw smoltcp TCP throughput on the same medium, MTU and impairments.
     pub raw_tcp_bytes_per_sec: f64,
     pub reps: usize,
     /// [min, max] over the repetitions.
     pub iops_range: [f64; 2],
     pub bytes_per_sec_range: [f64; 2],
     pub host_cpu_ns_per_io_range: [f64; 2],
+    pub lat_p99_us_range: [f64; 2],
+    pub offload_share_range: [f64; 2],
+    pub raw_tcp_bytes_per_sec_range: [f64; 2],
     /// (max - min) / median over the repetitions.
     pub bytes_per_sec_spread: f64,
     pub host_cpu_spread: f64,
@@ -33,6 +36,15 @@ pub struct Point {
     /// [`SPREAD_LIMIT`](crate::bench::stats::SPREAD_LIMIT): a goal may be
     /// judged on this point.
     pub steady: bool,
+}
+
+/// Raw TCP's throughput over its repetitions on one medium, MTU and
+/// impairment: the median, the spread and [min, max].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RawTcp {
+    pub median: f64,
+    pub spread: f64,
+    pub range: [f64; 2],
 }
 
 /// A measure of a point whose spread over the runs is known, so a goal
@@ -97,6 +109,8 @@ pub struct Measures {
     /// Receive and transmit data bytes the NIC digested, per I/O.
     pub nic_crc_bytes_per_io: f64,
     pub control_calls_per_io: f64,
+    /// The share of the data bytes the host received that the NIC had
+    /// placed (placed / received; zero when it received none).
     pub offload_share: f64,
     pub resync_latency_pdus: f64,
 }

@@ -69,6 +69,9 @@ pub struct Report {
     /// How long the threads polled before sleeping, in microseconds.
     pub busy_poll_us: u64,
     pub spread_limit: f64,
+    /// Where the impairments' seeds came from (`--seed`): repetition r
+    /// used [`rep_seed`](crate::bench::options::rep_seed)`(seed, r)`.
+    pub seed: u64,
     pub points: Vec<Point>,
     /// The goals given, checked against the points (none given: empty).
     #[serde(rename = "targets")]
@@ -90,6 +93,7 @@ impl Report {
             mode: if o.threaded() { "threads" } else { "lockstep" },
             busy_poll_us: o.busy_poll.as_micros() as u64,
             spread_limit: SPREAD_LIMIT,
+            seed: o.seed,
             goals: goals.check(&points),
             points,
         }

@@ -5,9 +5,10 @@
 
 use crate::app::HostApp;
 use crate::bench::clocks::{Clocks, Cpu, Mark, clock_read_cost, cpu_ns};
-use crate::bench::options::{BenchOptions, Setting};
-use crate::bench::point::{Measures, Point};
-use crate::bench::stats::{median, spread, summarize};
+use crate::bench::options::{BenchOptions, Impair, Setting, rep_seed};
+use crate::bench::point::{Measures, Point, RawTcp};
+use crate::bench::stats::{median, range, spread, summarize};
+use crate::demo::DemoOptions;
 use crate::driver::clock::Clock;
 use crate::driver::rawtcp::{self, RawTcpError};
 use crate::driver::smoltcp::{ControllerSide, HostSide, RunError, chain, run_host, serve, to_smol};
@@ -176,31 +177,35 @@ fn fresh_seed() -> u64 {
         .map_or(1, |d| d.as_nanos() as u64)
 }
 
-/// One run of `p` over a pair of media (host's, controller's).
+/// One run of `p` over a pair of media (host's, controller's), the
+/// impairments of `p` seeded with `seed` (the host's end) and `seed + 1`
+/// (the controller's), as the demo seeds them.
 fn run_once<M: Medium + Send + 'static>(
     host_m: M,
     ctrl_m: M,
     p: &Setting,
     o: &BenchOptions,
+    seed: u64,
 ) -> Result<Measures, BenchError> {
     let size = (64u64 << 20).max(u64::from(p.bs) * u64::from(p.qd) * u64::from(o.queues) * 4);
     let ns: Arc<dyn Namespace> = Arc::new(RamNamespace::new(size, 512)?);
     let cfg = TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() };
     let target = Target::new(cfg, vec![ns])?;
     let caps = p.offload;
-    let (hdev, hnic) = chain(host_m, Profile::default(), 1, None, caps)?;
-    let (cdev, cnic) = chain(ctrl_m, Profile::default(), 2, None, caps)?;
+    let impair = p.impair.profile();
+    let (hdev, hnic) = chain(host_m, impair, seed, None, caps)?;
+    let (cdev, cnic) = chain(ctrl_m, impair, seed.wrapping_add(1), None, caps)?;
     let clock = Clock::new();
     let now = to_smol(clock.now());
-    let seed = fresh_seed();
+    let stack_seed = fresh_seed();
     let hcfg = StackConfig {
-        seed,
+        seed: stack_seed,
         rx_buffer: 8 << 20,
         tx_buffer: 8 << 20,
         ..StackConfig::new(Ipv4Cidr::new(HOST_IP, 24))
     };
     let ccfg = StackConfig {
-        seed: seed ^ 0x5a5a,
+        seed: stack_seed ^ 0x5a5a,
         rx_buffer: 8 << 20,
         tx_buffer: 8 << 20,
         ..StackConfig::new(Ipv4Cidr::new(CONTROLLER_IP, 24))
@@ -211,6 +216,16 @@ fn run_once<M: Medium + Send + 'static>(
         io_queues: o.queues,
         queue_depth: p.qd,
         ..HostConfig::default()
+    };
+    // smoltcp recovers from loss slowly (see DemoOptions::IMPAIRED_KATO):
+    // the demo's timeouts for an impaired wire.
+    let host_cfg = match p.impair.is_clean() {
+        true => host_cfg,
+        false => HostConfig {
+            kato: DemoOptions::IMPAIRED_KATO,
+            command_timeout: DemoOptions::IMPAIRED_IO_TIMEOUT,
+            ..host_cfg
+        },
     };
     let hddp: Arc<dyn DdpDevice> = Arc::new(hnic.clone());
     let cddp: Arc<dyn DdpDevice> = Arc::new(cnic);
@@ -360,9 +375,10 @@ enum Media {
     Wire(smoltcp_glue::WireEnd, smoltcp_glue::WireEnd),
     Link(Link, Link),
 }
-/// Raw TCP throughput on the bench's medium at `mtu`, through the same NIC
-/// (checksum offload, no ULP offload): median of `reps`, and spread.
-pub fn raw_tcp(o: &BenchOptions, mtu: usize) -> Result<(f64, f64), BenchError> {
+/// Raw TCP throughput on the bench's medium at `mtu` under `impair`
+/// (seeded per repetition as the NVMe runs are), through the same NIC
+/// (checksum offload, no ULP offload): median of `reps`, spread and range.
+pub fn raw_tcp(o: &BenchOptions, mtu: usize, impair: Impair) -> Result<RawTcp, BenchError> {
     // As in the NVMe runs: the receiver (the host) has its NIC behind a
     // ring, on a thread or in lockstep.
     fn through_nic<M: Medium + Send + 'static>(
@@ -370,9 +386,10 @@ pub fn raw_tcp(o: &BenchOptions, mtu: usize) -> Result<(f64, f64), BenchError> {
         b: M,
         d: Duration,
         threads: bool,
+        (impair, seed): (Profile, u64),
     ) -> Result<f64, BenchError> {
-        let (a, _) = chain(a, Profile::default(), 1, None, Caps::NONE)?;
-        let (b, _) = chain(b, Profile::default(), 2, None, Caps::NONE)?;
+        let (a, _) = chain(a, impair, seed.wrapping_add(1), None, Caps::NONE)?;
+        let (b, _) = chain(b, impair, seed, None, Caps::NONE)?;
         if threads {
             let (ring, _nic) = NicThread::spawn(b)?;
             Ok(rawtcp::throughput(a, ring, d)?)
@@ -383,27 +400,30 @@ pub fn raw_tcp(o: &BenchOptions, mtu: usize) -> Result<(f64, f64), BenchError> {
     }
     let d = o.duration.max(Duration::from_millis(100));
     let mut v = Vec::new();
-    for _ in 0..o.reps.max(1) {
+    for rep in 0..o.reps.max(1) {
+        let how = (impair.profile(), rep_seed(o.seed, rep));
         v.push(match media(o, mtu)? {
-            Media::Wire(a, b) => through_nic(a, b, d, o.threaded())?,
-            Media::Link(a, b) => through_nic(a, b, d, o.threaded())?,
+            Media::Wire(a, b) => through_nic(a, b, d, o.threaded(), how)?,
+            Media::Link(a, b) => through_nic(a, b, d, o.threaded(), how)?,
         });
     }
-    Ok((median(v.clone()), spread(&v)))
+    Ok(RawTcp { median: median(v.clone()), spread: spread(&v), range: range(&v) })
 }
 
-/// Run one point `reps` times; `tick` is called after each run.
+/// Run one point `reps` times, repetition `r`'s impairments seeded with
+/// [`rep_seed`]`(o.seed, r)`; `tick` is called after each run.
 pub fn run_point(
     p: &Setting,
     o: &BenchOptions,
-    raw: (f64, f64),
+    raw: RawTcp,
     mut tick: impl FnMut(),
 ) -> Result<Point, BenchError> {
     let mut samples = Vec::new();
-    for _ in 0..o.reps.max(1) {
+    for rep in 0..o.reps.max(1) {
+        let seed = rep_seed(o.seed, rep);
         let s = match media(o, p.mtu)? {
-            Media::Wire(h, c) => run_once(h, c, p, o),
-            Media::Link(h, c) => run_once(h, c, p, o),
+            Media::Wire(h, c) => run_once(h, c, p, o, seed),
+            Media::Link(h, c) => run_once(h, c, p, o, seed),
         }
         .map_err(|e| BenchError::Point { setting: *p, source: Box::new(e) })?;
         samples.push(s);

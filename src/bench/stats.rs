@@ -3,7 +3,7 @@
 //! measure or hold a goal.
 
 use crate::bench::options::Setting;
-use crate::bench::point::{Measures, Point};
+use crate::bench::point::{Measures, Point, RawTcp};
 
 /// The most a point's spread may be for a verdict on it.
 pub const SPREAD_LIMIT: f64 = 0.10;
@@ -24,13 +24,18 @@ pub fn spread(v: &[f64]) -> f64 {
     if m > 0.0 { (hi - lo) / m } else { 0.0 }
 }
 
-/// A point from the runs of `setting`, with raw TCP's median and spread
-/// on its medium.
-pub fn summarize(setting: Setting, runs: &[Measures], (raw, raw_spread): (f64, f64)) -> Point {
+/// [min, max] of `v` ([0, 0] when empty).
+pub fn range(v: &[f64]) -> [f64; 2] {
+    match v.is_empty() {
+        true => [0.0; 2],
+        false => v.iter().fold([f64::MAX, f64::MIN], |[lo, hi], &x| [lo.min(x), hi.max(x)]),
+    }
+}
+
+/// A point from the runs of `setting`, with raw TCP's on its medium.
+pub fn summarize(setting: Setting, runs: &[Measures], raw: RawTcp) -> Point {
     let of = |f: fn(&Measures) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
-    let range = |f: fn(&Measures) -> f64| {
-        of(f).into_iter().fold([f64::MAX, f64::MIN], |[lo, hi], x| [lo.min(x), hi.max(x)])
-    };
+    let range = |f: fn(&Measures) -> f64| range(&of(f));
     let mut median_of = Measures::default();
     for (i, m) in median_of.each_mut().into_iter().enumerate() {
         *m = median(runs.iter().map(|r| *r.clone().each_mut()[i]).collect());
@@ -40,15 +45,18 @@ pub fn summarize(setting: Setting, runs: &[Measures], (raw, raw_spread): (f64, f
     Point {
         setting,
         median: median_of,
-        raw_tcp_bytes_per_sec: raw,
+        raw_tcp_bytes_per_sec: raw.median,
         reps: runs.len(),
         iops_range: range(|r| r.iops),
         bytes_per_sec_range: range(|r| r.bytes_per_sec),
         host_cpu_ns_per_io_range: range(|r| r.host_cpu_ns_per_io),
+        lat_p99_us_range: range(|r| r.lat_p99_us),
+        offload_share_range: range(|r| r.offload_share),
+        raw_tcp_bytes_per_sec_range: raw.range,
         bytes_per_sec_spread,
         host_cpu_spread,
         nic_cpu_spread: spread(&of(|r| r.nic_cpu_ns_per_io)),
-        raw_tcp_spread: raw_spread,
+        raw_tcp_spread: raw.spread,
         steady: bytes_per_sec_spread <= SPREAD_LIMIT && host_cpu_spread <= SPREAD_LIMIT,
     }
 }

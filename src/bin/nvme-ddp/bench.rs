@@ -6,7 +6,8 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use nvme_ddp::bench::goals::{Goals, Verdict};
-use nvme_ddp::bench::options::BenchOptions;
+use nvme_ddp::bench::options::{BenchOptions, Impair};
+use nvme_ddp::bench::point::RawTcp;
 use nvme_ddp::bench::report::Report;
 use nvme_ddp::bench::run::{raw_tcp, run_point};
 use nvme_ddp::bench::stats::SPREAD_LIMIT;
@@ -20,8 +21,8 @@ use std::time::Duration;
 use ulp_ddp::Caps;
 
 use crate::args::{
-    List, existing_iface, list, on_off, parse_busy_poll, parse_bytes, parse_on_off, parse_qd,
-    parse_queues, parse_rw, parse_via,
+    List, existing_iface, list, on_off, parse_busy_poll, parse_bytes, parse_chance, parse_on_off,
+    parse_qd, parse_queues, parse_rw, parse_via,
 };
 use crate::progress::interrupt_flag;
 use std::io::Write;
@@ -54,6 +55,25 @@ pub(crate) struct BenchArgs {
     /// IP MTUs of the in-process wire (default 1500,9000).
     #[arg(long, value_parser = |s: &str| list(s, |w| w.parse::<usize>().map_err(|e| format!("{w}: {e}"))))]
     mtu: Option<List<usize>>,
+    /// Chances a frame is lost, each direction, as `demo --loss` takes
+    /// one: a list to sweep, e.g. 0,0.001,0.005,0.01,0.02 (default 0).
+    /// Applied in this process to the frames each end receives, on the
+    /// in-process wire and over --tap/--iface alike (there, on top of
+    /// whatever the link itself does); raw TCP runs under the same.
+    #[arg(long, value_parser = |s: &str| list(s, parse_chance))]
+    loss: Option<List<f64>>,
+    /// Chances a frame is held back and overtaken, each direction: a list
+    /// to sweep (default 0).
+    #[arg(long, value_parser = |s: &str| list(s, parse_chance))]
+    reorder: Option<List<f64>>,
+    /// Chances a frame arrives twice, each direction: a list to sweep
+    /// (default 0).
+    #[arg(long, value_parser = |s: &str| list(s, parse_chance))]
+    duplicate: Option<List<f64>>,
+    /// Seed of the impairments: repetition r of every point uses a seed
+    /// made from this and r, so repetitions differ and bench runs repeat.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// I/O queues, 1 to 128.
     #[arg(long, default_value = "1", value_parser = parse_queues)]
     queues: u16,
@@ -151,6 +171,10 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         threads: a.threads,
         link,
         busy_poll: a.busy_poll.unwrap_or_default(),
+        loss: a.loss.map_or(d.loss, |l| l.0),
+        reorder: a.reorder.map_or(d.reorder, |l| l.0),
+        duplicate: a.duplicate.map_or(d.duplicate, |l| l.0),
+        seed: a.seed,
     };
     if o.bs.iter().any(|&b| b == 0 || b % 512 != 0) {
         bail!("block sizes must be multiples of 512");
@@ -166,35 +190,59 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let mut raw = std::collections::HashMap::new();
+    // Raw TCP on each MTU and impairment, measured when first needed.
+    let mut raw: Vec<((usize, Impair), RawTcp)> = Vec::new();
     let mut out = Vec::new();
-    // Ctrl-C or SIGTERM ends the matrix after the point running; what was
+    // Ctrl-C or SIGTERM ends the matrix after the point running, and so
+    // does a point that fails (a lossy one that gave up, say); what was
     // measured is still reported and written.
     let stop = interrupt_flag()?;
+    let mut failed = None;
     for p in &points {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        if let std::collections::hash_map::Entry::Vacant(e) = raw.entry(p.mtu) {
-            bar.set_message(format!("raw TCP at mtu {}", p.mtu));
-            let bps = if a.no_raw { (0.0, 0.0) } else { raw_tcp(&o, p.mtu)? };
-            e.insert(bps);
-        }
+        let at = (p.mtu, p.impair);
+        let ceiling = match raw.iter().find(|(k, _)| *k == at) {
+            Some(&(_, r)) => Ok(r),
+            None => {
+                bar.set_message(format!("raw TCP at mtu {}{}", p.mtu, impaired(p.impair)));
+                let r = if a.no_raw { Ok(RawTcp::default()) } else { raw_tcp(&o, p.mtu, p.impair) };
+                if let Ok(r) = r {
+                    raw.push((at, r));
+                }
+                r
+            }
+        };
         bar.set_message(format!(
-            "{} {} bs={} qd={} mtu={} ddgst={} offload={}",
+            "{} {} bs={} qd={} mtu={} ddgst={} offload={}{}",
             p.transport.name(),
             p.rw.name(),
             format_size(u64::from(p.bs)),
             p.qd,
             p.mtu,
             on_off(p.ddgst),
-            p.offload
+            p.offload,
+            impaired(p.impair),
         ));
-        out.push(run_point(p, &o, raw[&p.mtu], || bar.inc(1))?);
+        match ceiling.and_then(|r| run_point(p, &o, r, || bar.inc(1))) {
+            Ok(point) => out.push(point),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
     }
     bar.finish_and_clear();
+    let impaired_matrix = o.impairments().iter().any(|i| !i.is_clean());
+    // The impairment's columns, when the matrix has any.
+    let wire = |l: &str, r: &str, d: &str| match impaired_matrix {
+        true => format!("{l:>6} {r:>6} {d:>6} | "),
+        false => String::new(),
+    };
+    let pct = |v: f64| format!("{:.2}", v * 100.0);
     println!(
-        "{:<4} {:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>6} {:>8} | {:>8} {:>8} {:>8} {:>8} {:>5} | {:>9}",
+        "{:<4} {:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {}{:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>6} {:>8} | {:>8} {:>8} {:>8} {:>8} {:>7} {:>5} | {:>9}",
         "tr",
         "rw",
         "bs",
@@ -202,6 +250,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         "mtu",
         "ddgst",
         "offload",
+        wire("loss%", "reord%", "dup%"),
         "MB/s",
         "+-%",
         "IOPS",
@@ -214,12 +263,13 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         "crc/IO",
         "placed/IO",
         "nicCRC/IO",
+        "placed%",
         "calls",
         "raw MB/s"
     );
     for p in &out {
         println!(
-            "{:<4} {:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>5.1} | {:>9.1}{}",
+            "{:<4} {:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {}{:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7.1} {:>5.1} | {:>9.1}{}",
             p.setting.transport.name(),
             p.setting.rw.name(),
             format_size(u64::from(p.setting.bs)),
@@ -227,6 +277,11 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             p.setting.mtu,
             on_off(p.setting.ddgst),
             p.setting.offload.to_string(),
+            wire(
+                &pct(p.setting.impair.loss),
+                &pct(p.setting.impair.reorder),
+                &pct(p.setting.impair.duplicate)
+            ),
             p.median.bytes_per_sec / 1e6,
             p.bytes_per_sec_spread * 100.0,
             p.median.iops,
@@ -239,6 +294,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             p.median.host_crc_bytes_per_io,
             p.median.nic_placed_bytes_per_io,
             p.median.nic_crc_bytes_per_io,
+            p.median.offload_share * 100.0,
             p.median.control_calls_per_io,
             p.raw_tcp_bytes_per_sec / 1e6,
             if p.steady { "" } else { "  noisy" },
@@ -289,6 +345,13 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             println!("chart: {}", f.display());
         }
     }
+    if let Some(e) = failed {
+        bail!(
+            "{e}; stopped after {} of {} points, the results above are of those",
+            out.len(),
+            points.len()
+        );
+    }
     if stop.load(Ordering::Relaxed) {
         bail!(
             "interrupted after {} of {} points; the results above are of those",
@@ -297,6 +360,14 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// ` loss=0.01 reorder=0 duplicate=0` for an impaired wire, or nothing.
+fn impaired(i: Impair) -> String {
+    match i.is_clean() {
+        true => String::new(),
+        false => format!(" {i}"),
+    }
 }
 
 /// `HOSTTAP,CTRLTAP`, both interfaces that exist here.
