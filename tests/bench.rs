@@ -271,6 +271,10 @@ fn bad_arguments_are_refused_with_a_message() {
         (&["--time", "0"], "--time"),
         (&["--bs", ""], "empty"),
         (&["--tap", "tap0"], "HOSTTAP,CTRLTAP"),
+        (&["--loss", "1.5"], "not a probability"),
+        (&["--loss", "0,x"], "not a probability"),
+        (&["--reorder=-0.1"], "not a probability"),
+        (&["--duplicate", ""], "empty"),
         (&["--tap", "nvmeddp-none0,nvmeddp-none1"], "no network interface"),
     ] {
         let out = exe().arg("bench").args(args).output().unwrap();
@@ -278,6 +282,68 @@ fn bad_arguments_are_refused_with_a_message() {
         assert!(!out.status.success(), "{args:?} accepted");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
+}
+
+/// The loss rate is an axis of the matrix: each point says its own, raw
+/// TCP runs under it too, a lossy point still completes I/O (its data
+/// digests checked, the host fails on a bad one), and the charts against
+/// loss are drawn. Nothing here is timed: a lossy run is slow.
+#[test]
+fn a_loss_sweep_gives_a_point_and_charts_at_each_rate() {
+    let dir = scratch("loss");
+    let json = dir.join("points.json");
+    let plots = dir.join("charts");
+    let out = exe()
+        .args(["bench", "--bs", "128k", "--rw", "read", "--qd", "4", "--ddgst", "on"])
+        .args(["--offload", "none,all", "--mtu", "9000", "--loss", "0,0.01", "--seed", "7"])
+        .args(["--reps", "2", "--time", "0.2", "--warmup", "0.05", "--json"])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&plots)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("loss%") && stdout.contains("placed%"), "a table: {stdout}");
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["seed"].as_u64(), Some(7), "{report}");
+    let points = report["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2 * 2, "every point of the matrix");
+    let mut losses: Vec<f64> = points.iter().map(|p| p["loss"].as_f64().unwrap()).collect();
+    losses.dedup();
+    assert_eq!(losses, [0.0, 0.01], "each point says its loss rate");
+    for p in points {
+        let num = |f: &str| p[f].as_f64().unwrap();
+        assert_eq!((num("reorder"), num("duplicate")), (0.0, 0.0), "{p}");
+        assert!(num("iops") > 0.0 && num("bytes_per_sec") > 0.0, "{p}");
+        assert!((num("bytes_per_sec") / num("iops") - 131072.0).abs() < 1.0, "{p}");
+        assert!(num("lat_p99_us") >= num("lat_p50_us"), "{p}");
+        let share = num("offload_share");
+        assert!((0.0..=1.0).contains(&share), "{p}");
+        for f in ["lat_p99_us", "offload_share", "raw_tcp_bytes_per_sec"] {
+            let r = &p[format!("{f}_range")];
+            let (lo, hi) = (r[0].as_f64().unwrap(), r[1].as_f64().unwrap());
+            assert!(lo <= num(f) && num(f) <= hi, "{f} within its range: {p}");
+        }
+        match (p["offload"].as_str().unwrap(), num("loss")) {
+            ("none", _) => assert_eq!(share, 0.0, "{p}"),
+            ("all", 0.0) => assert_eq!(share, 1.0, "{p}"),
+            _ => {}
+        }
+        if num("loss") == 0.0 {
+            assert!(num("raw_tcp_bytes_per_sec") > 0.0, "{p}");
+        }
+    }
+    for m in ["throughput", "p99-latency", "host-cpu", "placed"] {
+        let svg = std::fs::read_to_string(plots.join(format!("read-loss-{m}.svg"))).unwrap();
+        assert!(svg.contains("against loss") && svg.contains("\n1%\n"), "read-loss-{m}.svg");
+        assert!(svg.contains("none") && svg.contains("all"), "read-loss-{m}.svg");
+        assert_eq!(svg.contains("raw TCP"), m == "throughput", "read-loss-{m}.svg");
+    }
+    // By block size, a panel for each loss rate.
+    let svg = std::fs::read_to_string(plots.join("read-throughput.svg")).unwrap();
+    assert!(svg.contains("data digest on, loss 1%"), "read-throughput.svg");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The host's and the NIC's CPU are CPU time, read from thread clocks, not
