@@ -78,7 +78,13 @@ impl Controller for Cubic {
     }
 
     fn on_ack(&mut self, now: Instant, len: usize, in_flight: usize, rtt: &RttEstimator) {
-        let segment = len.min(self.mss);
+        // Every byte an ACK covers counts (RFC 9438 section 4.3 grows W_est
+        // by the segments acknowledged; RFC 3465 counts bytes in slow start,
+        // up to two segments an ACK). One ACK often covers many segments:
+        // a receiver that ACKs every other one, or the ACK that fills a
+        // hole after a loss; counting it as one segment stalls the growth.
+        let acked = len;
+        let segment = len.min(2 * self.mss);
 
         self.absorb_idle(now);
 
@@ -147,7 +153,7 @@ impl Controller for Cubic {
                 ALPHA_CUBIC
             };
 
-            self.w_est += alpha * self.mss as f64 * segment as f64 / self.cwnd as f64;
+            self.w_est += alpha * self.mss as f64 * acked as f64 / self.cwnd as f64;
             self.w_est
         };
 
@@ -169,7 +175,7 @@ impl Controller for Cubic {
 
         // TODO: clamps to 0 on small w_cubic_target (i.e. close to plateau)
         // add additional counter (linux `cwnd_cnt`?) to track "lost" bytes
-        let increment = (w_cubic_target as usize).saturating_sub(self.cwnd) * segment / self.cwnd;
+        let increment = (w_cubic_target as usize).saturating_sub(self.cwnd) * acked / self.cwnd;
         self.cwnd = (self.cwnd + increment).min(self.rwnd).max(self.mss);
     }
 
@@ -480,13 +486,14 @@ mod test {
         assert_eq!(cubic.recovery_start, None);
         assert_eq!(cubic.w_max, w_max_before_rto);
 
-        // slow start grows by at most the MSS per ack
+        // slow start grows by the bytes ACKed, at most two MSS per ack
+        // (RFC 3465, L = 2)
         let initial_cwnd = cubic.window();
-        for i in 0..10 {
+        for i in 0..5 {
             let initial_cwnd = cubic.window();
             let now = Instant::from_millis(i);
-            ack(&mut cubic, MSS * 2, now);
-            assert_eq!(cubic.window(), initial_cwnd + MSS);
+            ack(&mut cubic, MSS * 3, now);
+            assert_eq!(cubic.window(), initial_cwnd + 2 * MSS);
         }
         assert_eq!(cubic.window(), initial_cwnd + MSS * 10);
 
