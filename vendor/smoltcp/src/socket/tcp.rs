@@ -301,7 +301,7 @@ struct Recovery {
     /// from one segment meanwhile.
     after_rto: bool,
     /// SND.UNA was sent again for want of an ACK a probe timeout after its
-    /// retransmission: once per episode, and the RTO after that.
+    /// retransmission: once until the ACK moves, and the RTO after that.
     probed: bool,
 }
 
@@ -1843,6 +1843,17 @@ impl<'a> Socket<'a> {
                 // it grows by slow start.
                 self.high_rxt = self.high_rxt.max(ack_number);
                 self.una_rxt_at = None;
+                if let Some(rec) = &mut self.recovery {
+                    rec.probed = false;
+                }
+                if self.remote_has_sack && ack_number < self.high_rxt && self.rtte.have_measurement {
+                    // The new SND.UNA went again already (NextSeg passed it):
+                    // if that retransmission was lost, nothing else will
+                    // say so before the RTO.
+                    self.una_rxt_at = Some(cx.now());
+                    let pto = self.probe_timeout();
+                    self.loss_timer = Some((cx.now() + pto, LossTimer::Probe));
+                }
                 if !self.remote_has_sack && !rec.after_rto {
                     self.pending_fast_retransmit = true;
                 }
@@ -8200,6 +8211,29 @@ mod test {
         retransmitted(&mut s, 1103, 3, b"aaa");
         retransmitted(&mut s, 1103, 6, b"BBB");
         send!(s, time 1110, sack_ack(12, &[]));
+        assert_eq!(s.recovery, None);
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn test_a_lost_retransmission_is_sent_again_after_a_probe_timeout() {
+        let mut s = socket_established();
+        s.remote_mss = 3;
+        s.remote_has_sack = true;
+        // An RTT sample of 10 ms.
+        send_in_threes(&mut s, 0, b"xyz");
+        send!(s, time 10, sack_ack(3, &[]));
+        send_in_threes(&mut s, 1000, b"aaaBBBcccDDD");
+        // Enough is SACKed above aaa for it to be lost: it goes again.
+        send!(s, time 1050, sack_ack(3, &[(6, 15)]));
+        retransmitted(&mut s, 1050, 3, b"aaa");
+        // That retransmission is lost too. After 2 SRTT without an ACK it
+        // goes once more, long before the retransmission timer; then no
+        // more until the ACK moves.
+        recv_nothing!(s, time 1069);
+        retransmitted(&mut s, 1070, 3, b"aaa");
+        recv_nothing!(s, time 1200);
+        send!(s, time 1210, sack_ack(15, &[]));
         assert_eq!(s.recovery, None);
     }
 
