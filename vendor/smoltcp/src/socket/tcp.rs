@@ -1846,7 +1846,10 @@ impl<'a> Socket<'a> {
                 if let Some(rec) = &mut self.recovery {
                     rec.probed = false;
                 }
-                if self.remote_has_sack && ack_number < self.high_rxt && self.rtte.have_measurement {
+                if self.remote_has_sack
+                    && ack_number < self.high_rxt
+                    && self.rtte.have_measurement
+                {
                     // The new SND.UNA went again already (NextSeg passed it):
                     // if that retransmission was lost, nothing else will
                     // say so before the RTO.
@@ -5543,7 +5546,8 @@ mod test {
         // sender hears where the stream stands, with the blocks held.
         let mut s = socket_established_with_buffer_sizes(4000, 4000);
         s.remote_has_sack = true;
-        let held = |from: u32| Some((REMOTE_SEQ.0 as u32 + 1 + from, REMOTE_SEQ.0 as u32 + 1 + from + 10));
+        let seq = |at: u32| REMOTE_SEQ.0 as u32 + 1 + at;
+        let held = |from: u32| Some((seq(from), seq(from + 10)));
         let holes = crate::config::ASSEMBLER_MAX_SEGMENT_COUNT;
         for (i, offset) in (0..holes + 1).map(|i| (i, 20 * i + 10)) {
             let segment = TcpRepr {
@@ -8261,7 +8265,7 @@ mod test {
 
     #[test]
     #[cfg(feature = "socket-tcp-loss-recovery")]
-    fn test_a_hole_still_open_after_the_reordering_window_is_lost_and_an_rto_resends_what_was_not_sacked() {
+    fn test_a_hole_open_past_the_reordering_window_is_lost_and_an_rto_resends_only_unsacked() {
         let mut s = socket_established();
         s.remote_mss = 3;
         s.remote_has_sack = true;
@@ -8272,7 +8276,8 @@ mod test {
         // holes below the highest SACKed byte go (NextSeg rule 3).
         send!(s, time 1050, sack_ack(0, &[(12, 15), (18, 21)]));
         recv_nothing!(s, time 1050);
-        for (at, payload) in [(0, &b"aaa"[..]), (3, b"BBB"), (6, b"ccc"), (9, b"DDD"), (15, b"FFF")] {
+        let holes = [(0, &b"aaa"[..]), (3, b"BBB"), (6, b"ccc"), (9, b"DDD"), (15, b"FFF")];
+        for (at, payload) in holes {
             retransmitted(&mut s, 1052, at, payload);
         }
         recv_nothing!(s, time 1100);

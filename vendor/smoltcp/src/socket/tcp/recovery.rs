@@ -25,9 +25,6 @@
 //! most recent blocks first (RFC 2018 §4), so a forgotten high block comes
 //! back with later ACKs once the lower ones have been filled.
 
-// The socket (`tcp.rs`) wires this in; until it does, some items are unused.
-
-
 use crate::wire::TcpSeqNumber;
 
 /// How many discontiguous SACKed blocks the scoreboard remembers.
