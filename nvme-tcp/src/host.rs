@@ -432,18 +432,13 @@ impl HostQueue for Queue {
         deadline: Instant,
     ) -> Option<u16> {
         self.poll_ddp();
-        let (buf, len, dir) = match data {
-            Some((b, n, d)) => (Some(b), n, d),
-            None => (None, 0, Dir::None),
-        };
+        let x = TcpCmd { received: 0, requested: 0, mapped: Mapped::No };
+        let mut cmd = Cmd::new(owner, sqe, data, deadline, x);
+        let (buf, len, dir) = (cmd.buf.clone(), cmd.len, cmd.dir);
         let in_capsule = dir == Dir::ToController && len <= self.inline_max;
-        let x = TcpCmd {
-            received: 0,
-            requested: if in_capsule { len as u32 } else { 0 },
-            mapped: Mapped::No,
-        };
-        let cmd =
-            Cmd { owner, sqe, buf: buf.clone(), len, dir, deadline, status: None, done: None, x };
+        if in_capsule {
+            cmd.x.requested = len as u32;
+        }
         let cid = self.cmds.insert(cmd)?;
         sqe.cid = cid;
         sqe.flags = (sqe.flags & 0x3f) | Sqe::FLAGS_SGL;

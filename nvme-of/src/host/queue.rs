@@ -192,6 +192,16 @@ pub struct Cmd<X> {
 }
 
 impl<X> Cmd<X> {
+    /// A command as submitted with `data`, carrying the binding's own
+    /// state `x`.
+    pub fn new(owner: Owner, sqe: Sqe, data: CmdData, deadline: Instant, x: X) -> Self {
+        let (buf, len, dir) = match data {
+            Some((b, n, d)) => (Some(b), n, d),
+            None => (None, 0, Dir::None),
+        };
+        Cmd { owner, sqe, buf, len, dir, deadline, status: None, done: None, x }
+    }
+
     /// Waiting for its response against a deadline (an AER may wait for
     /// ever).
     fn is_timed(&self) -> bool {

@@ -216,21 +216,8 @@ impl HostQueue for LoopHostQueue {
         data: CmdData,
         deadline: Instant,
     ) -> Option<u16> {
-        let (buf, len, dir) = match data {
-            Some((b, n, d)) => (Some(b), n, d),
-            None => (None, 0, Dir::None),
-        };
-        let cmd = Cmd {
-            owner,
-            sqe,
-            buf: buf.clone(),
-            len,
-            dir,
-            deadline,
-            status: None,
-            done: None,
-            x: (),
-        };
+        let cmd = Cmd::new(owner, sqe, data, deadline, ());
+        let (buf, len, dir) = (cmd.buf.clone(), cmd.len, cmd.dir);
         let cid = self.cmds.insert(cmd)?;
         let in_capsule = dir == Dir::ToController && len <= self.inline;
         sqe.cid = cid;

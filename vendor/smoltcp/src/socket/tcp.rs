@@ -1808,10 +1808,7 @@ impl<'a> Socket<'a> {
                     let rtt = Duration::from_millis(u64::from(self.rtte.srtt));
                     let window = rtt + self.reorder_window();
                     if self.una_rxt_at.is_some_and(|at| cx.now() >= at + window) {
-                        net_debug!("retransmission at {} lost", ack_number);
-                        self.high_rxt = ack_number;
-                        self.pending_fast_retransmit = true;
-                        self.una_rxt_at = None;
+                        self.una_retransmission_lost();
                     }
                 }
                 Some(_) => {}
@@ -1965,6 +1962,16 @@ impl<'a> Socket<'a> {
         }
     }
 
+    /// The retransmission of SND.UNA is lost: send it again, and let NextSeg
+    /// start over from there.
+    #[cfg(feature = "socket-tcp-loss-recovery")]
+    fn una_retransmission_lost(&mut self) {
+        net_debug!("retransmission at {} lost", self.local_seq_no);
+        self.high_rxt = self.local_seq_no;
+        self.pending_fast_retransmit = true;
+        self.una_rxt_at = None;
+    }
+
     /// Two smoothed RTTs, at least `PROBE_TIMEOUT_MIN` (RFC 8985 section
     /// 7.2).
     #[cfg(feature = "socket-tcp-loss-recovery")]
@@ -1987,18 +1994,12 @@ impl<'a> Socket<'a> {
         if self.flight_size() == 0 {
             return;
         }
-        if self.recovery.is_some() {
+        if let Some(rec) = &mut self.recovery {
             // SND.UNA was sent again a probe timeout ago and has not been
             // acknowledged: that retransmission is lost as well.
-            if let Some(rec) = &mut self.recovery
-                && kind == LossTimer::Probe
-                && self.una_rxt_at.is_some()
-            {
-                net_debug!("retransmission at {} lost", self.local_seq_no);
+            if kind == LossTimer::Probe && self.una_rxt_at.is_some() {
                 rec.probed = true;
-                self.high_rxt = self.local_seq_no;
-                self.pending_fast_retransmit = true;
-                self.una_rxt_at = None;
+                self.una_retransmission_lost();
             }
             return;
         }
