@@ -2857,11 +2857,18 @@ impl<'a> Socket<'a> {
         // Per RFC 5681, we should send an immediate ACK when either:
         //  1) an out-of-order segment is received, or
         //  2) a segment arrives that fills in all or part of a gap in sequence space.
-        if !self.assembler.is_empty() || !assembler_was_empty {
+        // And per RFC 9293 (SHLD-19) at least every second full-sized segment, as the
+        // segment arrives: the interface takes in every queued segment before any socket
+        // transmits, so an ACK left to `dispatch` covers the whole batch, and if that one
+        // ACK is lost the sender hears nothing of the batch until a timer fires.
+        if !self.assembler.is_empty() || !assembler_was_empty || self.immediate_ack_to_transmit()
+        {
             // Note that we change the transmitter state here.
             // This is fine because smoltcp assumes that it can always transmit zero or one
             // packets for every packet it receives.
             tcp_trace!("ACKing incoming segment");
+            // The reply acknowledges everything received: no delayed ACK is owed.
+            self.ack_delay_timer = AckDelayTimer::Idle;
             Some(self.ack_reply(ip_repr, repr))
         } else {
             None
@@ -5614,7 +5621,8 @@ mod test {
         }
         assert_eq!(segment.len(), 1400);
 
-        // Send the frame
+        // Send the frame: more than an MSS, so it is acknowledged at once. Ensure that the
+        // received window size is shifted right by 2.
         send!(
             s,
             TcpRepr {
@@ -5622,19 +5630,15 @@ mod test {
                 ack_number: Some(LOCAL_SEQ + 1),
                 payload: &segment,
                 ..SEND_TEMPL
-            }
-        );
-
-        // Ensure that the received window size is shifted right by 2.
-        recv!(
-            s,
-            [TcpRepr {
+            },
+            Some(TcpRepr {
                 seq_number: LOCAL_SEQ + 1,
                 ack_number: Some(REMOTE_SEQ + 1 + 1400),
                 window_len: 65185,
                 ..RECV_TEMPL
-            }]
+            })
         );
+        recv_nothing!(s);
     }
 
     #[test]
@@ -5675,7 +5679,13 @@ mod test {
                 ack_number: Some(LOCAL_SEQ + 1),
                 payload: &[b'y'; 992][..],
                 ..SEND_TEMPL
-            }
+            },
+            Some(TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 992),
+                window_len: 1,
+                ..RECV_TEMPL
+            })
         );
         assert_eq!(s.rx_buffer.len(), 992);
     }
@@ -5718,17 +5728,15 @@ mod test {
                 ack_number: Some(LOCAL_SEQ + 1),
                 payload: &[b'y'; 992][..],
                 ..SEND_TEMPL
-            }
-        );
-        recv!(
-            s,
-            [TcpRepr {
+            },
+            Some(TcpRepr {
                 seq_number: LOCAL_SEQ + 1 + 3,
                 ack_number: Some(REMOTE_SEQ + 1 + 992),
                 window_len: 1,
                 ..RECV_TEMPL
-            }]
+            })
         );
+        recv_nothing!(s);
         // Its pure ACK carries the SEQ after the 8 bytes dropped: inside the window offered,
         // though past the full buffer, so its ACK is taken.
         send!(
@@ -8959,11 +8967,8 @@ mod test {
                 ack_number: Some(LOCAL_SEQ + 1),
                 payload: &[0; 1],
                 ..SEND_TEMPL
-            }
-        );
-        recv!(
-            s,
-            Ok(TcpRepr {
+            },
+            Some(TcpRepr {
                 seq_number: LOCAL_SEQ + 1,
                 ack_number: Some(REMOTE_SEQ + 34),
                 window_len: 31,
@@ -10571,6 +10576,8 @@ mod test {
         // No ACK is immediately sent.
         recv_nothing!(s);
 
+        // RMSS+1 bytes of data has been received, so ACK is sent without delay, in reply to
+        // the segment.
         send!(
             s,
             TcpRepr {
@@ -10578,19 +10585,15 @@ mod test {
                 ack_number: Some(LOCAL_SEQ + 1),
                 payload: &b"a"[..],
                 ..SEND_TEMPL
-            }
-        );
-
-        // RMSS+1 bytes of data has been received, so ACK is sent without delay.
-        recv!(
-            s,
-            Ok(TcpRepr {
+            },
+            Some(TcpRepr {
                 seq_number: LOCAL_SEQ + 1,
                 ack_number: Some(REMOTE_SEQ + 1 + (DEFAULT_MSS + 1)),
                 window_len: (DEFAULT_MSS - 1) as u16,
                 ..RECV_TEMPL
             })
         );
+        recv_nothing!(s);
     }
 
     #[test]
@@ -10610,6 +10613,9 @@ mod test {
         // No ACK is immediately sent.
         recv_nothing!(s);
 
+        // More than RMSS bytes of data has been received, so ACK is sent without delay, in
+        // reply to the segment that made it so and not later for the whole batch: the
+        // interface takes in every queued segment before the socket may transmit.
         send!(
             s,
             TcpRepr {
@@ -10617,9 +10623,16 @@ mod test {
                 ack_number: Some(LOCAL_SEQ + 1),
                 payload: &b"a"[..],
                 ..SEND_TEMPL
-            }
+            },
+            Some(TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + (DEFAULT_MSS + 1)),
+                window_len: (DEFAULT_MSS - 1) as u16,
+                ..RECV_TEMPL
+            })
         );
 
+        // The next byte starts the count again: its ACK waits out the delay.
         send!(
             s,
             TcpRepr {
@@ -10629,10 +10642,10 @@ mod test {
                 ..SEND_TEMPL
             }
         );
-
-        // RMSS+2 bytes of data has been received, so ACK is sent without delay.
+        recv_nothing!(s);
         recv!(
             s,
+            time ACK_DELAY_DEFAULT.total_millis() as i64,
             Ok(TcpRepr {
                 seq_number: LOCAL_SEQ + 1,
                 ack_number: Some(REMOTE_SEQ + 1 + (DEFAULT_MSS + 2)),
@@ -10640,6 +10653,35 @@ mod test {
                 ..RECV_TEMPL
             })
         );
+    }
+
+    #[test]
+    fn test_ack_every_second_full_segment_of_a_batch() {
+        // Four full-sized segments that the interface takes in one after another, before
+        // the socket may transmit: every second one is acknowledged as it arrives, so that
+        // losing one ACK loses no news of the batch (RFC 9293, SHLD-19).
+        let mut s = socket_established_with_buffer_sizes(DEFAULT_MSS * 4, DEFAULT_MSS * 4);
+        s.set_ack_delay(Some(ACK_DELAY_DEFAULT));
+        for i in 0..4 {
+            let reply = (i % 2 == 1).then(|| TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + DEFAULT_MSS * (i + 1)),
+                window_len: (DEFAULT_MSS * (3 - i)) as u16,
+                ..RECV_TEMPL
+            });
+            send!(
+                s,
+                TcpRepr {
+                    seq_number: REMOTE_SEQ + 1 + DEFAULT_MSS * i,
+                    ack_number: Some(LOCAL_SEQ + 1),
+                    payload: &[0; DEFAULT_MSS],
+                    ..SEND_TEMPL
+                },
+                reply
+            );
+        }
+        // Nothing is left to acknowledge.
+        recv_nothing!(s);
     }
 
     // =========================================================================================//
