@@ -213,8 +213,8 @@ fn a_send_too_long_for_its_placed_receive_lands_nowhere() {
 /// answers. One-shot: b advertises in one request and a's answer closes
 /// the STag. Classic: b registers, sends, and invalidates it after the
 /// answer. Returns b's control calls per I/O and its NIC's counters.
-fn io_round(oneshot: bool, ios: usize, offers: [bool; 2]) -> (f64, ulp_ddp::Stats) {
-    let mut link = Smol::with([nic(); 2], Profile::default());
+fn io_round(oneshot: bool, ios: usize, offers: [bool; 2], to_b: Profile) -> (f64, ulp_ddp::Stats) {
+    let mut link = Smol::with([nic(); 2], to_b);
     let (ea, eb) = (end(), end());
     let (mut a, mut b) = connect_with(&mut link, &ea, &eb, |c, active| {
         c.oneshot_opcodes = offers[usize::from(!active)]
@@ -283,8 +283,8 @@ fn io_round(oneshot: bool, ios: usize, offers: [bool; 2]) -> (f64, ulp_ddp::Stat
 
 #[test]
 fn one_shot_stags_take_one_control_call_per_io_and_classic_three() {
-    let (classic, cs) = io_round(false, 8, [false; 2]);
-    let (oneshot, os) = io_round(true, 8, [false; 2]);
+    let (classic, cs) = io_round(false, 8, [false; 2], Profile::default());
+    let (oneshot, os) = io_round(true, 8, [false; 2], Profile::default());
     eprintln!("classic {classic} calls/IO {cs:?}\none-shot {oneshot} calls/IO {os:?}");
     assert_eq!((classic, oneshot), (3.0, 1.0));
     // Both placed every byte; only one-shot let the NIC arm and free.
@@ -293,6 +293,20 @@ fn one_shot_stags_take_one_control_call_per_io_and_classic_three() {
     }
     assert_eq!((cs.oneshot_armed, cs.stag_remote_invalidate, cs.stag_invalidate), (0, 0, 8));
     assert_eq!((os.oneshot_armed, os.stag_remote_invalidate, os.stag_invalidate), (8, 8, 0));
+}
+
+/// Under loss the NIC lets some closing Sends pass (out of step after a
+/// loss, or the Send came again as a retransmission): the QP then drops
+/// the NIC's copy of the STag itself. A copy left behind refused every
+/// later advertisement of its index, and placement faded out with them.
+#[test]
+fn a_close_the_nic_let_pass_still_frees_its_stag() {
+    const IOS: u64 = 64;
+    let lossy = Profile { loss: 0.02, ..Profile::default() };
+    let (_, s) = io_round(true, IOS as usize, [true; 2], lossy);
+    assert!(s.stag_remote_invalidate < IOS, "the NIC let no close pass: {s:?}");
+    assert_eq!(s.stag_remote_invalidate + s.stag_invalidate, IOS, "each STag freed once: {s:?}");
+    assert_eq!((s.stag_setup, s.stag_setup_fail), (IOS, 0), "{s:?}");
 }
 
 #[test]
@@ -459,13 +473,13 @@ fn loss_reorder_and_duplicates_keep_every_byte_and_place_most() {
 #[test]
 fn the_patents_opcodes_are_used_only_when_both_ends_offered_them() {
     // Both offered: opcodes 0x8 and 0xC on the wire, same semantics.
-    let (calls, s) = io_round(true, 4, [true; 2]);
+    let (calls, s) = io_round(true, 4, [true; 2], Profile::default());
     assert_eq!(calls, 1.0);
     assert_eq!((s.oneshot_armed, s.stag_remote_invalidate, s.stag_refused), (4, 4, 0));
     // One side offered, the other is a standard peer (as Linux siw):
     // standard Sends and Send with Invalidate, still one call per I/O.
     for offers in [[true, false], [false, true]] {
-        let (calls, s) = io_round(true, 4, offers);
+        let (calls, s) = io_round(true, 4, offers, Profile::default());
         assert_eq!(calls, 1.0);
         assert_eq!((s.oneshot_armed, s.stag_remote_invalidate), (4, 4), "{offers:?}");
     }

@@ -484,7 +484,11 @@ impl Qp {
                         let stag = Stag(open.inval);
                         match self.nic_freed(self.framer.fpdu_start(), stag) {
                             Ok(true) => self.stats.remote_invalidates += 1,
-                            Ok(false) => {}
+                            // The NIC let the Send pass (out of step after
+                            // a loss, or it came as a retransmission): its
+                            // copy of the STag goes now, or the index,
+                            // once given out again, could not be.
+                            Ok(false) => self.nic_invalidate(stag),
                             Err(other) => {
                                 tracing::warn!(%stag, freed = %Stag(other), "NIC freed another STag");
                                 self.complete_recv(open, WcStatus::RemoteInvalidate, None);
