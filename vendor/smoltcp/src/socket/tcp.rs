@@ -1721,15 +1721,16 @@ impl<'a> Socket<'a> {
         let mut at = 0;
         let mut accounted = 0;
         for placed in meta.placed.iter() {
-            let start = placed.start.saturating_sub(skip).min(payload.len());
+            // A range cut off by the window, wholly or in part, counts only
+            // for what is left of it.
+            let start = placed.start.saturating_sub(skip).clamp(at, payload.len());
             let end = placed.end.saturating_sub(skip).min(payload.len());
-            if start > at {
-                accounted += rx_buffer.write_unallocated(offset + at, &payload[at..start]);
+            if end <= start {
+                continue;
             }
-            if end > at.max(start) {
-                accounted += end - at.max(start);
-                at = end;
-            }
+            accounted += rx_buffer.write_unallocated(offset + at, &payload[at..start]);
+            accounted += end - start;
+            at = end;
         }
         if at < payload.len() {
             accounted += rx_buffer.write_unallocated(offset + at, &payload[at..]);
@@ -5304,6 +5305,28 @@ mod test {
             placed(&[(0, 3), (5, 7)]),
         );
         assert_eq!(s.rx_buffer.dequeue_many(10), &b"abcd.fg..j"[..]);
+    }
+
+    #[test]
+    #[cfg(feature = "packetmeta-placed")]
+    fn test_established_recv_placed_past_the_window() {
+        let mut s = socket_established();
+        s.rx_buffer.write_unallocated(0, &[b'.'; 64]);
+        // 70 bytes against a window of 64: the last 6 are dropped, and with
+        // them the only range placed. Every byte kept is copied, once.
+        let payload = [b'x'; 70];
+        send_with_meta(
+            &mut s,
+            Instant::from_millis(0),
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &payload[..],
+                ..SEND_TEMPL
+            },
+            placed(&[(66, 70)]),
+        );
+        assert_eq!(s.rx_buffer.dequeue_many(64), &[b'x'; 64][..]);
     }
 
     #[test]
