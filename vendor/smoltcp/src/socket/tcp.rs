@@ -296,13 +296,23 @@ struct Recovery {
     /// RecoveryPoint: the highest sequence number sent when it began; the
     /// episode ends when the ACK covers it.
     point: TcpSeqNumber,
-    /// Began with a retransmission timeout: every byte not SACKed is taken
-    /// for lost (RFC 6675 section 5.1), and the window grows by slow start
-    /// from one segment meanwhile.
+    /// Began with a retransmission timeout: every byte sent by then and not
+    /// SACKed is taken for lost (RFC 6675 section 5.1), and the window grows
+    /// by slow start from one segment meanwhile.
     after_rto: bool,
     /// SND.UNA was sent again for want of an ACK a probe timeout after its
     /// retransmission: once until the ACK moves, and the RTO after that.
     probed: bool,
+}
+
+#[cfg(feature = "socket-tcp-loss-recovery")]
+impl Recovery {
+    /// Below which every byte not SACKed is lost for want of an ACK: after
+    /// a timeout, what had been sent when it fired. Data first sent since
+    /// is in the network like any other.
+    fn lost_below(&self) -> Option<TcpSeqNumber> {
+        self.after_rto.then_some(self.point)
+    }
 }
 
 /// What the loss timer is for (RFC 8985).
@@ -1624,7 +1634,7 @@ impl<'a> Socket<'a> {
                 self.remote_last_seq,
                 self.high_rxt,
                 self.remote_mss,
-                rec.after_rto,
+                rec.lost_below(),
             );
         }
         self.flight_size()
@@ -1647,7 +1657,7 @@ impl<'a> Socket<'a> {
             self.remote_last_seq,
             self.high_rxt,
             mss,
-            rec.after_rto,
+            rec.lost_below(),
             !unsent,
         )?;
         let offset = seq - una;

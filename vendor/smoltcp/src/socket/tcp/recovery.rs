@@ -275,28 +275,31 @@ impl Scoreboard {
     /// (it lies below `high_rxt`). The tail above the highest SACKed byte
     /// is never lost.
     ///
-    /// With `all_lost` (after a retransmission timeout, RFC 6675 §5.1, as in
-    /// [`next_seg`](Self::next_seg)), every byte not SACKed, the tail
-    /// included, is lost, so only the bytes retransmitted since (below
-    /// `high_rxt`) count, once each.
+    /// With `lost_below` (after a retransmission timeout, RFC 6675 §5.1, as
+    /// in [`next_seg`](Self::next_seg): what had been sent when the timer
+    /// fired), every byte not SACKed below it, the tail included, is lost,
+    /// so of those only the bytes retransmitted since (below `high_rxt`)
+    /// count, once each; bytes first sent after the timeout count as any.
     pub fn pipe(
         &self,
         una: TcpSeqNumber,
         high_data: TcpSeqNumber,
         high_rxt: TcpSeqNumber,
         mss: usize,
-        all_lost: bool,
+        lost_below: Option<TcpSeqNumber>,
     ) -> usize {
         let view = self.view(una, high_data);
         let rxt = distance(una, high_rxt).unwrap_or(0).min(view.end);
+        let lost_end = lost_below.map_or(0, |p| distance(una, p).unwrap_or(0).min(view.end));
         let mut pipe = 0usize;
         for i in 0..=view.len {
             let (start, end) = view.hole(i);
             if start >= end {
                 continue;
             }
-            if !all_lost && !view.hole_is_lost(i, mss) {
-                pipe = pipe.saturating_add(end - start);
+            let above = start.max(lost_end);
+            if above < end && !view.hole_is_lost(i, mss) {
+                pipe = pipe.saturating_add(end - above);
             }
             if rxt > start {
                 pipe = pipe.saturating_add(rxt.min(end) - start);
@@ -314,19 +317,21 @@ impl Scoreboard {
     /// under rule (2)), rule (3): the first un-SACKed byte at or above
     /// `max(high_rxt, una)` below the highest SACKed byte, lost or not.
     ///
-    /// With `all_lost` (after a retransmission timeout, RFC 6675 §5.1, when
-    /// every byte not SACKed is taken for lost), every hole is lost,
-    /// including the tail above the highest SACKed byte up to `high_data`.
+    /// With `lost_below` (after a retransmission timeout, RFC 6675 §5.1, when
+    /// every byte not SACKed that had been sent is taken for lost), every
+    /// hole below it is lost, including the tail above the highest SACKed
+    /// byte; bytes first sent after the timeout are judged as any.
     ///
     /// Returns the segment to (re)send, `(seq, len)`: `0 < len <= mss`, and
-    /// it ends where the hole does, never covering SACKed bytes.
+    /// it ends where the hole (or its lost part) does, never covering
+    /// SACKed bytes.
     pub fn next_seg(
         &self,
         una: TcpSeqNumber,
         high_data: TcpSeqNumber,
         high_rxt: TcpSeqNumber,
         mss: usize,
-        all_lost: bool,
+        lost_below: Option<TcpSeqNumber>,
         rule3: bool,
     ) -> Option<(TcpSeqNumber, usize)> {
         if mss == 0 {
@@ -334,19 +339,23 @@ impl Scoreboard {
         }
         let view = self.view(una, high_data);
         let rxt = distance(una, high_rxt).unwrap_or(0);
-        let segment = |i: usize| -> Option<(TcpSeqNumber, usize)> {
+        let lost_end = lost_below.map_or(0, |p| distance(una, p).unwrap_or(0).min(view.end));
+        // Hole `i` up to offset `upto`, from the first byte not yet resent.
+        let segment = |i: usize, upto: usize| -> Option<(TcpSeqNumber, usize)> {
             let (start, end) = view.hole(i);
-            let start = start.max(rxt);
+            let (start, end) = (start.max(rxt), end.min(upto));
             // `start < end <= view.end <= i32::MAX`, so the addition is in range.
             (start < end).then(|| (una + start, (end - start).min(mss)))
         };
-        // Only the holes below the highest SACKed byte, unless all are lost.
-        let holes = if all_lost { view.len + 1 } else { view.len };
-        (0..holes).filter(|&i| all_lost || view.hole_is_lost(i, mss)).find_map(segment).or_else(
-            || {
-                if rule3 { (0..view.len).find_map(segment) } else { None }
-            },
-        )
+        // A hole below the highest SACKed byte is lost by IsLost, whole; any
+        // hole, the tail included, is lost below the timeout's point.
+        let lost = |i: usize| {
+            let upto = if i < view.len && view.hole_is_lost(i, mss) { view.end } else { lost_end };
+            segment(i, upto)
+        };
+        (0..=view.len).find_map(lost).or_else(|| {
+            if rule3 { (0..view.len).find_map(|i| segment(i, view.end)) } else { None }
+        })
     }
 }
 
@@ -538,21 +547,22 @@ mod test {
         advanced.advance(s(1300));
         assert_eq!(blocks(&advanced), [(1500, 1600)]);
         for rxt in [1300, 1350, 1450, 1550, 2000] {
-            for all_lost in [false, true] {
+            for lost_below in [None, Some(s(3000)), Some(s(1450))] {
                 assert_eq!(
-                    sb.pipe(s(1300), s(3000), s(rxt), MSS, all_lost),
-                    advanced.pipe(s(1300), s(3000), s(rxt), MSS, all_lost)
+                    sb.pipe(s(1300), s(3000), s(rxt), MSS, lost_below),
+                    advanced.pipe(s(1300), s(3000), s(rxt), MSS, lost_below)
                 );
             }
-            for (all_lost, rule3) in [(false, false), (false, true), (true, false)] {
+            let cases = [(None, false), (None, true), (Some(s(3000)), false), (Some(s(1450)), true)];
+            for (lost_below, rule3) in cases {
                 assert_eq!(
-                    sb.next_seg(s(1300), s(3000), s(rxt), MSS, all_lost, rule3),
-                    advanced.next_seg(s(1300), s(3000), s(rxt), MSS, all_lost, rule3)
+                    sb.next_seg(s(1300), s(3000), s(rxt), MSS, lost_below, rule3),
+                    advanced.next_seg(s(1300), s(3000), s(rxt), MSS, lost_below, rule3)
                 );
             }
         }
-        assert_eq!(sb.pipe(s(1300), s(3000), s(1300), MSS, false), 200 + 1400);
-        assert_eq!(sb.next_seg(s(1300), s(3000), s(1300), MSS, true, false), Some((s(1300), 100)));
+        assert_eq!(sb.pipe(s(1300), s(3000), s(1300), MSS, None), 200 + 1400);
+        assert_eq!(sb.next_seg(s(1300), s(3000), s(1300), MSS, Some(s(3000)), false), Some((s(1300), 100)));
     }
 
     #[test]
@@ -592,10 +602,10 @@ mod test {
     #[test]
     fn test_pipe_without_sack() {
         let sb = Scoreboard::new();
-        assert_eq!(sb.pipe(s(1000), s(2000), s(1000), MSS, false), 1000);
-        assert_eq!(sb.pipe(s(1000), s(1000), s(1000), MSS, false), 0);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1000), MSS, None), 1000);
+        assert_eq!(sb.pipe(s(1000), s(1000), s(1000), MSS, None), 0);
         // Retransmitted bytes count twice.
-        assert_eq!(sb.pipe(s(1000), s(2000), s(1100), MSS, false), 1100);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1100), MSS, None), 1100);
     }
 
     #[test]
@@ -606,12 +616,12 @@ mod test {
         let sb = board(1000, 2000, &[(1100, 1200), (1300, 1310), (1400, 1410)]);
         assert!(sb.is_lost(s(1000), MSS));
         assert!(!sb.is_lost(s(1200), MSS));
-        assert_eq!(sb.pipe(s(1000), s(2000), s(1000), MSS, false), 100 + 90 + 590);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1000), MSS, None), 100 + 90 + 590);
         // The lost hole retransmitted in part: those bytes count once.
-        assert_eq!(sb.pipe(s(1000), s(2000), s(1050), MSS, false), 50 + 100 + 90 + 590);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1050), MSS, None), 50 + 100 + 90 + 590);
         // Retransmitted up to 1250: lost hole 100, and 50 bytes of the second
         // hole count twice.
-        assert_eq!(sb.pipe(s(1000), s(2000), s(1250), MSS, false), 100 + 150 + 90 + 590);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1250), MSS, None), 100 + 150 + 90 + 590);
     }
 
     #[test]
@@ -619,36 +629,44 @@ mod test {
         // A lot SACKed, all of it below the tail.
         let sb = board(1000, 5000, &[(1100, 2000)]);
         assert!(sb.is_lost(s(1000), MSS));
-        assert_eq!(sb.pipe(s(1000), s(5000), s(1000), MSS, false), 3000);
+        assert_eq!(sb.pipe(s(1000), s(5000), s(1000), MSS, None), 3000);
         // The tail retransmitted (after an RTO) counts twice.
-        assert_eq!(sb.pipe(s(1000), s(5000), s(2100), MSS, false), 3000 + 100 + 100);
+        assert_eq!(sb.pipe(s(1000), s(5000), s(2100), MSS, None), 3000 + 100 + 100);
         // Everything SACKed up to high_data: only the lost hole, which is
         // out of the network.
         let sb = board(1000, 2000, &[(1100, 2000)]);
-        assert_eq!(sb.pipe(s(1000), s(2000), s(1000), MSS, false), 0);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1000), MSS, None), 0);
     }
 
     #[test]
-    fn test_pipe_all_lost() {
+    fn test_pipe_after_rto() {
         // After an RTO every byte not SACKed is lost, the tail too: only
         // what was retransmitted since counts, once.
         let sb = board(1000, 2000, &[(1100, 1200), (1300, 1310)]);
-        assert_eq!(sb.pipe(s(1000), s(2000), s(1000), MSS, true), 0);
-        assert_eq!(sb.pipe(s(1000), s(2000), s(1050), MSS, true), 50);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1000), MSS, Some(s(2000))), 0);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1050), MSS, Some(s(2000))), 50);
         // SACKed bytes below high_rxt were skipped, not resent.
-        assert_eq!(sb.pipe(s(1000), s(2000), s(1250), MSS, true), 100 + 50);
-        assert_eq!(sb.pipe(s(1000), s(2000), s(1500), MSS, true), 100 + 100 + 190);
-        assert_eq!(sb.pipe(s(1000), s(2000), s(2000), MSS, true), 1000 - 110);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1250), MSS, Some(s(2000))), 100 + 50);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1500), MSS, Some(s(2000))), 100 + 100 + 190);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(2000), MSS, Some(s(2000))), 1000 - 110);
         // Without SACK information too.
         let sb = Scoreboard::new();
-        assert_eq!(sb.pipe(s(1000), s(2000), s(1000), MSS, true), 0);
-        assert_eq!(sb.pipe(s(1000), s(2000), s(1300), MSS, true), 300);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1000), MSS, Some(s(2000))), 0);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1300), MSS, Some(s(2000))), 300);
+        // Data first sent after the timeout (at 1500) is in the network: it
+        // counts against the window, or the sender, free of it, would send
+        // all it has at once.
+        let sb = board(1000, 2000, &[(1100, 1200), (1300, 1310)]);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1000), MSS, Some(s(1500))), 500);
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1250), MSS, Some(s(1500))), 500 + 100 + 50);
+        let sb = Scoreboard::new();
+        assert_eq!(sb.pipe(s(1000), s(2000), s(1300), MSS, Some(s(1500))), 500 + 300);
     }
 
     #[test]
     fn test_next_seg_rule1() {
         let sb = board(1000, 3000, &[(1250, 1500), (1600, 1610)]);
-        let next = |rxt: u32| sb.next_seg(s(1000), s(3000), s(rxt), MSS, false, false);
+        let next = |rxt: u32| sb.next_seg(s(1000), s(3000), s(rxt), MSS, None, false);
         // The first hole is lost: up to one MSS of it.
         assert_eq!(next(1000), Some((s(1000), 100)));
         assert_eq!(next(1100), Some((s(1100), 100)));
@@ -658,10 +676,10 @@ mod test {
         assert_eq!(next(1250), None);
         assert_eq!(next(1500), None);
         // high_rxt below una is taken as una.
-        assert_eq!(sb.next_seg(s(1000), s(3000), s(900), MSS, false, false), Some((s(1000), 100)));
+        assert_eq!(sb.next_seg(s(1000), s(3000), s(900), MSS, None, false), Some((s(1000), 100)));
         // A smaller MSS.
-        assert_eq!(sb.next_seg(s(1000), s(3000), s(1000), 30, false, false), Some((s(1000), 30)));
-        assert_eq!(sb.next_seg(s(1000), s(3000), s(1000), 0, true, true), None);
+        assert_eq!(sb.next_seg(s(1000), s(3000), s(1000), 30, None, false), Some((s(1000), 30)));
+        assert_eq!(sb.next_seg(s(1000), s(3000), s(1000), 0, Some(s(3000)), true), None);
     }
 
     #[test]
@@ -672,7 +690,7 @@ mod test {
         let sb = board(1000, 3000, &[(1100, 1200), (1300, 1400), (1500, 1601)]);
         assert!(sb.is_lost(s(1200), MSS));
         assert!(!sb.is_lost(s(1400), MSS));
-        let next = |rxt: u32| sb.next_seg(s(1000), s(3000), s(rxt), MSS, false, false);
+        let next = |rxt: u32| sb.next_seg(s(1000), s(3000), s(rxt), MSS, None, false);
         assert_eq!(next(1000), Some((s(1000), 100)));
         // The first hole retransmitted: the second.
         assert_eq!(next(1100), Some((s(1200), 100)));
@@ -685,7 +703,7 @@ mod test {
         let sb = board(1000, 3000, &[(1100, 1150), (1300, 1350)]);
         // Nothing lost.
         assert!(!sb.is_lost(s(1000), MSS));
-        let next = |rxt: u32, rule3| sb.next_seg(s(1000), s(3000), s(rxt), MSS, false, rule3);
+        let next = |rxt: u32, rule3| sb.next_seg(s(1000), s(3000), s(rxt), MSS, None, rule3);
         assert_eq!(next(1000, false), None);
         assert_eq!(next(1000, true), Some((s(1000), 100)));
         assert_eq!(next(1120, true), Some((s(1150), 100)));
@@ -696,25 +714,31 @@ mod test {
         // Rule (1) comes first: with the first hole lost, rule (3) is not
         // needed.
         let sb = board(1000, 3000, &[(1100, 1150), (1300, 1350), (1500, 1550)]);
-        assert_eq!(sb.next_seg(s(1000), s(3000), s(1050), MSS, false, true), Some((s(1050), 50)));
+        assert_eq!(sb.next_seg(s(1000), s(3000), s(1050), MSS, None, true), Some((s(1050), 50)));
         // ...but once past it, rule (3) finds the second hole.
-        assert_eq!(sb.next_seg(s(1000), s(3000), s(1100), MSS, false, true), Some((s(1150), 100)));
+        assert_eq!(sb.next_seg(s(1000), s(3000), s(1100), MSS, None, true), Some((s(1150), 100)));
     }
 
     #[test]
-    fn test_next_seg_all_lost() {
+    fn test_next_seg_after_rto() {
         let sb = board(1000, 3000, &[(1100, 1150)]);
-        let next = |rxt: u32| sb.next_seg(s(1000), s(3000), s(rxt), MSS, true, false);
+        let next = |rxt: u32| sb.next_seg(s(1000), s(3000), s(rxt), MSS, Some(s(3000)), false);
         assert_eq!(next(1000), Some((s(1000), 100)));
         // SACKed bytes are skipped...
         assert_eq!(next(1100), Some((s(1150), 100)));
         // ...and the tail is lost too.
         assert_eq!(next(2950), Some((s(2950), 50)));
         assert_eq!(next(3000), None);
+        // Lost only up to the timeout's point: what was sent since is not
+        // sent again, unless IsLost says so.
+        let next = |rxt: u32| sb.next_seg(s(1000), s(3000), s(rxt), MSS, Some(s(1200)), false);
+        assert_eq!(next(1000), Some((s(1000), 100)));
+        assert_eq!(next(1100), Some((s(1150), 50)));
+        assert_eq!(next(1200), None);
         // With nothing SACKed, all of it.
         let sb = Scoreboard::new();
-        assert_eq!(sb.next_seg(s(1000), s(3000), s(1000), MSS, true, false), Some((s(1000), 100)));
-        assert_eq!(sb.next_seg(s(1000), s(3000), s(1000), MSS, false, true), None);
+        assert_eq!(sb.next_seg(s(1000), s(3000), s(1000), MSS, Some(s(3000)), false), Some((s(1000), 100)));
+        assert_eq!(sb.next_seg(s(1000), s(3000), s(1000), MSS, None, true), None);
     }
 
     #[test]
@@ -735,12 +759,12 @@ mod test {
         // The hole [una, MAX - 100) has 301 bytes SACKed above it.
         assert!(sb.is_lost(s(una), MSS));
         assert!(!sb.is_lost(s(200), MSS));
-        assert_eq!(sb.pipe(s(una), s(high), s(una), MSS, false), 800);
-        assert_eq!(sb.pipe(s(una), s(high), s(u32::MAX - 120), MSS, false), 800 + 30);
-        assert_eq!(sb.next_seg(s(una), s(high), s(una), MSS, false, false), Some((s(una), 50)));
-        assert_eq!(sb.next_seg(s(una), s(high), s(una), MSS, true, false), Some((s(una), 50)));
+        assert_eq!(sb.pipe(s(una), s(high), s(una), MSS, None), 800);
+        assert_eq!(sb.pipe(s(una), s(high), s(u32::MAX - 120), MSS, None), 800 + 30);
+        assert_eq!(sb.next_seg(s(una), s(high), s(una), MSS, None, false), Some((s(una), 50)));
+        assert_eq!(sb.next_seg(s(una), s(high), s(una), MSS, Some(s(high)), false), Some((s(una), 50)));
         assert_eq!(
-            sb.next_seg(s(una), s(high), s(u32::MAX - 100), MSS, true, false),
+            sb.next_seg(s(una), s(high), s(u32::MAX - 100), MSS, Some(s(high)), false),
             Some((s(200), 100))
         );
         // Advance across the wrap.
@@ -780,13 +804,14 @@ mod test {
                     for seq in [l, r, una, high] {
                         sb.is_lost(s(seq), MSS);
                         sb.is_lost(s(seq), usize::MAX);
-                        sb.pipe(s(una), s(high), s(seq), MSS, false);
-                        sb.pipe(s(seq), s(l), s(r), usize::MAX, false);
-                        sb.pipe(s(una), s(high), s(seq), 0, true);
-                        sb.pipe(s(seq), s(l), s(r), usize::MAX, true);
-                        for (all_lost, rule3) in [(false, false), (true, true), (false, true)] {
-                            sb.next_seg(s(una), s(high), s(seq), MSS, all_lost, rule3);
-                            sb.next_seg(s(seq), s(l), s(r), usize::MAX, all_lost, rule3);
+                        sb.pipe(s(una), s(high), s(seq), MSS, None);
+                        sb.pipe(s(seq), s(l), s(r), usize::MAX, None);
+                        sb.pipe(s(una), s(high), s(seq), 0, Some(s(high)));
+                        sb.pipe(s(seq), s(l), s(r), usize::MAX, Some(s(una)));
+                        let cases = [(None, false), (Some(s(l)), true), (None, true)];
+                        for (lost_below, rule3) in cases {
+                            sb.next_seg(s(una), s(high), s(seq), MSS, lost_below, rule3);
+                            sb.next_seg(s(seq), s(l), s(r), usize::MAX, lost_below, rule3);
                         }
                     }
                 }
@@ -929,12 +954,19 @@ mod test {
                 .filter(|&x| !sacked[x])
                 .map(|x| usize::from(!is_lost(x)) + usize::from(x < rxt))
                 .sum::<usize>();
-            assert_eq!(sb.pipe(una, high, base + rxt, mss, false), pipe, "rxt={rxt} {sb:?}");
-            let pipe_all_lost = (u..rxt).filter(|&x| !sacked[x]).count();
+            assert_eq!(sb.pipe(una, high, base + rxt, mss, None), pipe, "rxt={rxt} {sb:?}");
+            // After a timeout at `p`: what was sent below it and not
+            // SACKed is lost, what was sent since is judged as any.
+            let p = u + rand(w - u + 1);
+            let lost_at_p = |x: usize| x < p || is_lost(x);
+            let pipe_after_rto = (u..w)
+                .filter(|&x| !sacked[x])
+                .map(|x| usize::from(!lost_at_p(x)) + usize::from(x < rxt))
+                .sum::<usize>();
             assert_eq!(
-                sb.pipe(una, high, base + rxt, mss, true),
-                pipe_all_lost,
-                "rxt={rxt} {sb:?}"
+                sb.pipe(una, high, base + rxt, mss, Some(base + p)),
+                pipe_after_rto,
+                "rxt={rxt} p={p} {sb:?}"
             );
 
             let seg_at = |x: usize| {
@@ -944,11 +976,21 @@ mod test {
             let below_highest = |x: usize| highest.is_some_and(|h| x < h);
             let rule1 = (rxt..w).find(|&x| !sacked[x] && below_highest(x) && is_lost(x));
             let rule3 = (rxt..w).find(|&x| !sacked[x] && below_highest(x));
-            let all = (rxt..w).find(|&x| !sacked[x]);
-            let next = |all_lost, rule3| sb.next_seg(una, high, base + rxt, mss, all_lost, rule3);
-            assert_eq!(next(false, false), rule1.map(seg_at), "rxt={rxt} {sb:?}");
-            assert_eq!(next(false, true), rule1.or(rule3).map(seg_at), "rxt={rxt} {sb:?}");
-            assert_eq!(next(true, false), all.map(seg_at), "rxt={rxt} {sb:?}");
+            // The first byte lost at `p`, and its segment: a hole lost by
+            // IsLost goes whole, one lost by the timeout up to `p`.
+            let after_rto = (rxt..w).find(|&x| !sacked[x] && ((below_highest(x) && is_lost(x)) || x < p));
+            let seg_after_rto = |x: usize| {
+                let (seq, len) = seg_at(x);
+                if below_highest(x) && is_lost(x) { (seq, len) } else { (seq, len.min(p - x)) }
+            };
+            let next = |lost_below, rule3| sb.next_seg(una, high, base + rxt, mss, lost_below, rule3);
+            assert_eq!(next(None, false), rule1.map(seg_at), "rxt={rxt} {sb:?}");
+            assert_eq!(next(None, true), rule1.or(rule3).map(seg_at), "rxt={rxt} {sb:?}");
+            assert_eq!(
+                next(Some(base + p), false),
+                after_rto.map(seg_after_rto),
+                "rxt={rxt} p={p} {sb:?}"
+            );
         }
     }
 }
