@@ -286,8 +286,9 @@ fn bad_arguments_are_refused_with_a_message() {
 
 /// The loss rate is an axis of the matrix: each point says its own, raw
 /// TCP runs under it too, a lossy point still completes I/O (its data
-/// digests checked, the host fails on a bad one), and the charts against
-/// loss are drawn. Nothing here is timed: a lossy run is slow.
+/// digests checked, the host fails on a bad one, and every block its
+/// warm-up read checked against what the namespace holds), and the charts
+/// against loss are drawn. Nothing here is timed: a lossy run is slow.
 #[test]
 fn a_loss_sweep_gives_a_point_and_charts_at_each_rate() {
     let dir = scratch("loss");
@@ -318,6 +319,7 @@ fn a_loss_sweep_gives_a_point_and_charts_at_each_rate() {
         assert!(num("iops") > 0.0 && num("bytes_per_sec") > 0.0, "{p}");
         assert!((num("bytes_per_sec") / num("iops") - 131072.0).abs() < 1.0, "{p}");
         assert!(num("lat_p99_us") >= num("lat_p50_us"), "{p}");
+        assert!(num("verified_bytes") >= 131072.0, "the warm-up's reads were checked: {p}");
         let share = num("offload_share");
         assert!((0.0..=1.0).contains(&share), "{p}");
         for f in ["lat_p99_us", "offload_share", "raw_tcp_bytes_per_sec"] {

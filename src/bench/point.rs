@@ -113,6 +113,9 @@ pub struct Measures {
     /// placed (placed / received; zero when it received none).
     pub offload_share: f64,
     pub resync_latency_pdus: f64,
+    /// Bytes the warm-up read and found equal to what the namespace holds
+    /// (reads only; the measurement checks nothing).
+    pub verified_bytes: f64,
 }
 
 impl Measures {
@@ -142,11 +145,12 @@ impl Measures {
             control_calls_per_io: ulp.control_calls as f64 / ios,
             offload_share: ulp.offload_share(),
             resync_latency_pdus: ulp.resync_latency_pdus(),
+            verified_bytes: 0.0,
         }
     }
 
     /// Each measure, so statistics can go over all of them alike.
-    pub fn each_mut(&mut self) -> [&mut f64; 16] {
+    pub fn each_mut(&mut self) -> [&mut f64; 17] {
         [
             &mut self.iops,
             &mut self.bytes_per_sec,
@@ -164,6 +168,7 @@ impl Measures {
             &mut self.control_calls_per_io,
             &mut self.offload_share,
             &mut self.resync_latency_pdus,
+            &mut self.verified_bytes,
         ]
     }
 }
