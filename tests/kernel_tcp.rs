@@ -12,7 +12,7 @@ use nvme_of::Digests;
 use nvme_of::controller::{Target, TargetConfig};
 use nvme_of::host::{Host, HostConfig, HostEvent, Io, IoKind};
 use nvme_of::namespace::Namespace;
-use nvme_of::nvme::{ConnectData, FabricsCommand, SglDescriptor, Status};
+use nvme_of::nvme::{ConnectData, FabricsCommand, SglDescriptor, Sqe, Status};
 use nvme_storage::{FileNamespace, RamNamespace};
 use nvme_tcp::wire::{CapsuleCmd, Framing, Header, IcReq, PduRepr};
 use std::io::{Read, Write};
@@ -287,6 +287,131 @@ fn keep_alive_expiry_tears_down_the_association() {
         "the controller closes the expired association"
     );
     assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+/// One admin command as a raw capsule (no data), and its CapsuleResp's
+/// (CID, status code type and code).
+fn admin_cmd(s: &mut TcpStream, sqe: Sqe, answered: bool) -> Option<(u16, u16)> {
+    s.write_all(&emit(Header::CapsuleCmd(CapsuleCmd { sqe }), &[])).unwrap();
+    if !answered {
+        return None;
+    }
+    let resp = read_pdu(s).unwrap();
+    assert_eq!(resp[0], 0x05, "CapsuleResp");
+    Some((u16::from_le_bytes([resp[20], resp[21]]), u16::from_le_bytes([resp[22], resp[23]]) >> 1))
+}
+
+fn property(cid: u16, cmd: FabricsCommand) -> Sqe {
+    Sqe { cid, ..cmd.to_sqe(SglDescriptor::in_capsule(0)) }
+}
+
+/// SPDK's initiator at detach: it held four AERs (CIDs 0-3), aborted them
+/// on its own side without telling the controller, and reuses CID 3 for
+/// the Property Get of CC that starts an orderly shutdown. The controller
+/// serves it (Command ID Conflict made SPDK give up the shutdown), and the
+/// shutdown completes.
+#[test]
+fn a_cid_held_by_an_aer_is_free_for_the_shutdown_spdk_sends() {
+    use nvme_of::nvme::{PropertySize, admin};
+    let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    icreq(&mut s);
+    let cmd = FabricsCommand::Connect { recfmt: 0, qid: 0, sqsize: 31, cattr: 0, kato: 0 };
+    let mut sqe = cmd.to_sqe(SglDescriptor::in_capsule(1024));
+    sqe.cid = 10;
+    let data = ConnectData {
+        hostid: [2; 16],
+        cntlid: 0xffff,
+        subnqn: NQN.into(),
+        hostnqn: "nqn.2014-08.test:spdk-detach".into(),
+    };
+    let mut raw = [0u8; 1024];
+    data.emit(&mut raw);
+    s.write_all(&emit(Header::CapsuleCmd(CapsuleCmd { sqe }), &raw)).unwrap();
+    let resp = read_pdu(&mut s).unwrap();
+    assert_eq!(u16::from_le_bytes([resp[22], resp[23]]) >> 1, 0, "Connect succeeded");
+    const CC: u32 = 0x14;
+    const CSTS: u32 = 0x1c;
+    let set = |value| FabricsCommand::PropertySet { size: PropertySize::Four, offset: CC, value };
+    let get = |offset| FabricsCommand::PropertyGet { size: PropertySize::Four, offset };
+    // Enabled, with the queue entry sizes an NVM host sets.
+    assert_eq!(admin_cmd(&mut s, property(11, set(0x0046_0001)), true), Some((11, 0)));
+    assert_eq!(admin_cmd(&mut s, property(12, get(CSTS)), true), Some((12, 0)));
+    for cid in 0..4 {
+        let aer = Sqe {
+            opcode: admin::ASYNC_EVENT_REQUEST,
+            flags: Sqe::FLAGS_SGL,
+            cid,
+            ..Default::default()
+        };
+        assert_eq!(admin_cmd(&mut s, aer, false), None, "an AER is held");
+    }
+    // CID 3 again, for CC: served, not a Command ID Conflict (0x03).
+    let resp = admin_cmd(&mut s, property(3, get(CC)), true);
+    assert_eq!(resp, Some((3, 0)), "(CID, status)");
+    // Shutdown notification, then CSTS.SHST says complete (10b).
+    assert_eq!(admin_cmd(&mut s, property(2, set(0x0046_4001)), true), Some((2, 0)));
+    s.write_all(&emit(Header::CapsuleCmd(CapsuleCmd { sqe: property(1, get(CSTS)) }), &[]))
+        .unwrap();
+    let resp = read_pdu(&mut s).unwrap();
+    assert_eq!(u16::from_le_bytes([resp[20], resp[21]]), 1);
+    assert_eq!(u16::from_le_bytes([resp[22], resp[23]]) >> 1, 0);
+    let csts = u32::from_le_bytes([resp[8], resp[9], resp[10], resp[11]]);
+    assert_eq!((csts >> 2) & 3, 0b10, "CSTS.SHST: shutdown complete ({csts:#x})");
+}
+
+/// Where a command has data in flight, its CID stays its own: a Write
+/// waiting for its data (R2T sent) and a second command on the same CID
+/// is a Command ID Conflict, whose transfers would otherwise mix.
+#[test]
+fn a_cid_whose_data_is_in_flight_is_still_a_conflict() {
+    use nvme_of::nvme::io;
+    let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));
+    let connect = |s: &mut TcpStream, qid: u16, cntlid: u16| {
+        icreq(s);
+        let cmd = FabricsCommand::Connect { recfmt: 0, qid, sqsize: 31, cattr: 0, kato: 0 };
+        let sqe = Sqe { cid: 100, ..cmd.to_sqe(SglDescriptor::in_capsule(1024)) };
+        let data = ConnectData {
+            hostid: [3; 16],
+            cntlid,
+            subnqn: NQN.into(),
+            hostnqn: "nqn.2014-08.test:cid".into(),
+        };
+        let mut raw = [0u8; 1024];
+        data.emit(&mut raw);
+        s.write_all(&emit(Header::CapsuleCmd(CapsuleCmd { sqe }), &raw)).unwrap();
+        let resp = read_pdu(s).unwrap();
+        assert_eq!(u16::from_le_bytes([resp[22], resp[23]]) >> 1, 0, "Connect succeeded");
+        u16::from_le_bytes([resp[8], resp[9]])
+    };
+    let mut admin = TcpStream::connect(addr).unwrap();
+    admin.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let cntlid = connect(&mut admin, 0, 0xffff);
+    let enable = FabricsCommand::PropertySet {
+        size: nvme_of::nvme::PropertySize::Four,
+        offset: 0x14,
+        value: 0x0046_0001,
+    };
+    assert_eq!(admin_cmd(&mut admin, property(1, enable), true), Some((1, 0)));
+    let mut q = TcpStream::connect(addr).unwrap();
+    q.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    connect(&mut q, 1, cntlid);
+    // 64 KiB, more than fits in a capsule: the controller asks for it.
+    let write = Sqe {
+        opcode: io::WRITE,
+        flags: Sqe::FLAGS_SGL,
+        cid: 5,
+        nsid: 1,
+        sgl: SglDescriptor::transport(64 << 10),
+        cdw12: 127,
+        ..Default::default()
+    };
+    q.write_all(&emit(Header::CapsuleCmd(CapsuleCmd { sqe: write }), &[])).unwrap();
+    let r2t = read_pdu(&mut q).unwrap();
+    assert_eq!((r2t[0], u16::from_le_bytes([r2t[8], r2t[9]])), (0x09, 5), "R2T for CID 5");
+    let resp = admin_cmd(&mut q, Sqe { cid: 5, opcode: io::FLUSH, ..write }, true);
+    assert_eq!(resp, Some((5, Status::COMMAND_ID_CONFLICT.to_field() >> 1)));
 }
 
 /// Admin commands after bring-up, in one association: a failed Identify

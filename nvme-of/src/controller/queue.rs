@@ -182,8 +182,22 @@ impl CtrlQueue {
         if let Some(q) = &mut self.queue {
             q.sqhd = ((u32::from(q.sqhd) + 1) % q.size) as u16;
         }
-        if self.waiting.contains_key(&sqe.cid) {
-            return self.respond(sqe, Outcome::status(Status::COMMAND_ID_CONFLICT));
+        // A CID must be unique among a queue's outstanding commands, and a
+        // controller may fail one that is not with Command ID Conflict
+        // (03h), though it need not look (Linux nvmet does not). A held
+        // AER yields its CID: SPDK's initiator, detaching, aborts its AERs
+        // on its own side without a word to us and reuses their CIDs for
+        // the Property Get and Set of an orderly shutdown (its own target
+        // serves that). An AER has no data in flight and nothing to tell
+        // but an event, so the new command loses nothing by taking its
+        // CID. A command with data or storage work in flight keeps the
+        // check: two commands on one CID would mix their transfers.
+        match self.waiting.get(&sqe.cid) {
+            Some((Waiting::Event, _)) => {
+                self.waiting.remove(&sqe.cid);
+            }
+            Some(_) => return self.respond(sqe, Outcome::status(Status::COMMAND_ID_CONFLICT)),
+            None => {}
         }
         if let Some(q) = &self.queue
             && self.waiting.len() + 1 >= q.size as usize
