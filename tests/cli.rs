@@ -146,6 +146,9 @@ fn bad_numbers_and_names_fail_before_any_work() {
     refused(&["host", "--connect", p, "--nqn", "not an nqn", "identify"], "is not an NQN");
     refused(&["controller", "--nqn", "not an nqn"], "is not an NQN");
     refused(&["controller", "--io-depth", "0"], "0 is not in 1..=4096");
+    refused(&["controller", "--max-connections", "0"], "0 is not in 1..=65536");
+    refused(&["controller", "--connect-timeout", "0"], "more than 0 seconds");
+    refused(&["controller", "--connect-timeout", "soon"], "a number of seconds");
     refused(
         &["controller", "--listen", "127.0.0.1:0", "--ns", "ram:100"],
         "smaller than one 512-byte block",

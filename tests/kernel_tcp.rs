@@ -257,6 +257,27 @@ fn malformed_pdu_gets_a_term_req_and_others_are_still_served() {
     assert_eq!(id.namespaces.len(), 1, "other hosts are still served");
 }
 
+/// A capsule whose PLEN claims more data than the controller takes in any
+/// PDU (MAXH2CDATA) is refused at its header, before any of the data is
+/// read: C2HTermReq, Data Transfer Limit Exceeded, then close.
+#[test]
+fn a_capsule_claiming_gigabytes_is_refused_at_its_header() {
+    let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    icreq(&mut s);
+    let cmd = FabricsCommand::Connect { recfmt: 0, qid: 0, sqsize: 31, cattr: 0, kato: 0 };
+    let sqe = cmd.to_sqe(SglDescriptor::in_capsule(1024));
+    let mut pdu = emit(Header::CapsuleCmd(CapsuleCmd { sqe }), &[0; 1024]);
+    pdu[4..8].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
+    s.write_all(&pdu[..72]).unwrap();
+    let term = read_pdu(&mut s).unwrap();
+    assert_eq!(term[0], 0x03, "C2HTermReq");
+    assert_eq!(u16::from_le_bytes([term[8], term[9]]), 0x05, "FES: data transfer limit exceeded");
+    let mut rest = Vec::new();
+    assert_eq!(s.read_to_end(&mut rest).unwrap(), 0, "then the controller closes");
+}
+
 #[test]
 fn keep_alive_expiry_tears_down_the_association() {
     let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));

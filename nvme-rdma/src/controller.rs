@@ -93,8 +93,10 @@ impl Connection {
         qp: QpConfig,
         now: Instant,
     ) -> Self {
+        let mut core = CtrlQueue::new(target, local_addr, Binding::RDMA);
+        core.accepted(now);
         Self {
-            core: CtrlQueue::new(target, local_addr, Binding::RDMA),
+            core,
             qp: Qp::listen(dev, qp, duration(now)),
             recvs: Vec::new(),
             fetches: Vec::new(),
@@ -322,15 +324,13 @@ impl ControllerQueue for Connection {
     fn handle_timeout(&mut self, now: Instant) {
         self.qp.handle_timeout(duration(now));
         if self.close.is_none()
-            && let Some(admin) = self.core.handle_timeout(now)
+            && let Some(why) = self.core.handle_timeout(now)
         {
-            if !admin {
+            if matches!(why, CloseReason::ControllerGone) {
                 for (sqe, action) in self.core.abort_outstanding() {
                     self.act(&sqe, action, now);
                 }
             }
-            let why =
-                if admin { CloseReason::KeepAliveExpired } else { CloseReason::ControllerGone };
             self.shut(why);
         }
         while self.close.is_none() {

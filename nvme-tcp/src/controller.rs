@@ -50,9 +50,11 @@ impl Transport for Tcp {
         &self,
         target: Arc<Target>,
         local_addr: Option<IpAddr>,
-        _now: Instant,
+        now: Instant,
     ) -> Box<dyn ControllerQueue> {
-        Box::new(Connection::new(target, local_addr))
+        let mut c = Connection::new(target, local_addr);
+        c.core.accepted(now);
+        Box::new(c)
     }
 
     fn binding(&self) -> Binding {
@@ -263,10 +265,7 @@ impl Connection {
                 self.on_icreq(ic);
                 Ok(())
             }
-            (Phase::Live, Header::CapsuleCmd(c)) => {
-                self.on_capsule_header(c.sqe, &repr, now);
-                Ok(())
-            }
+            (Phase::Live, Header::CapsuleCmd(c)) => self.on_capsule_header(c.sqe, &repr, now),
             (Phase::Live, Header::H2cData(d)) => self.on_h2c_header(d, &repr),
             (_, h) => Err(PduError::Sequence(h.pdu_type())),
         }
@@ -286,7 +285,19 @@ impl Connection {
         trace!(parent: &self.span, ?digests, hpda = ic.hpda, maxr2t = ic.maxr2t, "ICReq accepted");
     }
 
-    fn on_capsule_header(&mut self, sqe: Sqe, repr: &PduRepr, now: Instant) {
+    fn on_capsule_header(
+        &mut self,
+        sqe: Sqe,
+        repr: &PduRepr,
+        now: Instant,
+    ) -> Result<(), PduError> {
+        // In-capsule data past the limit fails the command (its bytes are
+        // read and dropped); past MAXH2CDATA, the largest PDU data this
+        // controller takes at all, the PDU is refused at its header and
+        // the connection ends, so that a peer's PLEN never holds it.
+        if repr.data_len > self.core.target().config().maxh2cdata {
+            return Err(PduError::DataLimitExceeded(PduType::CapsuleCmd));
+        }
         self.core.traffic(now);
         let len = repr.data_len as usize;
         let (buf, fail) = match len {
@@ -296,6 +307,7 @@ impl Connection {
         };
         let data = DataRx::new(self.ddp.as_ref(), repr.ddgst);
         self.rx = Rx::Capsule { sqe, buf, len, fail, ddgst: repr.ddgst, data };
+        Ok(())
     }
 
     fn on_h2c_header(&mut self, d: DataPdu, repr: &PduRepr) -> Result<(), PduError> {
@@ -590,13 +602,13 @@ impl ControllerQueue for Connection {
             self.act(&sqe, action, now);
         }
         match self.core.handle_timeout(now) {
-            Some(true) => self.shut(CloseReason::KeepAliveExpired),
-            Some(false) => {
+            Some(CloseReason::ControllerGone) => {
                 for (sqe, action) in self.core.abort_outstanding() {
                     self.act(&sqe, action, now);
                 }
                 self.shut(CloseReason::ControllerGone)
             }
+            Some(why) => self.shut(why),
             None => {}
         }
     }

@@ -191,8 +191,18 @@ impl<D: Medium> HostSide<D> {
 struct CtrlConn {
     conn: TcpConn,
     ep: Box<dyn ControllerQueue>,
-    closed: bool,
+    /// When our side closed: its socket is forgotten once the close is
+    /// done, or [`LINGER`] after this if the peer never finishes it.
+    closed: Option<SmolInstant>,
 }
+
+/// How long a closed connection may wait for the peer to finish the close
+/// (ACK our FIN, send its own) before it is reset.
+const LINGER: smoltcp::time::Duration = smoltcp::time::Duration::from_secs(5);
+
+/// Connections a controller holds at once unless configured otherwise:
+/// beyond them, a new connection is reset as soon as it is accepted.
+pub const MAX_CONNECTIONS: usize = 256;
 
 /// A controller on a smoltcp stack, listening on one port, its I/O queues
 /// offloaded to `ddp` if given.
@@ -206,6 +216,10 @@ pub struct ControllerSide<D: Medium> {
     closed_stats: (UlpStats, TxStats),
     /// Connections accepted.
     accepted: u64,
+    /// Most connections held at once.
+    max_connections: usize,
+    /// Connections reset at once for being over that limit.
+    refused: u64,
 }
 
 impl<D: Medium> ControllerSide<D> {
@@ -224,7 +238,20 @@ impl<D: Medium> ControllerSide<D> {
             ddp,
             closed_stats: Default::default(),
             accepted: 0,
+            max_connections: MAX_CONNECTIONS,
+            refused: 0,
         })
+    }
+
+    /// Hold at most `n` connections at once (at least one).
+    pub fn with_max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// Connections reset on arrival for being over the limit.
+    pub fn refused(&self) -> u64 {
+        self.refused
     }
 
     /// Serve this transport instead of NVMe/TCP.
@@ -254,21 +281,36 @@ impl<D: Medium> ControllerSide<D> {
         self.accepted
     }
 
+    /// Connections held now, their sockets' states.
+    pub fn connections(&self) -> Vec<smoltcp::socket::tcp::State> {
+        self.conns.iter().map(|c| self.stack.state(&c.conn)).collect()
+    }
+
     pub fn step(&mut self, now: SmolInstant) -> bool {
         let t = to_nvme(now);
         let mut progress = self.stack.poll(now);
         let local = std::net::IpAddr::V4(self.stack.config().ip.address());
         while let Some(conn) = self.stack.accept() {
+            if self.conns.len() >= self.max_connections {
+                tracing::debug!(limit = self.max_connections, "too many connections; reset");
+                self.stack.abort(&conn);
+                self.refused += 1;
+                // The RST goes out with this poll; the socket is gone after.
+                self.stack.poll(now);
+                self.stack.release(conn);
+                progress = true;
+                continue;
+            }
             let mut ep = self.listener.accept(self.target.clone(), Some(local), t);
             if let (Some(dev), Some((local, remote))) = (&self.ddp, self.stack.endpoints(&conn)) {
                 ep.attach_ddp(dev.clone(), FlowId { local, remote });
             }
-            self.conns.push(CtrlConn { conn, ep, closed: false });
+            self.conns.push(CtrlConn { conn, ep, closed: None });
             self.accepted += 1;
             progress = true;
         }
         let stack = &mut self.stack;
-        for c in self.conns.iter_mut().filter(|c| !c.closed) {
+        for c in self.conns.iter_mut().filter(|c| c.closed.is_none()) {
             if c.ep.poll_timeout().is_some_and(|d| t >= d) {
                 c.ep.handle_timeout(t);
             }
@@ -279,20 +321,38 @@ impl<D: Medium> ControllerSide<D> {
             if c.ep.is_closed() {
                 stack.close(&c.conn);
                 c.ep.transport_closed();
-                c.closed = true;
+                c.closed = Some(now);
                 progress = true;
             } else if stack.is_finished(&c.conn) {
                 c.ep.transport_closed();
                 stack.close(&c.conn);
-                c.closed = true;
+                c.closed = Some(now);
                 progress = true;
             }
         }
-        // Forget connections whose sockets have fully closed.
+        // Forget connections whose close is done. TIME-WAIT is done for
+        // us: smoltcp would hold the socket and both its rings there for
+        // ten seconds, so a storm of short connections would hold their
+        // rings by the thousand; a FIN the peer sends again meets a reset,
+        // which ends its close as well. A peer that never finishes the
+        // close (an ACK or a FIN that never comes) is reset after LINGER.
+        use smoltcp::socket::tcp::State;
+        for c in &self.conns {
+            if c.closed.is_some_and(|at| now >= at + LINGER)
+                && !matches!(self.stack.state(&c.conn), State::Closed | State::TimeWait)
+            {
+                self.stack.abort(&c.conn);
+                progress = true;
+            }
+        }
+        if progress {
+            self.stack.poll(now);
+        }
         let gone: Vec<usize> = (0..self.conns.len())
             .filter(|&i| {
                 let c = &self.conns[i];
-                c.closed && self.stack.state(&c.conn) == smoltcp::socket::tcp::State::Closed
+                c.closed.is_some()
+                    && matches!(self.stack.state(&c.conn), State::Closed | State::TimeWait)
             })
             .collect();
         for i in gone.into_iter().rev() {
@@ -309,7 +369,8 @@ impl<D: Medium> ControllerSide<D> {
 
     pub fn poll_at(&mut self, now: SmolInstant) -> Option<SmolInstant> {
         let conns = self.conns.iter().filter_map(|c| c.ep.poll_timeout()).map(to_smol).min();
-        [self.stack.poll_at(now), conns].into_iter().flatten().min()
+        let linger = self.conns.iter().filter_map(|c| c.closed).map(|at| at + LINGER).min();
+        [self.stack.poll_at(now), conns, linger].into_iter().flatten().min()
     }
 }
 

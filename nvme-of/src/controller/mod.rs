@@ -64,6 +64,9 @@ pub struct TargetConfig {
     /// Map host writes of at least this many bytes for placement when a
     /// device offloads the connection; `None` takes the device's threshold.
     pub ddp_threshold: Option<u32>,
+    /// A connection that has not connected a queue (ICReq or MPA, then
+    /// Connect) this long after it was accepted is closed.
+    pub connect_timeout: std::time::Duration,
 }
 
 impl Default for TargetConfig {
@@ -83,6 +86,7 @@ impl Default for TargetConfig {
             c2h_success: true,
             port: None,
             ddp_threshold: None,
+            connect_timeout: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -119,6 +123,7 @@ pub(crate) struct Counters {
     pub reads: AtomicU64,
     pub writes: AtomicU64,
     pub media_errors: AtomicU64,
+    pub connect_timeouts: AtomicU64,
 }
 
 /// A snapshot of what the target has done.
@@ -130,6 +135,8 @@ pub struct TargetStats {
     pub writes: u64,
     pub media_errors: u64,
     pub controllers: usize,
+    /// Connections closed for not connecting a queue in time.
+    pub connect_timeouts: u64,
 }
 
 /// What every connection of one target shares.
@@ -209,6 +216,7 @@ impl Target {
             writes: c.writes.load(Ordering::Relaxed),
             media_errors: c.media_errors.load(Ordering::Relaxed),
             controllers: self.lock_assocs().by_cntlid.len(),
+            connect_timeouts: c.connect_timeouts.load(Ordering::Relaxed),
         }
     }
 

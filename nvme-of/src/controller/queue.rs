@@ -3,6 +3,7 @@
 //! leads to. The transport binding receives capsules, fetches host data
 //! when asked ([`Action::Fetch`]) and sends what [`Action::Respond`] says.
 
+use super::transport::CloseReason;
 use super::{AssocRef, Association, Target, lock};
 use crate::Binding;
 use crate::binding::DataSgl;
@@ -14,6 +15,7 @@ use crate::time::Instant;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use tracing::trace;
 use ulp_ddp::IoBuf;
 
@@ -115,6 +117,8 @@ pub struct CtrlQueue {
     pub(crate) storage: HashMap<u16, StorageIo>,
     /// Where the storage answers them.
     pub(crate) answers: Arc<Answers>,
+    /// Until the queue is connected: when the connection is given up.
+    connect_by: Option<Instant>,
 }
 
 /// Why a command has not completed.
@@ -141,7 +145,15 @@ impl CtrlQueue {
             storage: HashMap::new(),
             answers: Answers::new(target.waker.clone()),
             target,
+            connect_by: None,
         }
+    }
+
+    /// The binding accepted this connection at `now`: unless it connects a
+    /// queue within the target's connect timeout, it is closed (as a peer
+    /// that never sends ICReq or Connect would otherwise hold it for ever).
+    pub fn accepted(&mut self, now: Instant) {
+        self.connect_by = Some(now + self.target.config().connect_timeout);
     }
 
     pub fn target(&self) -> &Arc<Target> {
@@ -366,16 +378,28 @@ impl CtrlQueue {
     /// When the queue's timers next need [`handle_timeout`](Self::handle_timeout):
     /// at once for a deleted queue, else at the keep alive deadline.
     pub fn timer(&self) -> Option<Instant> {
-        let q = self.queue.as_ref()?;
+        let Some(q) = self.queue.as_ref() else { return self.connect_by };
         let a = lock(&q.assoc);
         if q.deleted(&a) { Some(Instant::ZERO) } else { a.ka_deadline }
     }
 
-    /// Enforce the keep alive timeout of this queue's controller: once it
-    /// expired, the controller is gone and this says whether this was its
-    /// admin queue.
-    pub fn handle_timeout(&mut self, now: Instant) -> Option<bool> {
-        let q = self.queue.as_ref()?;
+    /// Enforce this queue's timers, and say why it must close if one
+    /// expired: no queue connected in time ([`CloseReason::ConnectTimeout`]);
+    /// the keep alive timeout of its controller, which is then gone
+    /// ([`CloseReason::KeepAliveExpired`] on the admin queue,
+    /// [`CloseReason::ControllerGone`] on an I/O queue, whose outstanding
+    /// commands the binding aborts); or a reset that deleted the queue
+    /// (`ControllerGone` too).
+    pub fn handle_timeout(&mut self, now: Instant) -> Option<CloseReason> {
+        let Some(q) = self.queue.as_ref() else {
+            if self.connect_by.is_some_and(|t| now >= t) {
+                self.connect_by = None;
+                self.target.counters.connect_timeouts.fetch_add(1, Ordering::Relaxed);
+                tracing::info!("no queue connected in time; closing the connection");
+                return Some(CloseReason::ConnectTimeout);
+            }
+            return None;
+        };
         let (expired, cntlid) = {
             let mut a = lock(&q.assoc);
             if q.deleted(&a) {
@@ -384,7 +408,7 @@ impl CtrlQueue {
                     qid = q.qid,
                     "controller reset; I/O queue deleted"
                 );
-                return Some(false);
+                return Some(CloseReason::ControllerGone);
             }
             (a.expired(now), a.cntlid)
         };
@@ -397,7 +421,7 @@ impl CtrlQueue {
             "keep alive timer expired; tearing down the controller"
         );
         self.target.remove_association(cntlid);
-        Some(q.qid == 0)
+        Some(if q.qid == 0 { CloseReason::KeepAliveExpired } else { CloseReason::ControllerGone })
     }
 
     /// The transport closed: release the controller if this was its

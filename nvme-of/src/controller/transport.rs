@@ -30,6 +30,9 @@ pub enum CloseReason {
     /// The transport closed, as transports do.
     #[error("transport closed")]
     TransportClosed,
+    /// No queue was connected within the target's connect timeout.
+    #[error("no queue connected within the connect timeout")]
+    ConnectTimeout,
     /// The binding's own reason: a malformed PDU, a TermReq, a refused
     /// queue pair. [`CloseReason::downcast_ref`] gets it back.
     #[error(transparent)]

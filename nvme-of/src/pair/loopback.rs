@@ -109,10 +109,12 @@ impl controller::Transport for Loopback {
         &self,
         target: Arc<Target>,
         local_addr: Option<IpAddr>,
-        _now: Instant,
+        now: Instant,
     ) -> Box<dyn ControllerQueue> {
+        let mut core = CtrlQueue::new(target, local_addr, LOOPBACK);
+        core.accepted(now);
         Box::new(LoopCtrlQueue {
-            core: CtrlQueue::new(target, local_addr, LOOPBACK),
+            core,
             fetching: HashMap::new(),
             rx: Vec::new(),
             tx: Vec::new(),
@@ -398,13 +400,13 @@ impl ControllerQueue for LoopCtrlQueue {
             self.act(&sqe, action);
         }
         match self.core.handle_timeout(now) {
-            Some(true) => self.shut(CloseReason::KeepAliveExpired),
-            Some(false) => {
+            Some(CloseReason::ControllerGone) => {
                 for (sqe, action) in self.core.abort_outstanding() {
                     self.act(&sqe, action);
                 }
                 self.shut(CloseReason::ControllerGone)
             }
+            Some(why) => self.shut(why),
             None => {}
         }
     }

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use nvme_ddp::driver::clock::Clock;
 use nvme_ddp::driver::kernel_tcp::ControllerServer;
-use nvme_ddp::driver::smoltcp::{ControllerSide, serve_queues, to_smol};
+use nvme_ddp::driver::smoltcp::{ControllerSide, MAX_CONNECTIONS, serve_queues, to_smol};
 use nvme_ddp::driver::transport::TransportType;
 use nvme_ddp::report::{OffloadReport, human_bytes};
 use nvme_ddp::size::format_size;
@@ -19,7 +19,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::args::{NsSpec, parse_block_size, parse_bytes, parse_listen, parse_nqn, parse_ns};
+use crate::args::{
+    NsSpec, parse_block_size, parse_bytes, parse_listen, parse_nqn, parse_ns, parse_seconds,
+};
 use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
 use crate::progress::interrupt_flag;
 
@@ -63,6 +65,14 @@ pub(crate) struct ControllerArgs {
     /// spread over them by TCP port.
     #[arg(long, default_value_t = 1, requires = "tap", value_parser = clap::value_parser!(u16).range(1..=64))]
     tap_queues: u16,
+    /// Close a connection that has not connected a queue (ICReq or MPA,
+    /// then Connect) within this many seconds.
+    #[arg(long, default_value = "30", value_parser = parse_seconds)]
+    connect_timeout: std::time::Duration,
+    /// Most connections held at once over smoltcp (per TAP queue); one
+    /// more is reset on arrival and counted.
+    #[arg(long, default_value_t = MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    max_connections: u32,
     #[command(flatten)]
     link: LinkArgs,
 }
@@ -91,6 +101,7 @@ pub(crate) fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc
         c2h_success: !a.no_c2h_success,
         port,
         ddp_threshold: a.link.ddp_threshold,
+        connect_timeout: a.connect_timeout,
         ..TargetConfig::default()
     };
     Ok(Target::new(cfg, namespaces)?)
@@ -123,6 +134,9 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
             "over smoltcp (--tap, --iface) the controller listens on one port; give a single --listen"
         );
     }
+    if a.connect_timeout.is_zero() {
+        bail!("--connect-timeout must be more than 0 seconds");
+    }
     if a.ddgst && a.transport == TransportType::Tcp {
         bail!("--ddgst on the controller needs --transport rdma: NVMe/TCP hosts choose digests");
     }
@@ -146,7 +160,8 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
             cfg.seed ^= queue;
             let stack = Stack::new(dev, cfg, to_smol(clock.now()));
             let side = ControllerSide::new(stack, target.clone(), first.port(), Some(nic.clone()))?
-                .with_listener(listener.clone());
+                .with_listener(listener.clone())
+                .with_max_connections(a.max_connections as usize);
             sides.push(side);
             nics.push(nic);
         }
@@ -162,6 +177,20 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
             for line in OffloadReport::controller(nic.caps().1, nic.stats(), ulp, tx).lines(&who) {
                 tracing::info!("{line}");
             }
+            if side.refused() > 0 {
+                tracing::info!(
+                    refused = side.refused(),
+                    limit = a.max_connections,
+                    "{who}: connections reset for being over the limit"
+                );
+            }
+        }
+        let s = target.stats();
+        if s.connect_timeouts > 0 {
+            tracing::info!(
+                connections = s.connect_timeouts,
+                "closed for not connecting a queue in time"
+            );
         }
         return Ok(());
     }
@@ -182,6 +211,6 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
     let mut server = server;
     server.join()?;
     let s = target.stats();
-    tracing::info!(reads = s.reads, writes = s.writes, read = %human_bytes(s.bytes_read as f64), written = %human_bytes(s.bytes_written as f64), "stopped");
+    tracing::info!(reads = s.reads, writes = s.writes, read = %human_bytes(s.bytes_read as f64), written = %human_bytes(s.bytes_written as f64), connect_timeouts = s.connect_timeouts, "stopped");
     Ok(())
 }
