@@ -85,12 +85,14 @@ struct Bench {
 
 impl Bench {
     fn new() -> Self {
+        Self::with(TargetConfig::default())
+    }
+
+    fn with(cfg: TargetConfig) -> Self {
         let (a, b) = VirtualWire::pair(1500 + 14, 512);
         let now = Instant::from_secs(1);
         let ns = Arc::new(RamNamespace::new(1 << 20, 512).unwrap());
-        let target =
-            Target::new(TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() }, vec![ns])
-                .unwrap();
+        let target = Target::new(TargetConfig { subnqn: NQN.into(), ..cfg }, vec![ns]).unwrap();
         let stack = Stack::new(b, StackConfig::new(Ipv4Cidr::new(CONTROLLER, 24)), now);
         let ctrl = ControllerSide::new(stack, target, PORT, None).unwrap();
         // The peer's rings are small, so that its own heap hardly counts.
@@ -354,8 +356,7 @@ fn connections_that_never_connect_are_closed_in_time() {
 #[test]
 fn connections_over_the_limit_are_reset_and_counted() {
     let _turn = turn();
-    let mut b = Bench::new();
-    b.ctrl = std::mem::replace(&mut b.ctrl, Bench::new().ctrl).with_max_connections(4);
+    let mut b = Bench::with(TargetConfig { max_connections: 4, ..TargetConfig::default() });
     let mut conns = Vec::new();
     for _ in 0..6 {
         let conn = b.peer.connect(SocketAddrV4::new(CONTROLLER, PORT)).unwrap();
@@ -366,7 +367,8 @@ fn connections_over_the_limit_are_reset_and_counted() {
         conns.push(conn);
     }
     let up = conns.iter().filter(|c| b.peer.is_established(c)).count();
-    assert_eq!((up, b.ctrl.refused(), b.ctrl.connections().len()), (4, 2, 4));
+    let refused = b.ctrl.target().stats().connections_refused;
+    assert_eq!((up, refused, b.ctrl.connections().len()), (4, 2, 4));
     for conn in conns {
         b.peer.abort(&conn);
         b.idle(Duration::from_millis(10));

@@ -232,6 +232,32 @@ fn icreq(s: &mut TcpStream) {
     assert_eq!(resp[0], 0x01, "ICResp");
 }
 
+/// The Connect capsule for queue `qid` of controller `cntlid` (0xffff: a
+/// new one) with keep alive `kato` ms, as raw PDU bytes.
+fn connect_pdu(qid: u16, cntlid: u16, kato: u32) -> Vec<u8> {
+    let cmd = FabricsCommand::Connect { recfmt: 0, qid, sqsize: 31, cattr: 0, kato };
+    let sqe = Sqe { cid: 100, ..cmd.to_sqe(SglDescriptor::in_capsule(1024)) };
+    let data = ConnectData {
+        hostid: [1; 16],
+        cntlid,
+        subnqn: NQN.into(),
+        hostnqn: "nqn.2014-08.test:raw".into(),
+    };
+    let mut raw = [0u8; 1024];
+    data.emit(&mut raw);
+    emit(Header::CapsuleCmd(CapsuleCmd { sqe }), &raw)
+}
+
+/// ICReq and Connect on a raw socket; the controller's CNTLID.
+fn connect_queue(s: &mut TcpStream, qid: u16, cntlid: u16, kato: u32) -> u16 {
+    icreq(s);
+    s.write_all(&connect_pdu(qid, cntlid, kato)).unwrap();
+    let resp = read_pdu(s).unwrap();
+    assert_eq!(resp[0], 0x05, "CapsuleResp");
+    assert_eq!(u16::from_le_bytes([resp[22], resp[23]]) >> 1, 0, "Connect succeeded");
+    u16::from_le_bytes([resp[8], resp[9]])
+}
+
 #[test]
 fn malformed_pdu_gets_a_term_req_and_others_are_still_served() {
     let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));
@@ -266,9 +292,7 @@ fn a_capsule_claiming_gigabytes_is_refused_at_its_header() {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     icreq(&mut s);
-    let cmd = FabricsCommand::Connect { recfmt: 0, qid: 0, sqsize: 31, cattr: 0, kato: 0 };
-    let sqe = cmd.to_sqe(SglDescriptor::in_capsule(1024));
-    let mut pdu = emit(Header::CapsuleCmd(CapsuleCmd { sqe }), &[0; 1024]);
+    let mut pdu = connect_pdu(0, 0xffff, 0);
     pdu[4..8].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
     s.write_all(&pdu[..72]).unwrap();
     let term = read_pdu(&mut s).unwrap();
@@ -278,28 +302,35 @@ fn a_capsule_claiming_gigabytes_is_refused_at_its_header() {
     assert_eq!(s.read_to_end(&mut rest).unwrap(), 0, "then the controller closes");
 }
 
+/// Over kernel TCP too, a listener holds at most `max_connections`: one
+/// more is closed as soon as it is accepted, and counted; the ones held
+/// are served.
+#[test]
+fn a_connection_over_the_limit_is_closed_and_counted() {
+    let cfg = TargetConfig { subnqn: NQN.into(), max_connections: 2, ..TargetConfig::default() };
+    let target = Target::new(cfg, vec![ram(1 << 20)]).unwrap();
+    let listen = ["127.0.0.1:0".parse().unwrap()];
+    let server = ControllerServer::spawn(target.clone(), &listen, Listener::default()).unwrap();
+    let addr = server.local_addrs()[0];
+    let mut held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    for s in &mut held {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        icreq(s);
+    }
+    let mut third = TcpStream::connect(addr).unwrap();
+    third.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut rest = Vec::new();
+    assert_eq!(third.read_to_end(&mut rest).unwrap_or(0), 0, "closed at once");
+    assert_eq!(target.stats().connections_refused, 1);
+}
+
 #[test]
 fn keep_alive_expiry_tears_down_the_association() {
     let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    icreq(&mut s);
     // Connect the admin queue with a 1 s keep alive timeout, then go silent.
-    let cmd = FabricsCommand::Connect { recfmt: 0, qid: 0, sqsize: 31, cattr: 0, kato: 1000 };
-    let mut sqe = cmd.to_sqe(SglDescriptor::in_capsule(1024));
-    sqe.cid = 1;
-    let data = ConnectData {
-        hostid: [1; 16],
-        cntlid: 0xffff,
-        subnqn: NQN.into(),
-        hostnqn: "nqn.2014-08.test:kato".into(),
-    };
-    let mut raw = [0u8; 1024];
-    data.emit(&mut raw);
-    s.write_all(&emit(Header::CapsuleCmd(CapsuleCmd { sqe }), &raw)).unwrap();
-    let resp = read_pdu(&mut s).unwrap();
-    assert_eq!(resp[0], 0x05, "CapsuleResp");
-    assert_eq!(u16::from_le_bytes([resp[22], resp[23]]) >> 1, 0, "Connect succeeded");
+    connect_queue(&mut s, 0, 0xffff, 1000);
     let started = std::time::Instant::now();
     let mut rest = Vec::new();
     assert_eq!(
@@ -337,21 +368,7 @@ fn a_cid_held_by_an_aer_is_free_for_the_shutdown_spdk_sends() {
     let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    icreq(&mut s);
-    let cmd = FabricsCommand::Connect { recfmt: 0, qid: 0, sqsize: 31, cattr: 0, kato: 0 };
-    let mut sqe = cmd.to_sqe(SglDescriptor::in_capsule(1024));
-    sqe.cid = 10;
-    let data = ConnectData {
-        hostid: [2; 16],
-        cntlid: 0xffff,
-        subnqn: NQN.into(),
-        hostnqn: "nqn.2014-08.test:spdk-detach".into(),
-    };
-    let mut raw = [0u8; 1024];
-    data.emit(&mut raw);
-    s.write_all(&emit(Header::CapsuleCmd(CapsuleCmd { sqe }), &raw)).unwrap();
-    let resp = read_pdu(&mut s).unwrap();
-    assert_eq!(u16::from_le_bytes([resp[22], resp[23]]) >> 1, 0, "Connect succeeded");
+    connect_queue(&mut s, 0, 0xffff, 0);
     const CC: u32 = 0x14;
     const CSTS: u32 = 0x1c;
     let set = |value| FabricsCommand::PropertySet { size: PropertySize::Four, offset: CC, value };
@@ -389,26 +406,9 @@ fn a_cid_held_by_an_aer_is_free_for_the_shutdown_spdk_sends() {
 fn a_cid_whose_data_is_in_flight_is_still_a_conflict() {
     use nvme_of::nvme::io;
     let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));
-    let connect = |s: &mut TcpStream, qid: u16, cntlid: u16| {
-        icreq(s);
-        let cmd = FabricsCommand::Connect { recfmt: 0, qid, sqsize: 31, cattr: 0, kato: 0 };
-        let sqe = Sqe { cid: 100, ..cmd.to_sqe(SglDescriptor::in_capsule(1024)) };
-        let data = ConnectData {
-            hostid: [3; 16],
-            cntlid,
-            subnqn: NQN.into(),
-            hostnqn: "nqn.2014-08.test:cid".into(),
-        };
-        let mut raw = [0u8; 1024];
-        data.emit(&mut raw);
-        s.write_all(&emit(Header::CapsuleCmd(CapsuleCmd { sqe }), &raw)).unwrap();
-        let resp = read_pdu(s).unwrap();
-        assert_eq!(u16::from_le_bytes([resp[22], resp[23]]) >> 1, 0, "Connect succeeded");
-        u16::from_le_bytes([resp[8], resp[9]])
-    };
     let mut admin = TcpStream::connect(addr).unwrap();
     admin.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let cntlid = connect(&mut admin, 0, 0xffff);
+    let cntlid = connect_queue(&mut admin, 0, 0xffff, 0);
     let enable = FabricsCommand::PropertySet {
         size: nvme_of::nvme::PropertySize::Four,
         offset: 0x14,
@@ -417,7 +417,7 @@ fn a_cid_whose_data_is_in_flight_is_still_a_conflict() {
     assert_eq!(admin_cmd(&mut admin, property(1, enable), true), Some((1, 0)));
     let mut q = TcpStream::connect(addr).unwrap();
     q.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    connect(&mut q, 1, cntlid);
+    connect_queue(&mut q, 1, cntlid, 0);
     // 64 KiB, more than fits in a capsule: the controller asks for it.
     let write = Sqe {
         opcode: io::WRITE,

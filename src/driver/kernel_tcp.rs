@@ -290,6 +290,11 @@ fn accept_all(
     loop {
         match listener.accept() {
             Ok((mut sock, peer)) => {
+                if !target.admit_connection(conns.len()) {
+                    // Dropped: the kernel closes it.
+                    info!(%peer, "connection refused: too many at once");
+                    continue;
+                }
                 let _ = sock.set_nodelay(true);
                 let local = sock.local_addr().ok().map(|a| a.ip());
                 let token = *next;

@@ -200,10 +200,6 @@ struct CtrlConn {
 /// (ACK our FIN, send its own) before it is reset.
 const LINGER: smoltcp::time::Duration = smoltcp::time::Duration::from_secs(5);
 
-/// Connections a controller holds at once unless configured otherwise:
-/// beyond them, a new connection is reset as soon as it is accepted.
-pub const MAX_CONNECTIONS: usize = 256;
-
 /// A controller on a smoltcp stack, listening on one port, its I/O queues
 /// offloaded to `ddp` if given.
 pub struct ControllerSide<D: Medium> {
@@ -216,10 +212,6 @@ pub struct ControllerSide<D: Medium> {
     closed_stats: (UlpStats, TxStats),
     /// Connections accepted.
     accepted: u64,
-    /// Most connections held at once.
-    max_connections: usize,
-    /// Connections reset at once for being over that limit.
-    refused: u64,
 }
 
 impl<D: Medium> ControllerSide<D> {
@@ -238,20 +230,7 @@ impl<D: Medium> ControllerSide<D> {
             ddp,
             closed_stats: Default::default(),
             accepted: 0,
-            max_connections: MAX_CONNECTIONS,
-            refused: 0,
         })
-    }
-
-    /// Hold at most `n` connections at once (at least one).
-    pub fn with_max_connections(mut self, n: usize) -> Self {
-        self.max_connections = n.max(1);
-        self
-    }
-
-    /// Connections reset on arrival for being over the limit.
-    pub fn refused(&self) -> u64 {
-        self.refused
     }
 
     /// Serve this transport instead of NVMe/TCP.
@@ -291,10 +270,8 @@ impl<D: Medium> ControllerSide<D> {
         let mut progress = self.stack.poll(now);
         let local = std::net::IpAddr::V4(self.stack.config().ip.address());
         while let Some(conn) = self.stack.accept() {
-            if self.conns.len() >= self.max_connections {
-                tracing::debug!(limit = self.max_connections, "too many connections; reset");
+            if !self.target.admit_connection(self.conns.len()) {
                 self.stack.abort(&conn);
-                self.refused += 1;
                 // The RST goes out with this poll; the socket is gone after.
                 self.stack.poll(now);
                 self.stack.release(conn);

@@ -67,6 +67,9 @@ pub struct TargetConfig {
     /// A connection that has not connected a queue (ICReq or MPA, then
     /// Connect) this long after it was accepted is closed.
     pub connect_timeout: std::time::Duration,
+    /// Connections a listener holds at once; one more is closed as soon as
+    /// it is accepted (and counted).
+    pub max_connections: usize,
 }
 
 impl Default for TargetConfig {
@@ -87,6 +90,7 @@ impl Default for TargetConfig {
             port: None,
             ddp_threshold: None,
             connect_timeout: std::time::Duration::from_secs(30),
+            max_connections: 256,
         }
     }
 }
@@ -113,6 +117,8 @@ pub enum ConfigError {
     BadMaxH2cData(u32),
     #[error("{0} must be at least 4096")]
     TooSmall(&'static str),
+    #[error("{0} must be more than zero")]
+    Zero(&'static str),
 }
 
 /// Counters behind the SMART log and the controller's report.
@@ -124,6 +130,7 @@ pub(crate) struct Counters {
     pub writes: AtomicU64,
     pub media_errors: AtomicU64,
     pub connect_timeouts: AtomicU64,
+    pub connections_refused: AtomicU64,
 }
 
 /// A snapshot of what the target has done.
@@ -137,6 +144,8 @@ pub struct TargetStats {
     pub controllers: usize,
     /// Connections closed for not connecting a queue in time.
     pub connect_timeouts: u64,
+    /// Connections closed on arrival, over `max_connections`.
+    pub connections_refused: u64,
 }
 
 /// What every connection of one target shares.
@@ -167,6 +176,12 @@ impl Target {
         }
         if namespaces.is_empty() {
             return Err(ConfigError::NoNamespaces);
+        }
+        if config.max_connections == 0 {
+            return Err(ConfigError::Zero("max_connections"));
+        }
+        if config.connect_timeout.is_zero() {
+            return Err(ConfigError::Zero("connect_timeout"));
         }
         if !(2..=4096).contains(&config.queue_size) {
             return Err(ConfigError::BadQueueSize(config.queue_size));
@@ -207,6 +222,17 @@ impl Target {
         *self.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(waker);
     }
 
+    /// A listener holding `held` connections got one more: whether it may
+    /// keep it (else it is counted as refused, and the listener closes it).
+    pub fn admit_connection(&self, held: usize) -> bool {
+        let ok = held < self.config.max_connections;
+        if !ok {
+            self.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(limit = self.config.max_connections, "too many connections; closing");
+        }
+        ok
+    }
+
     pub fn stats(&self) -> TargetStats {
         let c = &self.counters;
         TargetStats {
@@ -217,6 +243,7 @@ impl Target {
             media_errors: c.media_errors.load(Ordering::Relaxed),
             controllers: self.lock_assocs().by_cntlid.len(),
             connect_timeouts: c.connect_timeouts.load(Ordering::Relaxed),
+            connections_refused: c.connections_refused.load(Ordering::Relaxed),
         }
     }
 

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use nvme_ddp::driver::clock::Clock;
 use nvme_ddp::driver::kernel_tcp::ControllerServer;
-use nvme_ddp::driver::smoltcp::{ControllerSide, MAX_CONNECTIONS, serve_queues, to_smol};
+use nvme_ddp::driver::smoltcp::{ControllerSide, serve_queues, to_smol};
 use nvme_ddp::driver::transport::TransportType;
 use nvme_ddp::report::{OffloadReport, human_bytes};
 use nvme_ddp::size::format_size;
@@ -69,9 +69,9 @@ pub(crate) struct ControllerArgs {
     /// then Connect) within this many seconds.
     #[arg(long, default_value = "30", value_parser = parse_seconds)]
     connect_timeout: std::time::Duration,
-    /// Most connections held at once over smoltcp (per TAP queue); one
-    /// more is reset on arrival and counted.
-    #[arg(long, default_value_t = MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    /// Most connections each listener holds at once (over smoltcp, each
+    /// TAP queue); one more is closed on arrival and counted.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     max_connections: u32,
     #[command(flatten)]
     link: LinkArgs,
@@ -102,6 +102,7 @@ pub(crate) fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc
         port,
         ddp_threshold: a.link.ddp_threshold,
         connect_timeout: a.connect_timeout,
+        max_connections: a.max_connections as usize,
         ..TargetConfig::default()
     };
     Ok(Target::new(cfg, namespaces)?)
@@ -160,8 +161,7 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
             cfg.seed ^= queue;
             let stack = Stack::new(dev, cfg, to_smol(clock.now()));
             let side = ControllerSide::new(stack, target.clone(), first.port(), Some(nic.clone()))?
-                .with_listener(listener.clone())
-                .with_max_connections(a.max_connections as usize);
+                .with_listener(listener.clone());
             sides.push(side);
             nics.push(nic);
         }
@@ -177,21 +177,8 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
             for line in OffloadReport::controller(nic.caps().1, nic.stats(), ulp, tx).lines(&who) {
                 tracing::info!("{line}");
             }
-            if side.refused() > 0 {
-                tracing::info!(
-                    refused = side.refused(),
-                    limit = a.max_connections,
-                    "{who}: connections reset for being over the limit"
-                );
-            }
         }
-        let s = target.stats();
-        if s.connect_timeouts > 0 {
-            tracing::info!(
-                connections = s.connect_timeouts,
-                "closed for not connecting a queue in time"
-            );
-        }
+        report_refusals(&target, a.max_connections);
         return Ok(());
     }
     let port =
@@ -211,6 +198,25 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
     let mut server = server;
     server.join()?;
     let s = target.stats();
-    tracing::info!(reads = s.reads, writes = s.writes, read = %human_bytes(s.bytes_read as f64), written = %human_bytes(s.bytes_written as f64), connect_timeouts = s.connect_timeouts, "stopped");
+    tracing::info!(reads = s.reads, writes = s.writes, read = %human_bytes(s.bytes_read as f64), written = %human_bytes(s.bytes_written as f64), "stopped");
+    report_refusals(&target, a.max_connections);
     Ok(())
+}
+
+/// The connections the limits closed, if any.
+fn report_refusals(target: &Target, limit: u32) {
+    let s = target.stats();
+    if s.connections_refused > 0 {
+        tracing::info!(
+            connections = s.connections_refused,
+            limit,
+            "closed on arrival: too many at once (--max-connections)"
+        );
+    }
+    if s.connect_timeouts > 0 {
+        tracing::info!(
+            connections = s.connect_timeouts,
+            "closed for connecting no queue in time (--connect-timeout)"
+        );
+    }
 }
