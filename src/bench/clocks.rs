@@ -43,12 +43,22 @@ pub struct Cpu {
     pub process: i64,
 }
 
+/// What the lockstep loop has added up, and where on the thread's clock
+/// the host's step under way began: a mark taken inside that step (as
+/// every mark is) counts the host's work so far, which the sums only get
+/// once the step returns.
+#[derive(Clone, Copy, Default)]
+pub struct Tally {
+    pub sums: Cpu,
+    pub host_since: i64,
+}
+
 /// Where a run's CPU times come from.
 pub enum Clocks {
     /// Each part on a thread of its own: their CPU clocks.
     Threads { nic: NicThread, controller: std::thread::JoinHandle<()> },
     /// Every part stepped in turn on this thread: what the loop added up.
-    Lockstep(Rc<Cell<Cpu>>),
+    Lockstep(Rc<Cell<Tally>>),
 }
 
 impl Clocks {
@@ -63,7 +73,11 @@ impl Clocks {
                 harness: 0,
                 process,
             },
-            Clocks::Lockstep(sums) => Cpu { process, ..sums.get() },
+            Clocks::Lockstep(tally) => {
+                let Tally { sums, host_since } = tally.get();
+                let now = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) as i64;
+                Cpu { host: sums.host + (now - host_since), process, ..sums }
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 //! (that is [`goals`](crate::bench::goals)'s, against the user's file).
 
 use crate::app::HostApp;
-use crate::bench::clocks::{Clocks, Cpu, Mark, clock_read_cost, cpu_ns};
+use crate::bench::clocks::{Clocks, Mark, Tally, clock_read_cost, cpu_ns};
 use crate::bench::options::{BenchOptions, Impair, Setting, rep_seed};
 use crate::bench::point::{Measures, Point, RawTcp};
 use crate::bench::stats::{median, range, spread, summarize};
@@ -318,10 +318,10 @@ fn run_once<M: Medium + Send + 'static>(
             remote,
             Some(hddp),
         );
-        let sums = Rc::new(Cell::new(Cpu::default()));
-        let clocks = Clocks::Lockstep(sums.clone());
+        let tally = Rc::new(Cell::new(Tally::default()));
+        let clocks = Clocks::Lockstep(tally.clone());
         let mut app = app(&clocks);
-        lockstep(&mut host, &mut nic, &mut ctrl, &mut app, &clock, &sums, limit)?;
+        lockstep(&mut host, &mut nic, &mut ctrl, &mut app, &clock, &tally, limit)?;
         (app.error, app.sample)
     };
     if let Some(e) = error {
@@ -332,7 +332,7 @@ fn run_once<M: Medium + Send + 'static>(
 
 /// Run host, the host's NIC and the controller in turn on this thread, in
 /// real time, until the app is done, adding each one's CPU time into
-/// `sums`. No scheduler decides who runs when, so a point's figures repeat
+/// `tally`. No scheduler decides who runs when, so a point's figures repeat
 /// from run to run. Each part's interval between two reads of the thread's
 /// CPU clock holds one read's cost, which is taken out and counted as the
 /// harness's; so are the sleeps while every part waits for a timer.
@@ -342,7 +342,7 @@ fn lockstep<H: Medium, N: Medium, C: Medium>(
     ctrl: &mut ControllerSide<C>,
     app: &mut dyn HostApp,
     clock: &Clock,
-    sums: &Cell<Cpu>,
+    tally: &Cell<Tally>,
     limit: Duration,
 ) -> Result<(), BenchError> {
     let read = clock_read_cost();
@@ -351,20 +351,21 @@ fn lockstep<H: Medium, N: Medium, C: Medium>(
     let mut t0 = cpu();
     loop {
         let now = to_smol(clock.now());
+        tally.set(Tally { host_since: t0, ..tally.get() });
         let a = host.step(app, now)?;
         let t1 = cpu();
         let b = nic.step(now);
         let t2 = cpu();
         let c = ctrl.step(now);
         let t3 = cpu();
-        let mut s = sums.get();
+        let Tally { sums: mut s, host_since } = tally.get();
         s.host += t1 - t0 - read;
         s.nic += t2 - t1 - read;
         s.controller += t3 - t2 - read;
         s.harness += 3 * read;
         t0 = t3;
         if app.is_done() && host.flushed() {
-            sums.set(s);
+            tally.set(Tally { sums: s, host_since });
             return Ok(());
         }
         if clock.now().saturating_since(start) > limit {
@@ -381,7 +382,7 @@ fn lockstep<H: Medium, N: Medium, C: Medium>(
             t0 = cpu();
             s.harness += t0 - t3;
         }
-        sums.set(s);
+        tally.set(Tally { sums: s, host_since });
     }
 }
 
