@@ -314,16 +314,19 @@ impl<D: Medium> ControllerSide<D> {
         // which ends its close as well. A peer that never finishes the
         // close (an ACK or a FIN that never comes) is reset after LINGER.
         use smoltcp::socket::tcp::State;
+        let mut aborted = false;
         for c in &self.conns {
             if c.closed.is_some_and(|at| now >= at + LINGER)
                 && !matches!(self.stack.state(&c.conn), State::Closed | State::TimeWait)
             {
                 self.stack.abort(&c.conn);
-                progress = true;
+                aborted = true;
             }
         }
-        if progress {
+        if aborted {
+            // The resets go out before their sockets are forgotten.
             self.stack.poll(now);
+            progress = true;
         }
         let gone: Vec<usize> = (0..self.conns.len())
             .filter(|&i| {
