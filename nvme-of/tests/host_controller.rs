@@ -524,7 +524,7 @@ fn a_lost_connection_reconnects_and_retries_what_did_not_complete() {
         assert_eq!(p.completions(tag), [Status::SUCCESS], "tag {tag}");
     }
     let r = p.host.recovery();
-    assert_eq!((r.reconnects, r.retried, r.aborts), (1, 8, 0));
+    assert_eq!((r.lost, r.attempts, r.reconnects, r.retried, r.aborts), (1, 1, 1, 8, 0));
     assert_eq!(p.host.io_queues(), 2);
     read_back(&mut p, &written);
     // One controller: the old association's was removed with its queues.
@@ -580,7 +580,36 @@ fn a_controller_that_stays_away_is_given_up_after_ctrl_loss_tmo() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(p.host.recovery().reconnects, 0);
+    // One loss, four attempts at it, none of which made an association.
+    let r = p.host.recovery();
+    assert_eq!((r.lost, r.attempts, r.reconnects), (1, 4, 0));
+}
+
+/// A user's stop while the controller does not answer: `close` ends the
+/// association at once, without CC.SHN, and what was in flight completes
+/// with an error before `Closed`.
+#[test]
+fn close_ends_the_association_without_waiting_on_the_controller() {
+    let mut p = nvm(HostConfig::default());
+    p.ready();
+    // The controller hears nothing more.
+    p.h2c_filter = Some(Box::new(|_, bytes: &mut Vec<u8>| bytes.clear()));
+    submit_writes(&mut p, 2, 1);
+    p.step();
+    let at = p.now;
+    p.host.close(p.now);
+    p.step();
+    assert_eq!(p.now, at, "no time passed");
+    let closed = p.events.iter().position(|e| matches!(e, HostEvent::Closed)).expect("Closed");
+    for tag in 0..2 {
+        assert_eq!(p.completions(tag), [Status::HOST_PATH_ERROR], "tag {tag}");
+        let done = p
+            .events
+            .iter()
+            .position(|e| matches!(e, HostEvent::Completion { tag: t, .. } if *t == tag));
+        assert!(done.unwrap() < closed, "completions come before Closed");
+    }
+    assert!(p.host.is_closed(0) && p.host.is_closed(1));
 }
 
 /// A command the controller never sees times out: the host first sends

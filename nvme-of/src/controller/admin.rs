@@ -167,7 +167,12 @@ impl CtrlQueue {
             a.connected.insert(qid);
             (a.cntlid, a.generation)
         };
-        tracing::debug!(cntlid, qid, hostnqn = %d.hostnqn, subnqn = %d.subnqn, size, "queue connected");
+        match qid {
+            // An association is news to whoever runs the controller; its
+            // I/O queues are detail.
+            0 => tracing::info!(cntlid, hostnqn = %d.hostnqn, subnqn = %d.subnqn, "host connected"),
+            _ => tracing::debug!(cntlid, qid, hostnqn = %d.hostnqn, size, "queue connected"),
+        }
         self.bind(Queue { assoc, qid, size, sq_flow_control, sqhd: 0, cntlid, generation });
         result(u64::from(cntlid))
     }

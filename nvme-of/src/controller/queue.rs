@@ -433,6 +433,9 @@ impl CtrlQueue {
                 a.connected.remove(&q.qid);
             }
             if q.qid == 0 {
+                if !a.dead {
+                    tracing::info!(cntlid = a.cntlid, hostnqn = %a.hostnqn, "host disconnected");
+                }
                 a.dead = true;
                 self.target.remove_association(a.cntlid);
             }

@@ -59,6 +59,12 @@ impl Step {
     }
 }
 
+/// I/O queues connecting at once. Linux connects them one after another;
+/// a few at once bring a many-queue association up sooner, and stay within
+/// what a listener holds in its backlog (smoltcp's is a number of
+/// listening sockets; a SYN beyond them is reset).
+const CONNECTS_AT_ONCE: u16 = 8;
+
 /// How often CSTS is read while waiting for it to change.
 const CSTS_POLL: Duration = Duration::from_millis(2);
 /// How long shutdown may take (Linux's default shutdown_timeout).
@@ -188,13 +194,17 @@ impl Host {
                     self.ctrl.as_ref().map_or(0, |c| (c.ioccsz as usize * 16).saturating_sub(64));
                 for qid in 1..=n {
                     self.queues.push(self.transport.queue(qid, self.io_queue_size, inline));
-                    self.connect_pending.push_back(qid);
                 }
+                self.connect_pending.extend(1..=n.min(CONNECTS_AT_ONCE));
                 debug!(parent: &self.span, queues = n, size = self.io_queue_size, "connecting I/O queues");
             }
             Step::ConnectIo => {
                 self.io_connected += 1;
                 debug!(parent: &self.span, qid, "I/O queue connected");
+                let next = self.io_connected + CONNECTS_AT_ONCE;
+                if next <= self.io_queues() {
+                    self.connect_pending.push_back(next);
+                }
                 if self.io_connected == self.io_queues() {
                     self.admin_cmd(
                         Owner::Aer,
@@ -225,8 +235,9 @@ impl Host {
                 self.next_namespace(now);
             }
             Step::DiscoveryHeader => {
-                let (_, numrec) =
+                let (genctr, numrec) =
                     crate::nvme::log::parse_discovery_header(&page(&buf)).unwrap_or((0, 0));
+                self.discovery_genctr = genctr;
                 self.discovery_numrec = numrec.min(1024);
                 if self.discovery_numrec == 0 {
                     self.events.push_back(HostEvent::Discovered(Vec::new()));

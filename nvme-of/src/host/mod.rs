@@ -69,7 +69,7 @@ pub enum HostError {
     #[error("timed out waiting for {0}")]
     Timeout(&'static str),
     /// Reconnecting failed for ctrl-loss-tmo; the last attempt's error.
-    #[error("controller lost: no association for {after:?} (ctrl-loss-tmo); last error: {last}")]
+    #[error("controller lost: no association for {:.1} s, past ctrl-loss-tmo; the last attempt: {last}", after.as_secs_f64())]
     ControllerLost { after: Duration, last: Box<HostError> },
 }
 
@@ -139,6 +139,7 @@ pub struct Host {
     io_queue_size: u16,
     io_connected: u16,
     discovery_numrec: u64,
+    discovery_genctr: u64,
     /// The host's own deadlines, apart from its commands'.
     timers: TimerTable,
     /// Since when the controller is lost, while reconnecting.
@@ -185,6 +186,7 @@ impl Host {
             io_queue_size: 0,
             io_connected: 0,
             discovery_numrec: 0,
+            discovery_genctr: 0,
             timers: TimerTable::default(),
             lost_at: None,
             last_error: None,
@@ -288,6 +290,20 @@ impl Host {
             q.transport_closed();
         }
         self.drain(qid, now);
+    }
+
+    /// The transport of queue `qid` could not be made (`error` says why):
+    /// while reconnecting, one more failed attempt, whose error is the
+    /// last one's if the host gives up; otherwise the association fails
+    /// with it.
+    pub fn connect_failed(
+        &mut self,
+        qid: u16,
+        error: impl std::error::Error + Send + Sync + 'static,
+        now: Instant,
+    ) {
+        self.now = self.now.max(now);
+        self.fail(HostError::Queue { qid, error: QueueError::transport(error) });
     }
 
     pub fn poll_event(&mut self) -> Option<HostEvent> {
@@ -394,6 +410,11 @@ impl Host {
     }
 
     /// I/O queues in use (qids 1..=n).
+    /// The generation counter (GENCTR) of the discovery log read last.
+    pub fn discovery_genctr(&self) -> u64 {
+        self.discovery_genctr
+    }
+
     pub fn io_queues(&self) -> u16 {
         self.queues.len() as u16 - 1
     }

@@ -16,6 +16,12 @@ use tracing::{debug, info, warn};
 /// How often recovery ran, for users to see.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovery {
+    /// Associations lost (a loss counts once, however many attempts it
+    /// takes to make a new one).
+    pub lost: u64,
+    /// Attempts to make a new association after a loss, those that
+    /// failed included.
+    pub attempts: u64,
     /// New associations made after one was lost.
     pub reconnects: u64,
     /// Commands submitted again: after a lost association, or after an
@@ -135,7 +141,12 @@ impl Host {
             State::ShuttingDown => false,
         };
         if live_once && self.cfg.ctrl_loss_tmo != Some(Duration::ZERO) {
-            warn!(parent: &self.span, error = %e, "association lost");
+            if self.lost_at.is_none() {
+                warn!(parent: &self.span, error = %e, "association lost");
+                self.recovery.lost += 1;
+            } else {
+                debug!(parent: &self.span, error = %e, "reconnect attempt failed");
+            }
             self.last_error = Some(e.clone());
             self.begin_reconnect(Some(e), self.cfg.reconnect_delay);
         } else {
@@ -194,6 +205,7 @@ impl Host {
             return self.give_up(HostError::ControllerLost { after: lost, last });
         }
         info!(parent: &self.span, ?lost, "reconnecting");
+        self.recovery.attempts += 1;
         self.connect_pending = VecDeque::from([0]);
         self.cntlid = 0;
         self.io_connected = 0;
@@ -221,6 +233,17 @@ impl Host {
             let buf = r.cmd.buf();
             let (qid, tag, status) = (r.qid, r.tag, Status::HOST_PATH_ERROR);
             self.events.push_back(HostEvent::Completion { qid, tag, status, buf });
+        }
+    }
+
+    /// End the association at once, without the controller's part (no
+    /// CC.SHN): the queues close, every command not completed completes
+    /// with an error status, and `Closed` follows. For a user's stop,
+    /// which must not wait on a controller that may be gone.
+    pub fn close(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+        if !matches!(self.state, State::Failed | State::Closed) {
+            self.close_all();
         }
     }
 
