@@ -1,6 +1,6 @@
 //! A namespace over a regular file or a block device.
 
-use crate::{Workers, check_block_size};
+use crate::{Workers, check_block_size, check_size};
 use nvme_of::namespace::{BlockIo, Done, Namespace};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -32,19 +32,18 @@ impl FileNamespace {
     /// whole blocks.
     pub fn open(path: &Path, block_size: u32, depth: usize) -> io::Result<Self> {
         check_block_size(block_size)?;
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot open namespace {}: {e}", path.display()))
-        })?;
+        let named =
+            |e: io::Error| io::Error::new(e.kind(), format!("namespace {}: {e}", path.display()));
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(named)?;
         // A block device reports length 0 in its metadata; seeking finds its size.
-        let size = io::Seek::seek(&mut &file, io::SeekFrom::End(0))?;
-        let size = size - size % u64::from(block_size);
-        if size == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("namespace {} is smaller than one {block_size}-byte block", path.display()),
-            ));
-        }
-        let meta = file.metadata()?;
+        let size = io::Seek::seek(&mut &file, io::SeekFrom::End(0)).map_err(|e| {
+            named(io::Error::new(
+                e.kind(),
+                format!("cannot find its size by seeking to its end: {e}"),
+            ))
+        })?;
+        check_size(size, block_size).map_err(named)?;
+        let meta = file.metadata().map_err(named)?;
         let identity = meta.dev().rotate_left(32) ^ meta.ino();
         let workers = (depth > 0).then(|| Workers::new(depth));
         Ok(Self { file: Arc::new(file), block_size, size, identity, workers })
@@ -131,7 +130,7 @@ mod tests {
     #[test]
     fn file_namespace_reads_what_it_wrote_on_its_workers_and_inline() {
         let path = std::env::temp_dir().join(format!("nvme-ddp-ns-{}", std::process::id()));
-        std::fs::write(&path, vec![0u8; 5000]).unwrap();
+        std::fs::write(&path, vec![0u8; 4608]).unwrap();
         for depth in [4, 0] {
             let ns = FileNamespace::open(&path, 512, depth).unwrap();
             assert_eq!(ns.size(), 4608);
@@ -149,8 +148,13 @@ mod tests {
             assert!(sync(&ns, past).is_err());
             assert_eq!(ns.threads() > 0, depth > 0);
         }
+        // A tail short of a block is refused, not left out unsaid.
+        std::fs::write(&path, vec![0u8; 5000]).unwrap();
+        let err = FileNamespace::open(&path, 512, 1).err().unwrap();
+        let named = format!("namespace {}: 5000 bytes is not a whole number", path.display());
+        assert!(err.to_string().starts_with(&named), "{err}");
         std::fs::remove_file(&path).unwrap();
         let err = FileNamespace::open(&path, 512, 1).err().unwrap();
-        assert!(err.to_string().contains("cannot open namespace"), "{err}");
+        assert!(err.to_string().starts_with(&format!("namespace {}: ", path.display())), "{err}");
     }
 }

@@ -17,6 +17,24 @@ pub use workers::Workers;
 
 use std::io;
 
+/// A namespace holds whole blocks, one at least: a size that is not a
+/// whole number of them is refused, not rounded down, so that nothing the
+/// user gave is silently left out.
+pub fn check_size(size: u64, block_size: u32) -> io::Result<()> {
+    let block = u64::from(block_size);
+    let (blocks, tail) = (size / block, size % block);
+    let why = if blocks == 0 {
+        format!("{size} bytes is smaller than one {block}-byte block")
+    } else if tail != 0 {
+        format!(
+            "{size} bytes is not a whole number of {block}-byte blocks ({blocks} blocks and {tail} bytes)"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(io::Error::new(io::ErrorKind::InvalidInput, why))
+}
+
 /// Only 512 and 4096 byte logical blocks are offered.
 pub fn check_block_size(block_size: u32) -> io::Result<()> {
     match block_size {

@@ -1,6 +1,6 @@
 //! A sparse RAM namespace.
 
-use crate::check_block_size;
+use crate::{check_block_size, check_size};
 use nvme_of::namespace::{BlockIo, Done, Namespace};
 use std::io;
 use std::sync::{PoisonError, RwLock};
@@ -19,10 +19,7 @@ impl RamNamespace {
     /// `size` is rounded down to whole blocks.
     pub fn new(size: u64, block_size: u32) -> io::Result<Self> {
         check_block_size(block_size)?;
-        let size = size - size % u64::from(block_size);
-        if size == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "namespace size is zero"));
-        }
+        check_size(size, block_size)?;
         let n = size.div_ceil(CHUNK as u64) as usize;
         Ok(Self { block_size, size, chunks: (0..n).map(|_| RwLock::new(None)).collect() })
     }
@@ -127,5 +124,13 @@ mod tests {
         assert!(buf[2048..6144].iter().all(|&b| b == 0));
         assert_eq!(&buf[6144..], &data[6144..]);
         assert!(RamNamespace::new(1000, 1000).is_err());
+    }
+
+    #[test]
+    fn a_size_that_is_not_whole_blocks_is_refused_not_rounded() {
+        let e = RamNamespace::new(1000, 512).err().expect("refused");
+        assert!(e.to_string().contains("1 blocks and 488 bytes"), "{e}");
+        assert!(RamNamespace::new(0, 512).err().expect("refused").to_string().contains("smaller"));
+        assert_eq!(RamNamespace::new(1024, 512).unwrap().size(), 1024);
     }
 }
