@@ -13,6 +13,7 @@ use nvme_of::nvme::identify::IdentifyController;
 use nvme_of::nvme::log::DiscoveryEntry;
 use nvme_of::nvme::{Sqe, Status};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// A host-side program driven by a transport driver.
@@ -25,6 +26,53 @@ pub trait HostApp {
     fn is_done(&self) -> bool;
     /// Why the run failed, if it did.
     fn error(&self) -> Option<String>;
+    /// The user asked to stop (Ctrl-C): end the run soon with what it did
+    /// so far. By default the association ends at once.
+    fn interrupt(&mut self, host: &mut Host, now: Instant) {
+        host.close(now);
+    }
+}
+
+/// An app that is interrupted once `stop` is set (by Ctrl-C, on another
+/// thread); the flag is looked at on every turn of the driver's loop.
+pub struct Stoppable<'a> {
+    app: &'a mut dyn HostApp,
+    stop: &'a AtomicBool,
+    /// The app was interrupted.
+    pub stopped: bool,
+}
+
+impl<'a> Stoppable<'a> {
+    pub fn new(app: &'a mut dyn HostApp, stop: &'a AtomicBool) -> Self {
+        Self { app, stop, stopped: false }
+    }
+}
+
+impl HostApp for Stoppable<'_> {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: Instant) {
+        self.app.on_event(host, event, now);
+    }
+
+    fn on_poll(&mut self, host: &mut Host, now: Instant) {
+        if !self.stopped && self.stop.load(Ordering::Relaxed) {
+            self.stopped = true;
+            self.app.interrupt(host, now);
+        }
+        self.app.on_poll(host, now);
+    }
+
+    fn is_done(&self) -> bool {
+        self.app.is_done()
+    }
+
+    fn error(&self) -> Option<String> {
+        self.app.error()
+    }
+
+    fn interrupt(&mut self, host: &mut Host, now: Instant) {
+        self.stopped = true;
+        self.app.interrupt(host, now);
+    }
 }
 
 /// Bring up, read the controller's identity and namespaces, run admin
@@ -103,14 +151,19 @@ impl HostApp for AdminApp {
 #[derive(Default)]
 pub struct DiscoverApp {
     pub entries: Option<Vec<DiscoveryEntry>>,
+    /// The log's generation counter.
+    pub genctr: u64,
     done: bool,
     error: Option<HostError>,
 }
 
 impl HostApp for DiscoverApp {
-    fn on_event(&mut self, _host: &mut Host, event: HostEvent, _now: Instant) {
+    fn on_event(&mut self, host: &mut Host, event: HostEvent, _now: Instant) {
         match event {
-            HostEvent::Discovered(e) => self.entries = Some(e),
+            HostEvent::Discovered(e) => {
+                self.entries = Some(e);
+                self.genctr = host.discovery_genctr();
+            }
             HostEvent::Closed => self.done = true,
             HostEvent::Failed(e) => {
                 self.error = Some(e);
@@ -142,8 +195,8 @@ pub struct Progress {
     pub stats: IoStats,
 }
 
-/// Called with the progress; returns false to interrupt the run.
-pub type Watch = Box<dyn FnMut(&Progress) -> bool + Send>;
+/// Called with the progress about ten times a second.
+pub type Watch = Box<dyn FnMut(&Progress) + Send>;
 
 /// Run workloads one after another (a write pass, then a verified read
 /// pass, say), then shut down.
@@ -153,6 +206,10 @@ pub struct IoApp {
     next_watch: Instant,
     /// The run was interrupted: the results are of what ran till then.
     pub interrupted: bool,
+    /// After an interrupt, when I/O still in flight is given up on.
+    give_up_at: Option<Instant>,
+    /// I/Os given up on in flight, when an interrupted run could not wait.
+    pub abandoned: u64,
     current: Option<Workload>,
     pub results: Vec<(WorkloadSpec, IoStats)>,
     pub namespace: Option<NamespaceInfo>,
@@ -171,6 +228,8 @@ impl IoApp {
             watch: None,
             next_watch: Instant::ZERO,
             interrupted: false,
+            give_up_at: None,
+            abandoned: 0,
             current: None,
             results: Vec::new(),
             namespace: None,
@@ -182,9 +241,7 @@ impl IoApp {
         }
     }
 
-    /// Call `watch` about ten times a second with the progress made; when
-    /// it returns false, stop issuing I/O, let what is in flight complete,
-    /// and end with the results so far (as on Ctrl-C).
+    /// Call `watch` about ten times a second with the progress made.
     pub fn with_watch(mut self, watch: Watch) -> Self {
         self.watch = Some(watch);
         self
@@ -202,20 +259,26 @@ impl IoApp {
         })
     }
 
-    /// Stop issuing I/O: the phase running ends once what is in flight
-    /// completes, and the phases after it are dropped.
-    pub fn interrupt(&mut self, host: &mut Host, now: Instant) {
-        self.interrupted = true;
-        self.phases.clear();
-        match &mut self.current {
-            Some(w) => {
-                w.stop();
-                self.pump(host, now);
-            }
-            None => host.shutdown(now),
+    /// How long an interrupted run waits for the I/O in flight before it
+    /// gives up on it: well within the second a user waits after Ctrl-C.
+    pub const GRACE: Duration = Duration::from_millis(500);
+
+    /// End the phase running with what it did so far; what is in flight
+    /// is left out.
+    fn end_phase(&mut self) {
+        if let Some(w) = self.current.take() {
+            self.abandoned += w.in_flight() as u64;
+            self.results.push((w.spec().clone(), w.stats()));
         }
     }
 
+    /// End the run now: the phase running ends as it stands and the
+    /// association goes without waiting on the controller.
+    fn end_now(&mut self, host: &mut Host, now: Instant) {
+        self.end_phase();
+        self.phases.clear();
+        host.close(now);
+    }
     fn fail(&mut self, host: &mut Host, why: String, now: Instant) {
         self.error.get_or_insert(why);
         host.shutdown(now);
@@ -273,7 +336,15 @@ impl HostApp for IoApp {
             }
             HostEvent::Closed => self.done = true,
             HostEvent::Failed(e) => {
-                self.error.get_or_insert_with(|| e.to_string());
+                // The association's failure is the cause; the I/O that
+                // failed with it, if any, the consequence.
+                let running = self.current.as_ref().and_then(Workload::first_error);
+                let io = running.map(str::to_owned).or(self.error.take());
+                self.end_phase();
+                self.error = Some(match io {
+                    Some(io) => format!("{e}; the I/O in flight failed with it ({io})"),
+                    None => e.to_string(),
+                });
                 self.done = true;
             }
             // Commands that did not complete are the host's to submit
@@ -286,16 +357,34 @@ impl HostApp for IoApp {
     }
 
     fn on_poll(&mut self, host: &mut Host, now: Instant) {
+        if self.give_up_at.is_some_and(|t| now >= t) && !self.done {
+            self.give_up_at = None;
+            self.end_now(host, now);
+        }
         self.pump(host, now);
         if now >= self.next_watch
             && let Some(progress) = self.progress(now)
             && let Some(watch) = &mut self.watch
         {
             self.next_watch = now + Duration::from_millis(100);
-            if !watch(&progress) {
-                self.watch = None;
-                self.interrupt(host, now);
+            watch(&progress);
+        }
+    }
+
+    /// Stop issuing I/O: the phase running ends once what is in flight
+    /// completes, or after [`Self::GRACE`] without it, and the phases
+    /// after it are dropped. Without an association (connecting, or
+    /// reconnecting after a loss) the run ends at once.
+    fn interrupt(&mut self, host: &mut Host, now: Instant) {
+        self.interrupted = true;
+        self.phases.clear();
+        match &mut self.current {
+            Some(w) if host.is_ready() => {
+                w.stop();
+                self.give_up_at = Some(now + Self::GRACE);
+                self.pump(host, now);
             }
+            _ => self.end_now(host, now),
         }
     }
 

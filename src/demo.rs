@@ -5,7 +5,7 @@
 //! It wires the parts and runs them; it must never measure on its own
 //! (savings are measured by [`crate::bench`]) or print (the CLI shows its report).
 
-use crate::app::{HostApp, IoApp, Watch};
+use crate::app::{HostApp, IoApp, Stoppable, Watch};
 use crate::bench::options::{BenchOptions, Setting};
 use crate::bench::point::{Point, RawTcp};
 use crate::bench::run::{BenchError, run_point};
@@ -158,6 +158,11 @@ pub struct DemoReport {
     pub recovery: RecoveryReport,
     /// The run was cut short (Ctrl-C): the phases are what ran till then.
     pub interrupted: bool,
+    /// I/Os in flight an interrupted run did not wait for.
+    pub abandoned: u64,
+    /// What the controller granted: I/O queues, commands per queue.
+    pub io_queues: u16,
+    pub queue_depth: usize,
     #[serde(skip)]
     pub error: Option<String>,
 }
@@ -206,6 +211,9 @@ pub fn build(o: &DemoOptions) -> Result<Demo, DemoError> {
         ddp_threshold: o.ddp_threshold,
         ..TargetConfig::default()
     };
+    // Both ends are ours: the controller's queues take the depth asked
+    // for (a queue holds one entry fewer than its size).
+    let cfg = TargetConfig { queue_size: cfg.queue_size.max(o.qd.saturating_add(1)), ..cfg };
     let target = Target::new(cfg, vec![ns]).map_err(|e| DemoError::Setup(e.to_string()))?;
     let (h, c) = VirtualWire::pair(o.mtu + 14, 512);
     let now = to_smol(nvme_of::Instant::ZERO);
@@ -241,6 +249,7 @@ pub fn passes(o: &DemoOptions) -> Vec<WorkloadSpec> {
         bs: o.bs,
         limit: Limit::Bytes(o.size),
         qd: usize::from(o.qd),
+        rwmixread: 50,
         verify: true,
         seed: o.seed,
         nsid: None,
@@ -248,16 +257,22 @@ pub fn passes(o: &DemoOptions) -> Vec<WorkloadSpec> {
     vec![spec(Rw::Write), spec(Rw::Read)]
 }
 
-/// Run the demo; `watch`, if given, sees its progress and may interrupt it.
-pub fn run(o: &DemoOptions, watch: Option<Watch>) -> Result<DemoReport, DemoError> {
+/// Run the demo; `watch`, if given, sees its progress. Setting `stop`
+/// (Ctrl-C) ends it early with the results so far.
+pub fn run(
+    o: &DemoOptions,
+    watch: Option<Watch>,
+    stop: &AtomicBool,
+) -> Result<DemoReport, DemoError> {
     let Demo { mut host, mut ctrl, host_nic, ctrl_nic } = build(o)?;
-    let mut app = IoApp::new(passes(o));
+    let mut io = IoApp::new(passes(o));
     if let Some(w) = watch {
-        app = app.with_watch(w);
+        io = io.with_watch(w);
     }
+    let app = &mut Stoppable::new(&mut io, stop);
     let limit = Duration::from_secs(3600);
     let seconds = if o.simulated {
-        run_simulated(&mut host, &mut ctrl, &mut app, limit)?.as_secs_f64()
+        run_simulated(&mut host, &mut ctrl, app, limit)?.as_secs_f64()
     } else {
         let clock = Clock::new();
         let stop = Arc::new(AtomicBool::new(false));
@@ -269,7 +284,7 @@ pub fn run(o: &DemoOptions, watch: Option<Watch>) -> Result<DemoReport, DemoErro
                 ctrl
             })
             .map_err(|e| DemoError::Setup(e.to_string()))?;
-        let result = run_host(&mut host, &mut app, &clock, limit, Duration::ZERO);
+        let result = run_host(&mut host, app, &clock, limit, Duration::ZERO);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         ctrl = thread.join().map_err(|_| DemoError::Panicked)?;
         result?;
@@ -278,6 +293,7 @@ pub fn run(o: &DemoOptions, watch: Option<Watch>) -> Result<DemoReport, DemoErro
     let hw = host.stack.device().get_ref().get_ref();
     let cw = ctrl.stack.device().get_ref().get_ref();
     let (h2c, c2h): (WireStats, WireStats) = (hw.get_ref().tx_stats(), hw.get_ref().rx_stats());
+    let app = io;
     let phases = app
         .results
         .iter()
@@ -311,10 +327,19 @@ pub fn run(o: &DemoOptions, watch: Option<Watch>) -> Result<DemoReport, DemoErro
         savings: None,
         recovery: app.recovery,
         interrupted: app.interrupted,
+        abandoned: app.abandoned,
+        io_queues: app.io_queues,
+        queue_depth: app.queue_depth,
         error: app.error(),
     };
     if o.baseline && o.offload != Caps::NONE && !report.interrupted && report.error.is_none() {
-        report.savings = Some(savings(o)?);
+        report.savings = match savings(o, stop) {
+            Err(BenchError::Interrupted) => {
+                report.interrupted = true;
+                None
+            }
+            r => Some(r?),
+        };
     }
     Ok(report)
 }
@@ -334,8 +359,10 @@ impl Savings {
     const REPS: usize = 3;
     const TIME: Duration = Duration::from_millis(300);
 
-    /// One line: host CPU, copies and CRC per I/O, with and without.
-    pub fn line(&self) -> String {
+    /// One line: host CPU, copies and CRC per I/O, with and without, as
+    /// measured on a clean wire; `impaired` says the run it follows was
+    /// not, so its own counters differ.
+    pub fn line(&self, impaired: bool) -> String {
         let (a, b) = (&self.offloaded, &self.software);
         let us = |p: &Point| p.median.host_cpu_ns_per_io / 1e3;
         let change = match us(b) {
@@ -344,8 +371,14 @@ impl Savings {
         };
         let cpu = |p: &Point| format!("{:.1} us", us(p));
         let bytes = |n: f64| human_bytes(n.round());
+        let lead = match impaired {
+            true => {
+                "on a clean wire (not this run's impaired one, whose counters are above), offloads save"
+            }
+            false => "offloads saved",
+        };
         format!(
-            "offloads saved: host CPU {} -> {} per I/O{change}, copies {} -> {}, CRC {} -> {} per I/O (against no offload, measured alongside: {} {}, {} runs each, spread {:.0}%/{:.0}%)",
+            "{lead}: host CPU {} -> {} per I/O{change}, copies {} -> {}, CRC {} -> {} per I/O (against no offload, measured alongside on a clean wire: {} {}, {} runs each, spread {:.0}%/{:.0}%)",
             cpu(b),
             cpu(a),
             bytes(b.median.host_copy_bytes_per_io),
@@ -364,8 +397,9 @@ impl Savings {
     }
 }
 
-/// Measure [`Savings`] for the demo's settings.
-pub fn savings(o: &DemoOptions) -> Result<Savings, BenchError> {
+/// Measure [`Savings`] for the demo's settings; setting `stop` ends it
+/// with [`BenchError::Interrupted`].
+pub fn savings(o: &DemoOptions, stop: &AtomicBool) -> Result<Savings, BenchError> {
     let bench = BenchOptions {
         reps: Savings::REPS,
         warmup: Duration::from_millis(100),
@@ -375,13 +409,13 @@ pub fn savings(o: &DemoOptions) -> Result<Savings, BenchError> {
     let setting = |offload| Setting {
         transport: o.transport,
         bs: o.bs,
-        rw: Rw::Rw,
+        rw: Rw::RandRw,
         qd: o.qd,
         mtu: o.mtu,
         ddgst: o.digests.data,
         offload,
         ..Setting::default()
     };
-    let point = |offload| run_point(&setting(offload), &bench, RawTcp::default(), || {});
+    let point = |offload| run_point(&setting(offload), &bench, RawTcp::default(), stop, || {});
     Ok(Savings { offloaded: point(o.offload)?, software: point(Caps::NONE)? })
 }

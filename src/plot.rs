@@ -13,7 +13,8 @@
 
 use crate::bench::point::Point;
 use crate::workload::Rw;
-use plotters::coord::ranged1d::{IntoSegmentedCoord, SegmentValue};
+use plotters::coord::ranged1d::{IntoSegmentedCoord, SegmentValue, SegmentedCoord, ValueFormatter};
+use plotters::coord::types::RangedCoordi32;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
@@ -21,8 +22,10 @@ use std::sync::Once;
 /// Why charts could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
-    #[error("cannot create {}: {source}", path.display())]
-    CreateDir { path: PathBuf, source: std::io::Error },
+    // The io::Error is in the message, not chained as a source, so that
+    // `{:#}` does not print it twice.
+    #[error("cannot create {}: {error}", path.display())]
+    CreateDir { path: PathBuf, error: std::io::Error },
     /// Drawing or writing a chart failed (the backend's own error).
     #[error("{0}")]
     Draw(Box<dyn std::error::Error + Send + Sync>),
@@ -64,6 +67,10 @@ struct Measure {
     value: fn(&Point) -> f64,
     range: fn(&Point) -> [f64; 2],
     raw: Option<Of>,
+    /// A logarithmic y axis, for a measure that spans orders of magnitude
+    /// across block sizes (IOPS): on a linear one the large blocks' points
+    /// would sit on zero.
+    log: bool,
 }
 
 const MIB: f64 = 1048576.0;
@@ -75,6 +82,7 @@ const THROUGHPUT: Measure = Measure {
     value: |p| p.median.bytes_per_sec / MIB,
     range: |p| p.bytes_per_sec_range.map(|v| v / MIB),
     raw: None,
+    log: false,
 };
 
 const HOST_CPU: Measure = Measure {
@@ -84,6 +92,7 @@ const HOST_CPU: Measure = Measure {
     value: |p| p.median.host_cpu_ns_per_io / 1e3,
     range: |p| p.host_cpu_ns_per_io_range.map(|v| v / 1e3),
     raw: None,
+    log: false,
 };
 
 /// The figures by block size.
@@ -92,10 +101,11 @@ const MEASURES: [Measure; 3] = [
     Measure {
         file: "iops",
         title: "IOPS",
-        unit: "thousand IOPS",
+        unit: "thousand IOPS (log scale)",
         value: |p| p.median.iops / 1e3,
         range: |p| p.iops_range.map(|v| v / 1e3),
         raw: None,
+        log: true,
     },
     HOST_CPU,
 ];
@@ -116,6 +126,7 @@ const LOSS_MEASURES: [Measure; 4] = [
         value: |p| p.median.lat_p99_us,
         range: |p| p.lat_p99_us_range,
         raw: None,
+        log: false,
     },
     HOST_CPU,
     Measure {
@@ -125,6 +136,7 @@ const LOSS_MEASURES: [Measure; 4] = [
         value: |p| p.median.offload_share * 100.0,
         range: |p| p.offload_share_range.map(|v| v * 100.0),
         raw: None,
+        log: false,
     },
 ];
 
@@ -363,14 +375,35 @@ impl<'a> Figure<'a> {
         lines: &[String],
     ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
         let series: Vec<_> = lines.iter().map(|name| self.series(name, points, m)).collect();
-        let top = series.iter().flatten().map(|&(_, v, [_, hi])| hi.max(v)).fold(0.0, f64::max);
+        let values = || series.iter().flatten().flat_map(|&(_, v, [lo, hi])| [v, lo, hi]);
+        let top = values().fold(0.0, f64::max);
         let last = self.xs.len().saturating_sub(1) as i32;
-        let mut chart = ChartBuilder::on(area)
-            .caption(title, ("sans-serif", 16))
-            .margin(10)
-            .x_label_area_size(36)
-            .y_label_area_size(64)
-            .build_cartesian_2d((0..last).into_segmented(), 0.0..(top * 1.1).max(1e-9))?;
+        let mut builder = ChartBuilder::on(area);
+        builder.caption(title, ("sans-serif", 16)).margin(10);
+        builder.x_label_area_size(36).y_label_area_size(64);
+        let x = (0..last).into_segmented();
+        if m.log {
+            // A decade below the least value, so none sits on the axis.
+            let least = values().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
+            let low = if least.is_finite() { least / 10.0 } else { 1e-3 };
+            let y = (low..(top * 2.0).max(low * 10.0)).log_scale();
+            let chart = builder.build_cartesian_2d(x, y)?;
+            self.fill(chart, &series, m, top)
+        } else {
+            let chart = builder.build_cartesian_2d(x, 0.0..(top * 1.1).max(1e-9))?;
+            self.fill(chart, &series, m, top)
+        }
+    }
+
+    /// Draw the mesh and the lines of a panel on its chart, whatever its y
+    /// scale.
+    fn fill<DB: DrawingBackend, Y: Ranged<ValueType = f64> + ValueFormatter<f64>>(
+        &self,
+        mut chart: ChartContext<'_, DB, Cartesian2d<SegmentedCoord<RangedCoordi32>, Y>>,
+        series: &[Vec<(i32, f64, [f64; 2])>],
+        m: &Measure,
+        top: f64,
+    ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
         let (xs, axis) = (&self.xs, self.axis);
         chart
             .configure_mesh()
@@ -427,12 +460,21 @@ fn percent_label(p: f64) -> String {
     format!("{}%", s.trim_end_matches('0').trim_end_matches('.'))
 }
 
+/// Make `dir` and check that files can be written in it, before anything
+/// is measured for it.
+pub fn prepare(dir: &Path) -> Result<(), PlotError> {
+    let fail = |error| PlotError::CreateDir { path: dir.into(), error };
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let probe = dir.join(format!(".nvme-ddp-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(fail)?;
+    std::fs::remove_file(&probe).map_err(fail)
+}
+
 /// Write the charts into `dir`; returns the files written. By block size
 /// `{rw}-{measure}`; against loss, when the points have more than one
 /// loss rate, `{rw}-loss-{measure}`.
 pub fn charts(points: &[Point], dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
-    std::fs::create_dir_all(dir)
-        .map_err(|source| PlotError::CreateDir { path: dir.into(), source })?;
+    prepare(dir)?;
     let png = font();
     let mut written = Vec::new();
     let mut rws: Vec<Rw> = Vec::new();
@@ -510,6 +552,8 @@ mod tests {
 
     #[test]
     fn against_loss_a_line_per_offload_set_and_raw_tcp_with_error_bars() {
+        // Text is measured with the font, whichever test registers it first.
+        assert!(font(), "a TrueType font (fonts-dejavu-core)");
         let mut points = Vec::new();
         for loss in [0.0, 0.005, 0.01] {
             for offload in [Caps::NONE, Caps::ALL] {

@@ -48,6 +48,12 @@ impl PhaseReport {
         if self.verify && s.verified_bytes > 0 {
             head += &format!(", {} verified", human_bytes(s.verified_bytes as f64));
         }
+        if self.verify && s.unchecked_bytes > 0 {
+            head += &format!(
+                ", {} read unchecked from blocks this run had not yet written",
+                human_bytes(s.unchecked_bytes as f64)
+            );
+        }
         if s.errors > 0 || s.verify_failures > 0 {
             head += &format!(", {} errors, {} verify failures", s.errors, s.verify_failures);
         }
@@ -78,18 +84,32 @@ fn latencies(s: &IoStats) -> String {
     )
 }
 
-/// Bytes in the binary units sizes are read in: `16 MiB` when exact,
-/// `1.57 GiB` when not.
+/// Notes on what the controller granted short of what was asked: the
+/// commands per queue (its queues hold `depth + 1` entries, one always
+/// empty) and the I/O queues.
+pub fn granted_notes(asked_qd: u16, depth: usize, asked_queues: u16, queues: u16) -> Vec<String> {
+    let mut notes = Vec::new();
+    if depth > 0 && depth < usize::from(asked_qd) {
+        notes.push(format!(
+            "note: the controller's queues hold {} commands; --qd {asked_qd} ran at {depth}",
+            depth + 1
+        ));
+    }
+    if queues > 0 && queues < asked_queues {
+        notes.push(format!("note: the controller granted {queues} of {asked_queues} I/O queues"));
+    }
+    notes
+}
+
+/// Bytes in the binary units sizes are read in, to two decimals at most:
+/// `16 MiB`, `1.5 MiB`, `1.57 GiB`.
 pub fn human_bytes(n: f64) -> String {
     for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
         let one = (1u64 << shift) as f64;
         if n >= one {
-            let v = n / one;
-            return if v.fract() == 0.0 {
-                format!("{v:.0} {unit}")
-            } else {
-                format!("{v:.2} {unit}")
-            };
+            // Two decimals at most, none that are zero: one way only.
+            let v = format!("{:.2}", n / one);
+            return format!("{} {unit}", v.trim_end_matches('0').trim_end_matches('.'));
         }
     }
     format!("{n:.0} B")
@@ -157,6 +177,10 @@ pub struct OffloadReport {
     /// and PDUs that passed meanwhile, on average.
     pub offload_gaps: u64,
     pub resync_latency_pdus: f64,
+    /// One-shot was asked for on a side that has no buffers to map (a
+    /// controller): it runs without it.
+    #[serde(skip)]
+    pub oneshot_is_the_hosts: bool,
 }
 
 impl OffloadReport {
@@ -200,6 +224,7 @@ impl OffloadReport {
             offload_share: ulp.offload_share(),
             offload_gaps: ulp.offload_gaps,
             resync_latency_pdus: ulp.resync_latency_pdus(),
+            oneshot_is_the_hosts: false,
         }
     }
 
@@ -211,7 +236,10 @@ impl OffloadReport {
         ulp: nvme_of::UlpStats,
         tx: nvme_of::TxStats,
     ) -> Self {
-        Self::new(caps.without(ulp_ddp::Caps::ONESHOT), nic, ulp, tx)
+        Self {
+            oneshot_is_the_hosts: caps.contains(ulp_ddp::Caps::ONESHOT),
+            ..Self::new(caps.without(ulp_ddp::Caps::ONESHOT), nic, ulp, tx)
+        }
     }
 
     /// A few lines for people.
@@ -233,10 +261,13 @@ impl OffloadReport {
         } else {
             format!("{:.1}% of received data placed", self.offload_share * 100.0)
         };
+        let caps = match self.oneshot_is_the_hosts {
+            true => format!("{}; one-shot maps a host's buffers, so not here", self.caps),
+            false => self.caps.clone(),
+        };
         vec![
             format!(
-                "{side} offload [{}]: sk_add {} (fail {}), ddp_setup {} (fail {}), teardown {}, resync {} (confirmed {}), {} packets / {} offloaded, drop {} (bad TCP checksum {})",
-                self.caps,
+                "{side} offload [{caps}]: sk_add {} (fail {}), ddp_setup {} (fail {}), teardown {}, resync {} (confirmed {}), {} packets / {} offloaded, drop {} (bad TCP checksum {})",
                 self.sk_add,
                 self.sk_add_fail,
                 self.ddp_setup,
@@ -265,10 +296,13 @@ impl OffloadReport {
     }
 }
 
-/// What the host's error recovery did: new associations after a loss,
-/// commands submitted again, Aborts sent for commands that timed out.
+/// What the host's error recovery did: associations lost and the attempts
+/// to make them again, new associations made, commands submitted again,
+/// Aborts sent for commands that timed out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RecoveryReport {
+    pub lost: u64,
+    pub attempts: u64,
     pub reconnects: u64,
     pub retried: u64,
     pub aborts: u64,
@@ -276,18 +310,58 @@ pub struct RecoveryReport {
 
 impl From<nvme_of::host::Recovery> for RecoveryReport {
     fn from(r: nvme_of::host::Recovery) -> Self {
-        Self { reconnects: r.reconnects, retried: r.retried, aborts: r.aborts }
+        Self {
+            lost: r.lost,
+            attempts: r.attempts,
+            reconnects: r.reconnects,
+            retried: r.retried,
+            aborts: r.aborts,
+        }
     }
 }
 
 impl RecoveryReport {
     pub fn line(&self) -> String {
         let n = |k: u64, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
+        let losses = match self.lost {
+            0 => String::new(),
+            lost => format!(
+                "association lost {}, {} to reconnect; ",
+                n(lost, "time", "times"),
+                n(self.attempts, "attempt", "attempts"),
+            ),
+        };
         format!(
-            "recovery: {}, {}, {}",
+            "recovery: {losses}{}, {}, {}",
             n(self.reconnects, "reconnect", "reconnects"),
             n(self.retried, "command retried", "commands retried"),
             n(self.aborts, "abort", "aborts"),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_print_one_way() {
+        assert_eq!(human_bytes((256u64 << 20) as f64), "256 MiB");
+        // Not exact, but the same to two decimals: no "256.00 MiB" beside it.
+        assert_eq!(human_bytes((256u64 << 20) as f64 + 5.0), "256 MiB");
+        assert_eq!(human_bytes((3u64 << 19) as f64), "1.5 MiB");
+        assert_eq!(human_bytes(1.57 * (1u64 << 30) as f64), "1.57 GiB");
+        assert_eq!(human_bytes(1000.0), "1000 B");
+    }
+
+    #[test]
+    fn recovery_counts_the_attempts_of_a_loss() {
+        let calm = RecoveryReport::default();
+        assert_eq!(calm.line(), "recovery: 0 reconnects, 0 commands retried, 0 aborts");
+        let lost = RecoveryReport { lost: 1, attempts: 571, ..calm };
+        assert_eq!(
+            lost.line(),
+            "recovery: association lost 1 time, 571 attempts to reconnect; 0 reconnects, 0 commands retried, 0 aborts"
+        );
     }
 }

@@ -76,6 +76,8 @@ fn a_small_matrix_gives_json_charts_and_a_table() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("host ns/IO"), "a table: {stdout}");
+    // Throughput in the charts' unit, binary as sizes are.
+    assert!(stdout.contains(" MiB/s ") && !stdout.contains(" MB/s "), "{stdout}");
     assert!(stdout.contains("target read host CPU/IO"), "targets checked: {stdout}");
 
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -146,7 +148,39 @@ fn a_small_matrix_gives_json_charts_and_a_table() {
             assert_eq!(svg.matches(label).count(), 1, "{label:?} in {name}.svg");
         }
     }
+    // IOPS spans orders of magnitude across block sizes: on a linear axis
+    // the large blocks' points would sit on zero.
+    let svg = std::fs::read_to_string(plots.join("read-iops.svg")).unwrap();
+    assert!(svg.contains("thousand IOPS (log scale)"), "read-iops.svg");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ctrl-C ends the matrix within the run under way, raw TCP's included,
+/// with what was measured.
+#[test]
+fn ctrl_c_stops_the_bench_in_the_run_under_way() {
+    let mut bench = exe()
+        .args(["bench", "--bs", "4k", "--rw", "read", "--qd", "1", "--offload", "none,all"])
+        .args(["--mtu", "1500", "--reps", "3", "--time", "5", "--warmup", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    unsafe { libc::kill(bench.id() as libc::pid_t, libc::SIGINT) };
+    let start = std::time::Instant::now();
+    while bench.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = bench.kill();
+            panic!("the bench ran on after Ctrl-C");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = bench.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("error: interrupted after 0 of 2 points"), "{err}");
 }
 
 /// NVMe/TCP against NVMe/RDMA on one matrix: RDMA's classic registration

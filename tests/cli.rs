@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn nvme_ddp(args: &[&str]) -> Output {
@@ -53,6 +54,8 @@ fn closed_port() -> String {
 struct Controller {
     child: Child,
     addr: String,
+    /// What it logged so far.
+    log: Arc<Mutex<String>>,
 }
 
 impl Controller {
@@ -71,8 +74,20 @@ impl Controller {
             line.clear();
         }
         assert!(line.contains("listening"), "the controller did not start");
-        std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
-        Controller { child, addr }
+        let kept = Arc::new(Mutex::new(line));
+        let into = kept.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while log.read_line(&mut line).is_ok_and(|n| n > 0) {
+                into.lock().unwrap().push_str(&std::mem::take(&mut line));
+            }
+        });
+        Controller { child, addr, log: kept }
+    }
+
+    /// What it logged so far.
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
     }
 }
 
@@ -306,10 +321,13 @@ fn nvme_cli_verbs_list_identify_and_read_logs() {
     let host = |verb: &[&'static str]| [&["host", "--connect", a][..], verb].concat();
 
     let list = ok(&host(&["list"]));
-    let rows: Vec<&str> = list.lines().filter(|l| l.starts_with("nqn.")).collect();
+    let rows: Vec<&str> = list.lines().filter(|l| l.starts_with("nvme+tcp://")).collect();
     assert_eq!(rows.len(), 2, "a row per namespace:\n{list}");
     assert!(rows[0].contains("64 MiB / 64 MiB") && rows[1].contains("16 MiB / 16 MiB"), "{list}");
-    assert!(list.starts_with("Subsystem") && list.contains("512 B + 0 B"), "{list}");
+    // nvme-cli's columns; where it names a device node, the namespace's URI.
+    assert!(list.starts_with("Node ") && list.contains("512 B + 0 B"), "{list}");
+    let node = format!("nvme+tcp://{a}/nqn.2026-11.io.nvme-ddp:target/2 ");
+    assert!(rows[1].starts_with(&node), "{list}");
     let devices = json(&host(&["list", "--json"]))["Devices"].clone();
     assert_eq!(devices[1]["NameSpace"], 2);
     assert_eq!(devices[1]["PhysicalSize"], 16 << 20);
@@ -331,7 +349,8 @@ fn nvme_cli_verbs_list_identify_and_read_logs() {
     // Errors are logged per controller, so a new association has none.
     assert!(ok(&host(&["get-log", "error"])).starts_with("Error Log Entries: 0 logged"));
     let disc = ok(&host(&["get-log", "discovery"]));
-    assert!(disc.starts_with("Discovery Log Number of Records 1"), "{disc}");
+    assert!(disc.starts_with("Discovery Log Number of Records 1, Generation counter "), "{disc}");
+    assert!(json(&host(&["discover", "--json"]))["genctr"].as_u64().is_some());
     assert!(disc.contains("subtype : nvme subsystem"), "{disc}");
     assert_eq!(disc, ok(&host(&["discover"])), "discover is get-log discovery");
     let raw = ok(&host(&["get-log", "0x05", "--log-len", "32"]));
@@ -441,10 +460,18 @@ fn demo_shows_progress_digests_by_default_and_says_what_off_means() {
     assert!(!out.contains("offloads saved"), "nothing to compare with: {out}");
     // One-shot is a host thing: the controller does not list it.
     let out = ok(&["demo", "--size", "4M"]);
-    assert!(out.contains("controller offload [classic]"), "{out}");
+    assert!(
+        out.contains("controller offload [classic; one-shot maps a host's buffers, so not here]"),
+        "{out}"
+    );
     // What the offloads saved, against a software-only run measured too.
     assert!(out.contains("  offloads saved: host CPU "), "{out}");
-    assert!(out.contains("(against no offload, measured alongside: rw 128k, 3 runs"), "{out}");
+    assert!(
+        out.contains(
+            "(against no offload, measured alongside on a clean wire: randrw 128k, 3 runs"
+        ),
+        "{out}"
+    );
     let report = json(&["demo", "--size", "4M", "--offload", "crc", "--json"]);
     let (with, without) = (&report["savings"]["offloaded"], &report["savings"]["software"]);
     let num = |p: &serde_json::Value, f: &str| p[f].as_f64().unwrap();
@@ -500,4 +527,246 @@ fn net_says_what_exists() {
     let _ = Command::new("ip").args(["netns", "del", &ns]).status();
     let (out, err) = text(&o);
     assert!(!o.status.success() && err.contains("already exists"), "{out}{err}");
+}
+
+/// How long a stopped run may take to exit: the runs are built to end
+/// within a second of the signal; this leaves room for a busy machine.
+const STOP_BOUND: Duration = Duration::from_secs(10);
+
+/// `nvme-ddp ARGS`, its output piped.
+fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_nvme-ddp"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Send `sig` to `child` and take its output once it exits, which it must
+/// within [`STOP_BOUND`].
+#[track_caller]
+fn stopped_by(child: Child, sig: libc::c_int) -> Output {
+    signal(&child, sig);
+    let start = Instant::now();
+    let o = wait_output(child);
+    let (out, err) = text(&o);
+    assert!(start.elapsed() < STOP_BOUND, "{:?} after the signal:\n{out}{err}", start.elapsed());
+    o
+}
+
+/// A host whose controller died mid-run is reconnecting (for ten minutes,
+/// by default): Ctrl-C and SIGTERM still end it at once, with the results
+/// of what ran and what recovery tried.
+#[test]
+fn ctrl_c_and_sigterm_stop_a_host_whose_controller_died() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let mut c = Controller::start(&[]);
+        let host =
+            spawn(&["host", "--connect", &c.addr, "io", "--rw", "randread", "--time", "600"]);
+        std::thread::sleep(Duration::from_millis(1500));
+        c.child.kill().unwrap();
+        // The host sees the connection go and starts reconnecting.
+        std::thread::sleep(Duration::from_millis(1000));
+        let o = stopped_by(host, sig);
+        let (out, err) = text(&o);
+        assert!(!o.status.success(), "{out}{err}");
+        assert!(out.starts_with("randread bs=4k") && out.contains(" IOPS, "), "{out}\n{err}");
+        assert!(out.contains("recovery: association lost 1 time, "), "{out}");
+        assert!(err.contains("error: interrupted; the results above are of what ran"), "{err}");
+    }
+}
+
+/// When the first stop waits on I/O in flight (a controller that stopped
+/// answering but has not yet been found dead), a second Ctrl-C exits at
+/// once.
+#[test]
+fn a_second_ctrl_c_exits_at_once() {
+    let c = Controller::start(&[]);
+    let host = spawn(&["host", "--connect", &c.addr, "io", "--rw", "randread", "--time", "600"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(&c.child, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(200));
+    signal(&host, libc::SIGINT);
+    // Past the pause that tells a second signal from one sent twice, and
+    // well within the half second the first gives I/O in flight.
+    std::thread::sleep(Duration::from_millis(150));
+    let o = stopped_by(host, libc::SIGINT);
+    signal(&c.child, libc::SIGCONT);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(130), "{out}{err}");
+    assert!(err.contains("error: interrupted again; exiting without waiting"), "{err}");
+}
+
+/// The in-process demo with every frame lost cannot even connect: Ctrl-C
+/// ends it; in simulated time it ends by itself, saying what it waited
+/// for and that the time was simulated.
+#[test]
+fn a_demo_that_cannot_connect_stops_and_says_why() {
+    let demo = spawn(&["demo", "--loss", "1", "--size", "4M"]);
+    std::thread::sleep(Duration::from_millis(1000));
+    let o = stopped_by(demo, libc::SIGINT);
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}{err}");
+    assert!(err.contains("error: interrupted"), "{err}");
+    let o = nvme_ddp(&["demo", "--loss", "1", "--size", "4M", "--simulated"]);
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}{err}");
+    assert_eq!(
+        err.trim(),
+        "error: cannot connect to 198.18.0.2:4420: no answer in 10 s (no controller at that \
+         address, or none reachable), in simulated time",
+    );
+}
+
+/// A controller lost for good: the recovery line counts the attempts to
+/// reconnect, and the error says the controller was lost before what the
+/// I/O in flight failed with.
+#[test]
+fn a_lost_controller_is_reported_as_such() {
+    let mut c = Controller::start(&[]);
+    let args = ["--ctrl-loss-tmo", "2", "--reconnect-delay", "0.2", "io", "--time", "60"];
+    let host = spawn(&[&["host", "--connect", &c.addr][..], &args].concat());
+    std::thread::sleep(Duration::from_millis(1000));
+    c.child.kill().unwrap();
+    let o = wait_output(host);
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}{err}");
+    let recovery = out.lines().find(|l| l.contains("recovery: ")).unwrap_or_default();
+    let attempts: u64 = recovery
+        .split("association lost 1 time, ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(attempts >= 2, "{recovery}");
+    let error = err.lines().find(|l| l.starts_with("error: ")).unwrap_or_default();
+    assert!(error.starts_with("error: controller lost: no association for 2."), "{err}");
+    assert!(
+        error.contains("past ctrl-loss-tmo; the last attempt: queue 0: cannot connect to "),
+        "{err}"
+    );
+    // The loss is the cause; I/O that failed with it, if any was in flight
+    // (the controller may have answered all of it before it died), comes
+    // after.
+    if out.contains(" errors, ") {
+        assert!(error.contains("; the I/O in flight failed with it (Read of LBA "), "{err}");
+    }
+    // One warning for the loss, not one per attempt.
+    assert_eq!(err.matches("association lost").count(), 1, "{err}");
+}
+
+/// What --verify checked and what it could not, in words that say why.
+#[test]
+fn verify_says_what_it_checked_against() {
+    let c = Controller::start(&[]);
+    let a = c.addr.as_str();
+    let o = nvme_ddp(&["host", "--connect", a, "io", "--rw", "read", "--verify", "--size", "1M"]);
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "a namespace never written: {out}{err}");
+    assert!(
+        err.contains(
+            "error: data read at LBA 0 differs at byte 0 from the pattern of seed 1: a \
+             verified read expects what a verified write with the same seed left there"
+        ),
+        "{err}"
+    );
+    let out = ok(&["host", "--connect", a, "io", "--rw", "randrw", "--verify", "--size", "8M"]);
+    assert!(out.contains(" read unchecked from blocks this run had not yet written)"), "{out}");
+    // Once written, a read checks all of it.
+    ok(&["host", "--connect", a, "io", "--rw", "write", "--verify", "--size", "1M"]);
+    let out = ok(&["host", "--connect", a, "io", "--rw", "read", "--verify", "--size", "1M"]);
+    assert!(out.contains(", 1 MiB verified)"), "{out}");
+}
+
+/// fio's access patterns and mix, nvme-cli's namespace flag, and a
+/// controller log that names the hosts that come and go.
+#[test]
+fn names_users_know_from_fio_and_nvme_cli() {
+    let c = Controller::start(&[]);
+    let a = c.addr.as_str();
+    let io = |extra: &[&str]| {
+        let args = [&["host", "--connect", a, "io", "--size", "1M", "--json"][..], extra].concat();
+        json(&args)["phases"][0].clone()
+    };
+    let p = io(&["--rw", "randrw", "--rwmixread", "100"]);
+    assert_eq!((p["rw"].as_str(), p["write"]["ios"].as_u64()), (Some("randrw"), Some(0)), "{p}");
+    let p = io(&["--rw", "readwrite", "--rwmixread", "0", "-n", "1"]);
+    assert_eq!((p["rw"].as_str(), p["read"]["ios"].as_u64()), (Some("rw"), Some(0)), "{p}");
+    io(&["--namespace-id", "1"]);
+    refused(&["host", "--connect", a, "io", "--rwmixread", "101"], "give a percentage, 0..=100");
+    let log = c.log();
+    assert!(log.contains("host connected cntlid="), "{log}");
+    assert!(log.contains("hostnqn=nqn.2014-08.org.nvmexpress:uuid:"), "{log}");
+    assert!(log.contains("host disconnected"), "{log}");
+}
+
+/// Every value is checked before any work, with one rule and message
+/// across commands.
+#[test]
+fn inputs_are_refused_before_any_work() {
+    refused(&["demo", "--size", "1T"], "--size 1T: 1T is more than this machine's memory");
+    refused(&["demo", "--size", "0"], "--size 0: 0 bytes is smaller than one 512-byte block");
+    refused(&["demo", "--size", "1000"], "not a whole number of 512-byte blocks");
+    refused(
+        &["controller", "--listen", "127.0.0.1:0", "--ns", "ram:1000"],
+        "--ns ram:1000: 1000 bytes is not a whole number of 512-byte blocks",
+    );
+    let file = std::env::temp_dir().join(format!("nvme-ddp-cli-{}", std::process::id()));
+    std::fs::write(&file, vec![0u8; 1_000_000]).unwrap();
+    let ns = format!("file:{}", file.display());
+    let args = ["controller", "--listen", "127.0.0.1:0", "--block-size", "4096", "--ns", &ns];
+    let named = format!("namespace {}: 1000000 bytes is not a whole number", file.display());
+    refused(&args, &named);
+    std::fs::remove_file(&file).unwrap();
+    refused(
+        &["controller", "--listen", "127.0.0.1:0", "--ns", "file:/proc/version"],
+        "namespace /proc/version: cannot find its size",
+    );
+    // Negative numbers meet each option's own check.
+    let port = closed_port();
+    let p = port.as_str();
+    refused(&["demo", "--loss", "-0.1"], "is not a probability between 0 and 1");
+    refused(&["demo", "--delay-us", "-5"], "give a whole number, 0 or more");
+    refused(&["host", "--connect", p, "io", "--time", "-1"], "give a number of seconds");
+    refused(&["host", "--connect", p, "--kato", "-1", "identify"], "give a whole number, 0");
+    refused(
+        &["bench", "--rw", "readwrite,sideways"],
+        "use read, write, randread, randwrite, rw, randrw",
+    );
+    // Charts that cannot be written fail before the matrix runs.
+    let tiny = ["--bs", "4k", "--rw", "read", "--qd", "1", "--offload", "none", "--no-raw"];
+    let tiny = [&tiny[..], &["--mtu", "1500", "--reps", "1", "--time", "0.1", "--warmup", "0"]];
+    refused(&[&["bench", "--plot", "/proc/nvme-ddp"][..], &tiny.concat()].concat(), "--plot");
+}
+
+/// The demo takes what the embedded controller can serve: many queues
+/// (more than a smoltcp listener's backlog) and the deepest queues.
+#[test]
+fn the_demo_serves_the_queues_and_depth_it_accepts() {
+    let run = |extra: &[&str]| {
+        let args = ["demo", "--size", "16M", "--simulated", "--baseline", "off", "--json"];
+        json(&[&args[..], extra].concat())
+    };
+    let r = run(&["--queues", "40"]);
+    assert_eq!(r["io_queues"], 40, "{r}");
+    let r = run(&["--qd", "1024"]);
+    assert_eq!(
+        (r["queue_depth"].as_u64(), r["phases"][1]["qd"].as_u64()),
+        (Some(1024), Some(1024))
+    );
+}
+
+/// After a lossy run, the savings line says it was measured on a clean
+/// wire, apart from the run whose counters it follows.
+#[test]
+fn the_savings_after_a_lossy_demo_say_they_are_of_a_clean_wire() {
+    let out = ok(&["demo", "--size", "8M", "--loss", "0.01", "--simulated"]);
+    let line = out.lines().find(|l| l.contains(" save: host CPU ")).unwrap_or_default();
+    assert!(
+        line.starts_with(
+            "  on a clean wire (not this run's impaired one, whose counters are above), offloads save"
+        ),
+        "{out}"
+    );
 }

@@ -65,6 +65,7 @@ fn write_then_read_with(addr: SocketAddr, host: &mut Host, bs: u32, size: u64) -
         bs,
         limit: Limit::Bytes(size),
         qd: usize::MAX,
+        rwmixread: 50,
         verify: true,
         seed: 42,
         nsid: None,

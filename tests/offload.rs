@@ -207,6 +207,7 @@ fn offloads_toggle_at_run_time() {
         bs: o.bs,
         limit: Limit::Bytes(o.size),
         qd: 2,
+        rwmixread: 50,
         verify: true,
         seed: 5,
         nsid: None,

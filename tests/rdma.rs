@@ -22,7 +22,7 @@ fn run(offload: Caps, crc: bool, impair: Profile) -> demo::DemoReport {
         transport: TransportType::Rdma,
         ..DemoOptions::default()
     };
-    let r = demo::run(&o, None).expect("the demo runs");
+    let r = demo::run(&o, None, &Default::default()).expect("the demo runs");
     assert_eq!(r.error, None);
     assert_eq!(r.phases.len(), 2);
     // The read pass verified every byte it read.

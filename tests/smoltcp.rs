@@ -32,7 +32,7 @@ fn demo_end_to_end_in_real_time() {
         digests: Digests { header: true, data: true },
         ..DemoOptions::default()
     });
-    let report = demo::run(&o, None).unwrap();
+    let report = demo::run(&o, None, &Default::default()).unwrap();
     check(&report, o.size);
     assert!(!report.simulated);
     assert!(report.wire.c2h_bytes > o.size, "read data crossed the wire");
@@ -77,7 +77,7 @@ fn impaired(p: Profile, seed: u64) {
             digests: Digests { header: true, data: true },
             ..DemoOptions::default()
         });
-        let report = demo::run(&o, None).unwrap();
+        let report = demo::run(&o, None, &Default::default()).unwrap();
         check(&report, o.size);
         let s = report.impaired_c2h;
         assert!(s.frames > 1000);
@@ -148,7 +148,7 @@ fn impairment_sweep_keeps_every_byte_without_a_reconnect() {
                     digests: Digests { header: true, data: true },
                     ..small(DemoOptions::default())
                 };
-                let report = demo::run(&o, None).unwrap();
+                let report = demo::run(&o, None, &Default::default()).unwrap();
                 check(&report, o.size);
             }
         }
@@ -396,4 +396,67 @@ fn against_the_linux_kernel_both_ways(tag: &str, mtu: &str) -> Read {
     // ... and our host against the kernel's controller: the NIC still
     // places every byte the kernel sends.
     write_then_read(&ns.0, &[], &ours, "198.18.0.1:4420")
+}
+
+/// A host on a TAP says why it cannot connect, as it does over kernel TCP:
+/// a reset is a refusal, and an address nobody answers is ten seconds
+/// without an answer, a wait Ctrl-C ends at once. The controller's log
+/// names its link as the user typed it.
+#[test]
+fn a_host_on_a_tap_says_why_it_cannot_connect_and_stops_when_asked() {
+    if !can_make_namespaces() {
+        return;
+    }
+    let ns = net_up("c", "1500");
+    let host = |to: &str| {
+        let link = ["--tap", "tap1", "--ip", "198.18.0.3/24"];
+        let mut c = in_ns(&ns.0, &[&["host", "--connect", to][..], &link, &["identify"]].concat());
+        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        c
+    };
+    let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    // The bridge's address is the kernel's, which resets a SYN to a port
+    // nothing listens on.
+    let o = host("198.18.0.1:4420").output().unwrap();
+    assert_eq!(
+        stderr(&o).trim(),
+        "error: cannot connect to 198.18.0.1:4420: connection refused (answered with a reset: \
+         nothing listens on that port)"
+    );
+    let o = host("198.18.0.9:4420").output().unwrap();
+    assert_eq!(
+        stderr(&o).trim(),
+        "error: cannot connect to 198.18.0.9:4420: no answer in 10 s (no controller at that \
+         address, or none reachable)"
+    );
+    // (ip netns exec execs the host: the pid is its own.)
+    let waiting = host("198.18.0.9:4420").spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    Command::new("kill").args(["-INT", &waiting.id().to_string()]).status().unwrap();
+    let start = std::time::Instant::now();
+    let o = waiting.wait_with_output().unwrap();
+    assert!(start.elapsed() < std::time::Duration::from_secs(5), "{:?}", start.elapsed());
+    assert_eq!(stderr(&o).trim(), "error: interrupted before the discovery log was read");
+    // Over kernel TCP the connection is made without blocking the loop
+    // either: the kernel would wait for its ARP to fail first.
+    let args = ["host", "--connect", "198.18.0.9:4420", "identify"];
+    let mut kernel = in_ns(&ns.0, &args);
+    let waiting = kernel.stderr(std::process::Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    Command::new("kill").args(["-INT", &waiting.id().to_string()]).status().unwrap();
+    let o = waiting.wait_with_output().unwrap();
+    assert_eq!(stderr(&o).trim(), "error: interrupted before the discovery log was read");
+
+    let args = ["controller", "--ns", "ram:1M", "--tap", "tap0", "--ip", "198.18.0.2/24"];
+    let mut controller = in_ns(&ns.0, &args).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut log = std::io::BufReader::new(controller.stderr.take().unwrap());
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut log, &mut line).unwrap() > 0
+        && !line.contains("listening")
+    {
+        line.clear();
+    }
+    let _ = controller.kill();
+    let _ = controller.wait();
+    assert!(line.contains("listening on smoltcp iface=tap0 "), "{line}");
 }

@@ -3,7 +3,7 @@
 //! same medium. It measures and returns samples; it must never judge them
 //! (that is [`goals`](crate::bench::goals)'s, against the user's file).
 
-use crate::app::HostApp;
+use crate::app::{HostApp, Stoppable};
 use crate::bench::clocks::{Clocks, Mark, Tally, clock_read_cost, cpu_ns};
 use crate::bench::options::{BenchOptions, Impair, Setting, rep_seed};
 use crate::bench::point::{Measures, Point, RawTcp};
@@ -25,7 +25,7 @@ use std::cell::Cell;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use ulp_ddp::{Caps, DdpDevice};
 
@@ -58,6 +58,9 @@ pub enum BenchError {
     Host(String),
     #[error("no measurement")]
     NoMeasurement,
+    /// Stopped (Ctrl-C) before the run finished.
+    #[error("interrupted")]
+    Interrupted,
     /// A run of this point failed.
     #[error("{setting}: {source}")]
     Point { setting: Setting, source: Box<BenchError> },
@@ -212,6 +215,7 @@ fn run_once<M: Medium + Send + 'static>(
     p: &Setting,
     o: &BenchOptions,
     seed: u64,
+    stop: &AtomicBool,
 ) -> Result<Measures, BenchError> {
     let size = (64u64 << 20).max(u64::from(p.bs) * u64::from(p.qd) * u64::from(o.queues) * 4);
     let ram = RamNamespace::new(size, 512)?;
@@ -269,6 +273,7 @@ fn run_once<M: Medium + Send + 'static>(
         bs: p.bs,
         limit: Limit::Time(o.duration),
         qd: usize::from(p.qd),
+        rwmixread: 50,
         verify: false,
         seed: PATTERN_SEED,
         nsid: None,
@@ -294,21 +299,26 @@ fn run_once<M: Medium + Send + 'static>(
             remote,
             Some(hddp),
         );
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let served = Arc::new(AtomicBool::new(false));
+        let flag = served.clone();
         let busy_poll = o.busy_poll;
         let controller = std::thread::Builder::new()
             .name("bench-ctrl".into())
             .spawn(move || serve(&mut ctrl, &clock, &flag, busy_poll))?;
         let clocks = Clocks::Threads { nic, controller };
         let mut app = app(&clocks);
-        let result = run_host(&mut host, &mut app, &clock, limit, o.busy_poll);
+        let mut stoppable = Stoppable::new(&mut app, stop);
+        let result = run_host(&mut host, &mut stoppable, &clock, limit, o.busy_poll);
+        let stopped = stoppable.stopped;
         let (error, sample) = (app.error, app.sample);
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        served.store(true, Ordering::Relaxed);
         if let Clocks::Threads { controller, .. } = clocks {
             let _ = controller.join();
         }
         result?;
+        if stopped {
+            return Err(BenchError::Interrupted);
+        }
         (error, sample)
     } else {
         let (ring, mut nic) = NicEngine::new(hdev);
@@ -321,7 +331,11 @@ fn run_once<M: Medium + Send + 'static>(
         let tally = Rc::new(Cell::new(Tally::default()));
         let clocks = Clocks::Lockstep(tally.clone());
         let mut app = app(&clocks);
-        lockstep(&mut host, &mut nic, &mut ctrl, &mut app, &clock, &tally, limit)?;
+        let mut stoppable = Stoppable::new(&mut app, stop);
+        lockstep(&mut host, &mut nic, &mut ctrl, &mut stoppable, &clock, &tally, limit)?;
+        if stoppable.stopped {
+            return Err(BenchError::Interrupted);
+        }
         (app.error, app.sample)
     };
     if let Some(e) = error {
@@ -410,7 +424,13 @@ enum Media {
 /// Raw TCP throughput on the bench's medium at `mtu` under `impair`
 /// (seeded per repetition as the NVMe runs are), through the same NIC
 /// (checksum offload, no ULP offload): median of `reps`, spread and range.
-pub fn raw_tcp(o: &BenchOptions, mtu: usize, impair: Impair) -> Result<RawTcp, BenchError> {
+/// Setting `stop` (Ctrl-C) ends it after the run under way.
+pub fn raw_tcp(
+    o: &BenchOptions,
+    mtu: usize,
+    impair: Impair,
+    stop: &AtomicBool,
+) -> Result<RawTcp, BenchError> {
     // As in the NVMe runs: the receiver (the host) has its NIC behind a
     // ring, on a thread or in lockstep.
     fn through_nic<M: Medium + Send + 'static>(
@@ -419,45 +439,63 @@ pub fn raw_tcp(o: &BenchOptions, mtu: usize, impair: Impair) -> Result<RawTcp, B
         d: Duration,
         threads: bool,
         (impair, seed): (Profile, u64),
+        stop: &AtomicBool,
     ) -> Result<f64, BenchError> {
         let (a, _) = chain(a, impair, seed.wrapping_add(1), None, Caps::NONE)?;
         let (b, _) = chain(b, impair, seed, None, Caps::NONE)?;
         if threads {
             let (ring, _nic) = NicThread::spawn(b)?;
-            Ok(rawtcp::throughput(a, ring, d)?)
+            Ok(rawtcp::throughput(a, ring, d, stop)?)
         } else {
             let (ring, nic) = NicEngine::new(b);
-            Ok(rawtcp::lockstep(a, ring, nic, d)?)
+            Ok(rawtcp::lockstep(a, ring, nic, d, stop)?)
         }
     }
     let d = o.duration.max(Duration::from_millis(100));
     let mut v = Vec::new();
     for rep in 0..o.reps.max(1) {
+        if stop.load(Ordering::Relaxed) {
+            return Err(BenchError::Interrupted);
+        }
         let how = (impair.profile(), rep_seed(o.seed, rep));
-        v.push(match media(o, mtu)? {
-            Media::Wire(a, b) => through_nic(a, b, d, o.threaded(), how)?,
-            Media::Link(a, b) => through_nic(a, b, d, o.threaded(), how)?,
-        });
+        v.push(
+            match media(o, mtu)? {
+                Media::Wire(a, b) => through_nic(a, b, d, o.threaded(), how, stop),
+                Media::Link(a, b) => through_nic(a, b, d, o.threaded(), how, stop),
+            }
+            .map_err(|e| match e {
+                BenchError::RawTcp(RawTcpError::Interrupted) => BenchError::Interrupted,
+                e => e,
+            })?,
+        );
     }
     Ok(RawTcp { median: median(v.clone()), spread: spread(&v), range: range(&v) })
 }
 
 /// Run one point `reps` times, repetition `r`'s impairments seeded with
-/// [`rep_seed`]`(o.seed, r)`; `tick` is called after each run.
+/// [`rep_seed`]`(o.seed, r)`; `tick` is called after each run. Setting
+/// `stop` (Ctrl-C) ends it with [`BenchError::Interrupted`].
 pub fn run_point(
     p: &Setting,
     o: &BenchOptions,
     raw: RawTcp,
+    stop: &AtomicBool,
     mut tick: impl FnMut(),
 ) -> Result<Point, BenchError> {
     let mut samples = Vec::new();
     for rep in 0..o.reps.max(1) {
+        if stop.load(Ordering::Relaxed) {
+            return Err(BenchError::Interrupted);
+        }
         let seed = rep_seed(o.seed, rep);
         let s = match media(o, p.mtu)? {
-            Media::Wire(h, c) => run_once(h, c, p, o, seed),
-            Media::Link(h, c) => run_once(h, c, p, o, seed),
+            Media::Wire(h, c) => run_once(h, c, p, o, seed, stop),
+            Media::Link(h, c) => run_once(h, c, p, o, seed, stop),
         }
-        .map_err(|e| BenchError::Point { setting: *p, source: Box::new(e) })?;
+        .map_err(|e| match e {
+            BenchError::Interrupted => e,
+            e => BenchError::Point { setting: *p, source: Box::new(e) },
+        })?;
         samples.push(s);
         tick();
     }

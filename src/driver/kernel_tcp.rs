@@ -134,6 +134,16 @@ impl ControllerServer {
         listen: &[SocketAddr],
         listener: Listener,
     ) -> io::Result<Self> {
+        Self::spawn_until(target, listen, listener, Arc::new(AtomicBool::new(false)))
+    }
+
+    /// As [`Self::spawn`], serving until `stop` is set.
+    pub fn spawn_until(
+        target: Arc<Target>,
+        listen: &[SocketAddr],
+        listener: Listener,
+        stop: Arc<AtomicBool>,
+    ) -> io::Result<Self> {
         let mut listeners = Vec::new();
         for addr in listen {
             let l = TcpListener::bind(*addr)
@@ -142,7 +152,6 @@ impl ControllerServer {
         }
         let local =
             listeners.iter().map(TcpListener::local_addr).collect::<io::Result<Vec<_>>>()?;
-        let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("nvme-ctrl".into())
@@ -329,8 +338,25 @@ pub enum HostRunError {
     Connect { addr: SocketAddr, error: io::Error },
     #[error("queue {qid}: {error}")]
     Io { qid: u16, error: io::Error },
-    #[error("gave up after {0:?} without finishing")]
+    #[error("the run did not finish within its limit of {} s", .0.as_secs())]
     Timeout(Duration),
+}
+
+/// A connection to the controller failed. While reconnecting it is one
+/// more failed attempt for the host to retry; at first it is the answer.
+fn connect_failed(
+    host: &mut Host,
+    addr: SocketAddr,
+    qid: u16,
+    error: io::Error,
+    now: nvme_of::Instant,
+) -> Result<(), HostRunError> {
+    let error = HostRunError::Connect { addr, error };
+    if !host.is_reconnecting() {
+        return Err(error);
+    }
+    host.connect_failed(qid, error, now);
+    Ok(())
 }
 
 /// Run `app` on `host` over kernel TCP connections to `addr` until the app
@@ -345,6 +371,9 @@ pub fn run_host(
     let mut poll = Poll::new().map_err(|error| HostRunError::Io { qid: 0, error })?;
     let mut events = Events::with_capacity(64);
     let mut socks: HashMap<u16, (TcpStream, Pipe, bool)> = HashMap::new();
+    // Connections under way, and when each gives up. They never block the
+    // loop: an app may end the run (Ctrl-C) while one waits for an answer.
+    let mut connecting: HashMap<u16, (TcpStream, nvme_of::Instant)> = HashMap::new();
     let start = clock.now();
     loop {
         let now = clock.now();
@@ -354,20 +383,13 @@ pub fn run_host(
         while let Some(qid) = host.poll_connect() {
             // A socket left from a lost association goes (dropped, closed).
             socks.remove(&qid);
-            let std_sock = match std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-                Ok(s) => s,
-                // While reconnecting, a refused connect is one more failed
-                // attempt for the host to retry; at first it is the answer.
-                Err(error) if host.is_reconnecting() => {
-                    debug!(qid, %error, "reconnect attempt failed");
-                    host.transport_closed(qid, now);
+            let mut sock = match TcpStream::connect(addr) {
+                Ok(sock) => sock,
+                Err(error) => {
+                    connect_failed(host, addr, qid, error, now)?;
                     continue;
                 }
-                Err(error) => return Err(HostRunError::Connect { addr, error }),
             };
-            std_sock.set_nodelay(true).map_err(|error| HostRunError::Io { qid, error })?;
-            std_sock.set_nonblocking(true).map_err(|error| HostRunError::Io { qid, error })?;
-            let mut sock = TcpStream::from_std(std_sock);
             poll.registry()
                 .register(
                     &mut sock,
@@ -375,6 +397,32 @@ pub fn run_host(
                     Interest::READABLE | Interest::WRITABLE,
                 )
                 .map_err(|error| HostRunError::Io { qid, error })?;
+            connecting.insert(qid, (sock, now + CONNECT_TIMEOUT));
+        }
+        let mut answered = Vec::new();
+        for (&qid, (sock, deadline)) in &connecting {
+            let error = match (sock.take_error(), sock.peer_addr()) {
+                (Ok(Some(e)) | Err(e), _) => Some(e),
+                (Ok(None), Ok(_)) => None,
+                (Ok(None), Err(e)) if e.kind() == ErrorKind::NotConnected => {
+                    if now < *deadline {
+                        continue;
+                    }
+                    let wait = CONNECT_TIMEOUT.as_secs();
+                    Some(io::Error::new(ErrorKind::TimedOut, format!("no answer in {wait} s")))
+                }
+                (Ok(None), Err(e)) => Some(e),
+            };
+            answered.push((qid, error));
+        }
+        for (qid, error) in answered {
+            let Some((mut sock, _)) = connecting.remove(&qid) else { continue };
+            if let Some(error) = error {
+                let _ = poll.registry().deregister(&mut sock);
+                connect_failed(host, addr, qid, error, now)?;
+                continue;
+            }
+            sock.set_nodelay(true).map_err(|error| HostRunError::Io { qid, error })?;
             host.connected(qid, now);
             socks.insert(qid, (sock, Pipe::new(), true));
         }
@@ -404,6 +452,8 @@ pub fn run_host(
         }
         app.on_poll(host, now);
         if app.is_done() && socks.values().all(|(_, p, open)| !*open || p.flushed()) {
+            // Connections still under way go, unanswered.
+            connecting.clear();
             // Flush anything the app queued last (a shutdown), then stop.
             for (&qid, (sock, pipe, open)) in socks.iter_mut() {
                 if *open {

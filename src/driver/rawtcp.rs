@@ -27,6 +27,9 @@ pub enum RawTcpError {
     NoConnection,
     #[error("receiver panicked")]
     ReceiverPanicked,
+    /// Stopped (Ctrl-C) before the measurement was over.
+    #[error("interrupted")]
+    Interrupted,
 }
 
 const SENDER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
@@ -36,7 +39,7 @@ const PORT: u16 = 5001;
 /// Bytes per second over a fresh in-process wire at IP MTU `mtu`.
 pub fn wire_throughput(mtu: usize, duration: Duration) -> Result<f64, RawTcpError> {
     let (a, b) = VirtualWire::pair(mtu + 14, 512);
-    throughput(a, b, duration)
+    throughput(a, b, duration, &AtomicBool::new(false))
 }
 
 /// What one turn of the sender came to.
@@ -131,15 +134,16 @@ fn ends<T: Medium, R: Medium>(tx: T, rx: R, duration: Duration) -> Result<Ends<T
 const NAP: smoltcp::time::Duration = smoltcp::time::Duration::from_millis(10);
 
 /// Bytes per second from a stack on `tx` to one on `rx`, each on its own
-/// thread, measured over `duration` once connected.
+/// thread, measured over `duration` once connected, unless `stop` is set.
 pub fn throughput<T: Medium, R: Medium + Send + 'static>(
     tx: T,
     rx: R,
     duration: Duration,
+    stop: &AtomicBool,
 ) -> Result<f64, RawTcpError> {
     let (clock, mut receiver, mut sender) = ends(tx, rx, duration)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
     let rx = std::thread::spawn(move || {
         let mut conn = None;
         while !flag.load(Ordering::Relaxed) {
@@ -151,6 +155,9 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
         }
     });
     let result = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Err(RawTcpError::Interrupted);
+        }
         let t = clock.now();
         match sender.turn(t) {
             Err(e) => break Err(e),
@@ -163,23 +170,27 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
             }
         }
     };
-    stop.store(true, Ordering::Relaxed);
+    done.store(true, Ordering::Relaxed);
     rx.join().map_err(|_| RawTcpError::ReceiverPanicked)?;
     result
 }
 
 /// Bytes per second from a stack on `tx` to one on `rx`, the receiver's NIC
 /// `nic` (whose ring `rx` is) between them, all three stepped in turn on
-/// this thread, as the bench's lockstep runs are.
+/// this thread, as the bench's lockstep runs are; unless `stop` is set.
 pub fn lockstep<T: Medium, R: Medium, N: Medium>(
     tx: T,
     rx: R,
     mut nic: NicEngine<N>,
     duration: Duration,
+    stop: &AtomicBool,
 ) -> Result<f64, RawTcpError> {
     let (clock, mut receiver, mut sender) = ends(tx, rx, duration)?;
     let mut conn = None;
     loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(RawTcpError::Interrupted);
+        }
         let t = clock.now();
         if let Turn::Done(rate) = sender.turn(t)? {
             return Ok(rate);

@@ -68,12 +68,31 @@ pub enum RunError {
     Stack(#[from] StackError),
     #[error("nothing left to do, but the run is not finished (simulated time {0:?})")]
     Stuck(Duration),
-    #[error("gave up after {0:?}")]
+    #[error("the run did not finish within its limit of {} s", .0.as_secs())]
     Timeout(Duration),
+    #[error("the run did not finish within its limit of {} s of simulated time", .0.as_secs())]
+    SimulatedTimeout(Duration),
+    #[error("cannot connect to {addr}: {why}")]
+    Connect { addr: SocketAddrV4, why: ConnectError },
 }
+
+/// Why a connection to the controller was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("connection refused (answered with a reset: nothing listens on that port)")]
+    Refused,
+    #[error("no answer in {} s (no controller at that address, or none reachable)", .0.as_secs())]
+    NoAnswer(Duration),
+}
+
+/// How long a host waits for a TCP connection to its controller, as over
+/// kernel TCP.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct QueueConn {
     conn: TcpConn,
+    /// When the connection was opened, until it is up.
+    opened: nvme_of::Instant,
     up: bool,
     closed: bool,
 }
@@ -114,7 +133,8 @@ impl<D: Medium> HostSide<D> {
         }
         while let Some(qid) = self.host.poll_connect() {
             let conn = self.stack.connect(self.remote)?;
-            let old = self.queues.insert(qid, QueueConn { conn, up: false, closed: false });
+            let q = QueueConn { conn, opened: t, up: false, closed: false };
+            let old = self.queues.insert(qid, q);
             // A connection left from a lost association: reset it, and
             // forget it once the reset is out.
             if let Some(old) = old {
@@ -127,18 +147,18 @@ impl<D: Medium> HostSide<D> {
             self.host.handle_timeout(t);
             progress = true;
         }
-        progress |= self.pump(t);
+        progress |= self.pump(t)?;
         while let Some(ev) = self.host.poll_event() {
             app.on_event(&mut self.host, ev, t);
             progress = true;
         }
         app.on_poll(&mut self.host, t);
-        progress |= self.pump(t);
+        progress |= self.pump(t)?;
         progress |= self.stack.poll(now);
         Ok(progress)
     }
 
-    fn pump(&mut self, t: nvme_of::Instant) -> bool {
+    fn pump(&mut self, t: nvme_of::Instant) -> Result<bool, RunError> {
         let mut progress = false;
         let (stack, host) = (&mut self.stack, &mut self.host);
         for (&qid, q) in self.queues.iter_mut().filter(|(_, q)| !q.closed) {
@@ -152,8 +172,19 @@ impl<D: Medium> HostSide<D> {
                     }
                     q.up = true;
                     progress = true;
-                } else if stack.is_finished(&q.conn) {
-                    host.transport_closed(qid, t);
+                } else if stack.is_finished(&q.conn) || t >= q.opened + CONNECT_TIMEOUT {
+                    let why = match stack.is_finished(&q.conn) {
+                        true => ConnectError::Refused,
+                        false => ConnectError::NoAnswer(CONNECT_TIMEOUT),
+                    };
+                    // While reconnecting it is one more failed attempt for
+                    // the host to retry; at first it is the answer.
+                    let error = RunError::Connect { addr: self.remote, why };
+                    if !host.is_reconnecting() {
+                        return Err(error);
+                    }
+                    stack.abort(&q.conn);
+                    host.connect_failed(qid, error, t);
                     q.closed = true;
                     progress = true;
                     continue;
@@ -174,12 +205,14 @@ impl<D: Medium> HostSide<D> {
                 progress = true;
             }
         }
-        progress
+        Ok(progress)
     }
 
     pub fn poll_at(&mut self, now: SmolInstant) -> Option<SmolInstant> {
         let h = self.host.poll_timeout().map(to_smol);
-        [self.stack.poll_at(now), h].into_iter().flatten().min()
+        let connects = self.queues.values().filter(|q| !q.up && !q.closed);
+        let connect = connects.map(|q| to_smol(q.opened + CONNECT_TIMEOUT)).min();
+        [self.stack.poll_at(now), h, connect].into_iter().flatten().min()
     }
 
     /// Everything the host said has left the send rings.
@@ -390,8 +423,10 @@ pub fn run_host<D: Medium>(
             return Err(RunError::Timeout(limit));
         }
         if idle.may_sleep(progress) {
+            // Not past the tick: the app looks at its stop flag each turn.
+            let cap = now + smoltcp::time::Duration::from_millis(50);
             let at = side.poll_at(now);
-            side.stack.wait(now, at);
+            side.stack.wait(now, Some(at.map_or(cap, |a| a.min(cap))));
         }
     }
 }
@@ -515,7 +550,7 @@ pub fn run_simulated<H: Medium>(
             return Ok(elapsed);
         }
         if elapsed > limit {
-            return Err(RunError::Timeout(limit));
+            return Err(RunError::SimulatedTimeout(limit));
         }
         if a || b {
             idle_turns = 0;

@@ -17,9 +17,11 @@ use nvme_of::nvme::log::{
 };
 use nvme_of::nvme::{DISCOVERY_NQN, Sqe, Status};
 use serde_json::{Map, Value, json};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::args::parse_bytes;
+use crate::args::{parse_bytes, parse_nsid};
+use crate::progress::interrupt_flag;
 use crate::session::{ConnectArgs, host_config, run_app};
 
 /// How long an admin run may take.
@@ -28,7 +30,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 #[derive(Args, Debug)]
 pub(crate) struct IdNsArgs {
     /// Namespace to identify (default: the first).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..0xffff_ffff))]
+    #[arg(short = 'n', long = "namespace-id", visible_alias = "nsid", value_parser = parse_nsid)]
     nsid: Option<u32>,
 }
 
@@ -116,6 +118,9 @@ pub(crate) fn admin(
 ) -> Result<AdminApp> {
     let mut app = AdminApp::new(plan);
     run_app(a, host_config(a, nqn), &mut app, LIMIT)?;
+    if interrupt_flag()?.load(Ordering::Relaxed) {
+        bail!("interrupted before {what} finished");
+    }
     if let Some((status, _)) = app.replies.iter().find(|(s, _)| !s.is_success()) {
         bail!("{what} failed: {status}");
     }
@@ -138,7 +143,10 @@ pub(crate) fn list(a: &ConnectArgs) -> Result<()> {
         let app = admin(a, nqn.clone(), |_| Vec::new(), "Identify")?;
         let c = app.controller.context("no Identify Controller data")?;
         for n in &app.namespaces {
-            rows.push((nqn.clone(), c.clone(), *n));
+            // Where nvme-cli names the block device, the namespace's URI
+            // as the NVMe Boot specification writes it.
+            let node = format!("nvme+{}://{}/{nqn}/{}", a.transport_name(), a.connect()?, n.nsid);
+            rows.push((node, c.clone(), *n));
         }
     }
     if a.json {
@@ -147,7 +155,7 @@ pub(crate) fn list(a: &ConnectArgs) -> Result<()> {
             .map(|(nqn, c, n)| {
                 let bs = u64::from(n.block_size);
                 json!({
-                    "SubsystemNQN": nqn, "NameSpace": n.nsid, "Firmware": c.fr,
+                    "DevicePath": nqn, "NameSpace": n.nsid, "Firmware": c.fr,
                     "ModelNumber": c.mn, "SerialNumber": c.sn, "UsedBytes": n.used * bs,
                     "MaximumLBA": n.blocks, "PhysicalSize": n.blocks * bs, "SectorSize": bs,
                 })
@@ -156,14 +164,14 @@ pub(crate) fn list(a: &ConnectArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&json!({ "Devices": devices }))?);
         return Ok(());
     }
-    let nqn_width = rows.iter().map(|(q, ..)| q.len()).max().unwrap_or(0).max(9);
+    let nqn_width = rows.iter().map(|(q, ..)| q.len()).max().unwrap_or(0).max(4);
     println!(
-        "{:<nqn_width$} {:<20} {:<24} {:<9} {:<25} {:<12} {:<8}",
-        "Subsystem", "SN", "Model", "Namespace", "Usage", "Format", "FW Rev"
+        "{:<nqn_width$} {:<7} {:<20} {:<24} {:<9} {:<25} {:<12} {:<8}",
+        "Node", "Generic", "SN", "Model", "Namespace", "Usage", "Format", "FW Rev"
     );
     println!(
-        "{:-<nqn_width$} {:-<20} {:-<24} {:-<9} {:-<25} {:-<12} {:-<8}",
-        "", "", "", "", "", "", ""
+        "{:-<nqn_width$} {:-<7} {:-<20} {:-<24} {:-<9} {:-<25} {:-<12} {:-<8}",
+        "", "", "", "", "", "", "", ""
     );
     for (nqn, c, n) in &rows {
         let bs = u64::from(n.block_size);
@@ -173,7 +181,8 @@ pub(crate) fn list(a: &ConnectArgs) -> Result<()> {
             human_bytes((n.blocks * bs) as f64)
         );
         println!(
-            "{nqn:<nqn_width$} {:<20} {:<24} {:<9} {usage:<25} {:<12} {:<8}",
+            "{nqn:<nqn_width$} {:<7} {:<20} {:<24} {:<9} {usage:<25} {:<12} {:<8}",
+            "-",
             c.sn,
             c.mn,
             n.nsid,
@@ -284,14 +293,22 @@ pub(crate) fn resolve_nqn(a: &ConnectArgs) -> Result<String> {
 
 /// The discovery log of the discovery controller at `--connect`.
 fn discover(a: &ConnectArgs) -> Result<Vec<DiscoveryEntry>> {
+    discovery_log(a).map(|(_, entries)| entries)
+}
+
+/// The discovery log: its generation counter and its entries.
+fn discovery_log(a: &ConnectArgs) -> Result<(u64, Vec<DiscoveryEntry>)> {
     let mut app = DiscoverApp::default();
     run_app(a, host_config(a, DISCOVERY_NQN.into()), &mut app, LIMIT)?;
-    Ok(app.entries.unwrap_or_default())
+    if interrupt_flag()?.load(Ordering::Relaxed) {
+        bail!("interrupted before the discovery log was read");
+    }
+    Ok((app.genctr, app.entries.unwrap_or_default()))
 }
 
 /// `discover` and `get-log discovery`: the discovery log, as `nvme discover`.
 pub(crate) fn print_discovery(a: &ConnectArgs) -> Result<()> {
-    let entries = discover(a)?;
+    let (genctr, entries) = discovery_log(a)?;
     if a.json {
         let records: Vec<Value> = entries
             .iter()
@@ -304,10 +321,11 @@ pub(crate) fn print_discovery(a: &ConnectArgs) -> Result<()> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&json!({ "records": records }))?);
+        let log = json!({ "genctr": genctr, "records": records });
+        println!("{}", serde_json::to_string_pretty(&log)?);
         return Ok(());
     }
-    println!("Discovery Log Number of Records {}", entries.len());
+    println!("Discovery Log Number of Records {}, Generation counter {genctr}", entries.len());
     for (i, e) in entries.iter().enumerate() {
         println!("=====Discovery Log Entry {i}======");
         print_fields(

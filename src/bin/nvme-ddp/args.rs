@@ -2,7 +2,8 @@
 //!
 //! Parsing only; it must never act on what it parsed.
 
-use nvme_ddp::size::parse_size;
+use nvme_ddp::report::human_bytes;
+use nvme_ddp::size::{format_size, parse_size};
 use nvme_ddp::workload::Rw;
 use smoltcp_glue::Via;
 use std::net::SocketAddr;
@@ -29,8 +30,31 @@ pub(crate) fn parse_on_off(s: &str) -> Result<bool, String> {
     }
 }
 
+/// An access pattern, by fio's names.
 pub(crate) fn parse_rw(s: &str) -> Result<Rw, String> {
-    <Rw as clap::ValueEnum>::from_str(s, true)
+    use clap::ValueEnum;
+    Rw::from_str(s, true).map_err(|_| {
+        let names: Vec<&str> = Rw::value_variants().iter().map(|rw| rw.name()).collect();
+        format!("{s:?} is not an access pattern: use {} (fio's names)", names.join(", "))
+    })
+}
+
+/// A namespace ID (nvme-cli's -n, --namespace-id): 1 to FFFFFFFEh.
+pub(crate) fn parse_nsid(s: &str) -> Result<u32, String> {
+    let n = match s.strip_prefix("0x") {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    };
+    n.filter(|n| (1..0xffff_ffff).contains(n))
+        .ok_or_else(|| format!("{s:?} is not a namespace ID: give 1..=4294967294"))
+}
+
+/// fio's rwmixread: the percent of a mixed workload's I/Os that read.
+pub(crate) fn parse_percent(s: &str) -> Result<u8, String> {
+    s.parse::<u8>()
+        .ok()
+        .filter(|p| *p <= 100)
+        .ok_or_else(|| format!("{s:?}: give a percentage, 0..=100"))
 }
 
 pub(crate) fn parse_chance(s: &str) -> Result<f64, String> {
@@ -53,6 +77,25 @@ pub(crate) fn parse_ns(s: &str) -> Result<NsSpec, String> {
         Some(("file", path)) if !path.is_empty() => Ok(NsSpec::File(path.into())),
         _ => Err(format!("{s:?}: use ram:SIZE (e.g. ram:1G) or file:PATH")),
     }
+}
+
+/// A RAM namespace's size, the same rule for every command: whole blocks,
+/// at least one, and no more than this machine's memory (it fills as it
+/// is written).
+pub(crate) fn check_ram(size: u64, block: u32) -> Result<(), String> {
+    nvme_storage::check_size(size, block).map_err(|e| e.to_string())?;
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) =
+        unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let memory = (pages.max(0) as u64).saturating_mul(page.max(0) as u64);
+    if memory > 0 && size > memory {
+        return Err(format!(
+            "{} is more than this machine's memory ({}); a RAM namespace must fit in it (the controller takes file:PATH for one that large)",
+            format_size(size),
+            human_bytes(memory as f64)
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -138,6 +181,15 @@ pub(crate) fn parse_busy_poll(s: &str) -> Result<std::time::Duration, String> {
         .filter(|us| (1..=1_000_000).contains(us))
         .map(std::time::Duration::from_micros)
         .ok_or_else(|| format!("{s:?}: give microseconds, 1..=1000000"))
+}
+
+/// A whole number, 0 or more, that fits its type.
+pub(crate) fn parse_whole<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    s.parse::<T>().map_err(|_| match s.parse::<i128>() {
+        Ok(n) if n < 0 => format!("{s:?}: give a whole number, 0 or more"),
+        Ok(_) => format!("{s:?} is too large"),
+        Err(_) => format!("{s:?} is not a whole number"),
+    })
 }
 
 /// A non-negative number of seconds, fractions allowed.

@@ -9,7 +9,7 @@ use nvme_ddp::bench::goals::{Goals, Verdict};
 use nvme_ddp::bench::options::{BenchOptions, Impair};
 use nvme_ddp::bench::point::RawTcp;
 use nvme_ddp::bench::report::Report;
-use nvme_ddp::bench::run::{raw_tcp, run_point};
+use nvme_ddp::bench::run::{BenchError, raw_tcp, run_point};
 use nvme_ddp::bench::stats::SPREAD_LIMIT;
 use nvme_ddp::driver::transport::TransportType;
 use nvme_ddp::plot;
@@ -22,10 +22,13 @@ use ulp_ddp::Caps;
 
 use crate::args::{
     List, existing_iface, list, on_off, parse_busy_poll, parse_bytes, parse_chance, parse_on_off,
-    parse_qd, parse_queues, parse_rw, parse_via,
+    parse_qd, parse_queues, parse_rw, parse_seconds, parse_via, parse_whole,
 };
 use crate::progress::interrupt_flag;
 use std::io::Write;
+
+/// Throughput is shown in MiB/s, as the charts show it and sizes read.
+const MIB: f64 = 1048576.0;
 use std::sync::atomic::Ordering;
 
 #[derive(Args, Debug)]
@@ -72,7 +75,7 @@ pub(crate) struct BenchArgs {
     duplicate: Option<List<f64>>,
     /// Seed of the impairments: repetition r of every point uses a seed
     /// made from this and r, so repetitions differ and bench runs repeat.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = parse_whole::<u64>)]
     seed: u64,
     /// I/O queues, 1 to 128.
     #[arg(long, default_value = "1", value_parser = parse_queues)]
@@ -81,11 +84,11 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value = "5", value_parser = clap::value_parser!(u16).range(1..))]
     reps: u16,
     /// Seconds measured per run.
-    #[arg(long, default_value_t = 1.0)]
-    time: f64,
+    #[arg(long, default_value = "1", value_parser = parse_seconds)]
+    time: Duration,
     /// Seconds of warm-up per run.
-    #[arg(long, default_value_t = 0.2)]
-    warmup: f64,
+    #[arg(long, default_value = "0.2", value_parser = parse_seconds)]
+    warmup: Duration,
     /// Run host, NIC and controller on threads of their own, each one's CPU
     /// read from its thread's clock, instead of in lockstep on one thread
     /// (the default on the in-process wire, and the one whose numbers hold
@@ -135,6 +138,9 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         _ => None,
     };
     // Fail on a path that cannot be written before the matrix runs, not after.
+    if let Some(dir) = &a.plot {
+        plot::prepare(dir).context("--plot")?;
+    }
     let mut json = match &a.json {
         Some(path) => Some((
             std::fs::File::create(path)
@@ -147,8 +153,8 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         Some(path) => Goals::load(path)?,
         None => Goals::default(),
     };
-    if !(a.time > 0.0 && a.warmup >= 0.0) {
-        bail!("--time must be positive and --warmup not negative");
+    if a.time.is_zero() {
+        bail!("--time must be more than 0 seconds");
     }
     let o = BenchOptions {
         bs: a.bs.map_or(d.bs, |l| l.0),
@@ -166,8 +172,8 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         },
         queues: a.queues,
         reps: usize::from(a.reps),
-        warmup: Duration::from_secs_f64(a.warmup),
-        duration: Duration::from_secs_f64(a.time),
+        warmup: a.warmup,
+        duration: a.time,
         threads: a.threads,
         link,
         busy_poll: a.busy_poll.unwrap_or_default(),
@@ -193,8 +199,8 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     // Raw TCP on each MTU and impairment, measured when first needed.
     let mut raw: Vec<((usize, Impair), RawTcp)> = Vec::new();
     let mut out = Vec::new();
-    // Ctrl-C or SIGTERM ends the matrix after the point running, and so
-    // does a point that fails (a lossy one that gave up, say); what was
+    // Ctrl-C or SIGTERM ends the matrix in the run under way (its point is
+    // left out), and a point that fails ends it too (a lossy one that gave up, say); what was
     // measured is still reported and written.
     let stop = interrupt_flag()?;
     let mut failed = None;
@@ -207,7 +213,11 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             Some(&(_, r)) => Ok(r),
             None => {
                 bar.set_message(format!("raw TCP at mtu {}{}", p.mtu, impaired(p.impair)));
-                let r = if a.no_raw { Ok(RawTcp::default()) } else { raw_tcp(&o, p.mtu, p.impair) };
+                let r = if a.no_raw {
+                    Ok(RawTcp::default())
+                } else {
+                    raw_tcp(&o, p.mtu, p.impair, &stop)
+                };
                 if let Ok(r) = r {
                     raw.push((at, r));
                 }
@@ -225,8 +235,10 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             p.offload,
             impaired(p.impair),
         ));
-        match ceiling.and_then(|r| run_point(p, &o, r, || bar.inc(1))) {
+        match ceiling.and_then(|r| run_point(p, &o, r, &stop, || bar.inc(1))) {
             Ok(point) => out.push(point),
+            // The point under way is left out; what was measured stays.
+            Err(BenchError::Interrupted) => break,
             Err(e) => {
                 failed = Some(e);
                 break;
@@ -251,7 +263,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         "ddgst",
         "offload",
         wire("loss%", "reord%", "dup%"),
-        "MB/s",
+        "MiB/s",
         "+-%",
         "IOPS",
         "p50 us",
@@ -265,7 +277,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         "nicCRC/IO",
         "placed%",
         "calls",
-        "raw MB/s"
+        "raw MiB/s"
     );
     for p in &out {
         println!(
@@ -282,7 +294,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
                 &pct(p.setting.impair.reorder),
                 &pct(p.setting.impair.duplicate)
             ),
-            p.median.bytes_per_sec / 1e6,
+            p.median.bytes_per_sec / MIB,
             p.bytes_per_sec_spread * 100.0,
             p.median.iops,
             p.median.lat_p50_us,
@@ -296,7 +308,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             p.median.nic_crc_bytes_per_io,
             p.median.offload_share * 100.0,
             p.median.control_calls_per_io,
-            p.raw_tcp_bytes_per_sec / 1e6,
+            p.raw_tcp_bytes_per_sec / MIB,
             if p.steady { "" } else { "  noisy" },
         );
     }

@@ -3,7 +3,7 @@
 //! It parses and serves; the serving itself is the library's drivers', and
 //! this file must never reach into a connection.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use nvme_ddp::driver::clock::Clock;
 use nvme_ddp::driver::kernel_tcp::ControllerServer;
@@ -17,10 +17,10 @@ use nvme_storage::{FileNamespace, RamNamespace};
 use smoltcp_glue::Stack;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use crate::args::{
-    NsSpec, parse_block_size, parse_bytes, parse_listen, parse_nqn, parse_ns, parse_seconds,
+    NsSpec, check_ram, parse_block_size, parse_bytes, parse_listen, parse_nqn, parse_ns,
+    parse_seconds, parse_whole,
 };
 use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
 use crate::progress::interrupt_flag;
@@ -41,7 +41,7 @@ pub(crate) struct ControllerArgs {
     #[arg(long, default_value = "nqn.2026-11.io.nvme-ddp:target", value_parser = parse_nqn)]
     nqn: String,
     /// Entries per queue (MAXCMD, CAP.MQES + 1).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = parse_whole::<u16>)]
     queue_size: u16,
     /// I/Os a file namespace runs at once, each on a worker thread
     /// started when first needed (default: the queue size).
@@ -84,11 +84,12 @@ pub(crate) fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc
     for spec in &specs {
         let ns: Arc<dyn Namespace> = match spec {
             NsSpec::Ram(size) => {
-                check_ram(*size, a.block_size)?;
+                check_ram(*size, a.block_size).map_err(|e| anyhow!("--ns ram:{size}: {e}"))?;
                 Arc::new(RamNamespace::new(*size, a.block_size)?)
             }
             NsSpec::File(path) => {
                 let depth = a.io_depth.unwrap_or(a.queue_size);
+                // Its errors name the file.
                 Arc::new(FileNamespace::open(path, a.block_size, usize::from(depth))?)
             }
         };
@@ -106,26 +107,6 @@ pub(crate) fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc
         ..TargetConfig::default()
     };
     Ok(Target::new(cfg, namespaces)?)
-}
-
-/// A RAM namespace holds at least one block and fits in this machine's
-/// memory (it fills as it is written).
-fn check_ram(size: u64, block: u32) -> Result<()> {
-    if size < u64::from(block) {
-        bail!("ram:{} is smaller than one {block}-byte block", format_size(size));
-    }
-    // SAFETY: sysconf has no preconditions.
-    let (pages, page) =
-        unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
-    let memory = (pages.max(0) as u64).saturating_mul(page.max(0) as u64);
-    if memory > 0 && size > memory {
-        bail!(
-            "ram:{} is more than this machine's memory ({}); use file:PATH for a namespace that large",
-            format_size(size),
-            human_bytes(memory as f64)
-        );
-    }
-    Ok(())
 }
 
 pub(crate) fn run(a: ControllerArgs) -> Result<()> {
@@ -166,7 +147,7 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
             nics.push(nic);
         }
         let stop = interrupt_flag()?;
-        tracing::info!(link = ?a.link.name(), queues = sides.len(), ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = a.transport.name(), "listening on smoltcp");
+        tracing::info!(iface = %a.link.iface_name().unwrap_or_default(), queues = sides.len(), ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = %a.transport.name(), "listening on smoltcp");
         serve_queues(&mut sides, &clock, &stop, a.link.busy_poll())?;
         for ((side, nic), queue) in sides.iter().zip(&nics).zip(0..) {
             let (ulp, tx) = side.stats();
@@ -185,15 +166,13 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
         Port { traddr: first.ip().to_string(), trsvcid: first.port().to_string(), portid: 1 };
     let target = build_target(&a, Some(port))?;
     let listener = a.transport.listener(KERNEL_TCP_MTU).require_crc(a.ddgst);
-    let server = ControllerServer::spawn(target.clone(), &a.listen, listener)?;
-    let stop = server.stop_flag();
-    ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
-        .context("cannot install the Ctrl-C handler")?;
+    let server =
+        ControllerServer::spawn_until(target.clone(), &a.listen, listener, interrupt_flag()?)?;
     for (ns, i) in target.namespaces().iter().zip(1..) {
         tracing::info!(nsid = i, size = %format_size(ns.size()), block = ns.block_size(), "namespace");
     }
     for addr in server.local_addrs() {
-        tracing::info!(%addr, nqn = %target.subnqn(), transport = a.transport.name(), "listening (discovery NQN too)");
+        tracing::info!(%addr, nqn = %target.subnqn(), transport = %a.transport.name(), "listening (discovery NQN too)");
     }
     let mut server = server;
     server.join()?;

@@ -4,11 +4,12 @@
 //! It parses and prints; the run itself is the library's and must never
 //! be done here.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::{ArgAction, Args};
 use nvme_ddp::demo as run_demo;
 use nvme_ddp::driver::transport::TransportType;
-use nvme_ddp::report::human_bytes;
+use nvme_ddp::report::{granted_notes, human_bytes};
+use nvme_ddp::size::format_size;
 use nvme_of::Digests;
 use smoltcp_glue::Profile;
 use std::path::PathBuf;
@@ -16,9 +17,10 @@ use std::time::Duration;
 use ulp_ddp::Caps;
 
 use crate::args::{
-    on_off, parse_bytes, parse_chance, parse_on_off, parse_qd, parse_queues, parse_threshold,
+    check_ram, on_off, parse_bytes, parse_chance, parse_on_off, parse_qd, parse_queues,
+    parse_threshold, parse_whole,
 };
-use crate::progress::{Eta, interrupt_flag, watch};
+use crate::progress::{Eta, interrupt_flag, so_far, watch};
 
 #[derive(Args, Debug)]
 pub(crate) struct DemoArgs {
@@ -35,7 +37,7 @@ pub(crate) struct DemoArgs {
     #[arg(long, default_value = "2", value_parser = parse_queues)]
     queues: u16,
     /// IP MTU of the in-process wire.
-    #[arg(long, default_value_t = 9000)]
+    #[arg(long, default_value_t = 9000, value_parser = parse_whole::<usize>)]
     mtu: usize,
     /// Header digests: on or off (a bare --hdgst is on).
     #[arg(long, default_value = "off", num_args = 0..=1, default_missing_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
@@ -57,10 +59,10 @@ pub(crate) struct DemoArgs {
     #[arg(long, default_value_t = 0.0, value_parser = parse_chance)]
     corrupt: f64,
     /// One-way delay added to every frame, in microseconds.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = parse_whole::<u64>)]
     delay_us: u64,
     /// Seed of the impairments and the data pattern.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = parse_whole::<u64>)]
     seed: u64,
     /// Capture the host's frames into this pcap file.
     #[arg(long)]
@@ -81,10 +83,10 @@ pub(crate) struct DemoArgs {
     ddp_threshold: Option<u32>,
     /// Keep alive timeout in seconds (default 5, or 30 with impairments:
     /// smoltcp's 1 s minimum retransmission timeout doubles on repeats).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_whole::<u64>)]
     kato: Option<u64>,
     /// Seconds a command may take (default 30, or 120 with impairments).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_whole::<u64>)]
     io_timeout: Option<u64>,
     /// Then measure the same I/O with no offload and say what the
     /// offloads saved (host CPU, copies, CRC per I/O): on or off.
@@ -133,11 +135,15 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
     if !(576..=65521).contains(&o.mtu) {
         bail!("--mtu {} is out of range (576..=65521)", o.mtu);
     }
+    check_ram(o.size, 512).map_err(|e| anyhow!("--size {}: {e}", format_size(a.size)))?;
     if o.bs == 0 || !o.bs.is_multiple_of(512) || u64::from(o.bs) > o.size {
         bail!("--bs must be a multiple of 512 and at most --size");
     }
     let stop = interrupt_flag()?;
-    let report = run_demo::run(&o, Some(watch(a.eta, stop)))?;
+    let report = run_demo::run(&o, watch(a.eta), &stop).map_err(|e| match o.simulated {
+        true => anyhow!("{e}, in simulated time"),
+        false => e.into(),
+    })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -157,6 +163,9 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
             },
             report.mtu,
         );
+        for note in granted_notes(a.qd, report.queue_depth, a.queues, report.io_queues) {
+            println!("  {note}");
+        }
         for p in &report.phases {
             for line in p.lines() {
                 println!("  {line}");
@@ -179,7 +188,7 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
             println!("{line}");
         }
         if let Some(s) = &report.savings {
-            println!("  {}", s.line());
+            println!("  {}", s.line(impaired));
         }
         println!("  {}", report.recovery.line());
         for (dir, s) in
@@ -197,7 +206,7 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
         bail!("{e}");
     }
     if report.interrupted {
-        bail!("interrupted; the results above are of what ran till then");
+        bail!("interrupted; {}", so_far(report.abandoned));
     }
     Ok(())
 }

@@ -6,14 +6,14 @@
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use nvme_ddp::app::IoApp;
-use nvme_ddp::report::{PhaseReport, human_bytes};
+use nvme_ddp::report::{PhaseReport, granted_notes, human_bytes};
 use nvme_ddp::size::format_size;
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
 use std::time::Duration;
 
 use crate::admin::{self, GetLogArgs, IdNsArgs, resolve_nqn};
-use crate::args::parse_bytes;
-use crate::progress::{cpu_times, interrupt_flag, watch};
+use crate::args::{parse_bytes, parse_nsid, parse_percent, parse_rw, parse_seconds, parse_whole};
+use crate::progress::{cpu_times, so_far, watch};
 use crate::session::{ConnectArgs, host_config, run_app};
 
 /// Options of `host`: how to connect, then the verb.
@@ -46,8 +46,13 @@ enum HostAction {
 
 #[derive(Args, Debug)]
 struct IoArgs {
-    #[arg(long, value_enum, default_value = "read")]
+    /// Access pattern, as fio's: read, write, randread, randwrite, rw
+    /// (or readwrite: sequential, mixed) or randrw (random, mixed).
+    #[arg(long, default_value = "read", value_parser = parse_rw)]
     rw: Rw,
+    /// Percent of a mixed workload's I/Os that read (fio's rwmixread).
+    #[arg(long, default_value = "50", value_parser = parse_percent)]
+    rwmixread: u8,
     /// Bytes per I/O.
     #[arg(long, default_value = "4k", value_parser = parse_bytes)]
     bs: u64,
@@ -56,16 +61,16 @@ struct IoArgs {
     #[arg(long, value_parser = parse_bytes, conflicts_with = "time")]
     size: Option<u64>,
     /// Run for this many seconds instead.
-    #[arg(long)]
-    time: Option<f64>,
+    #[arg(long, value_parser = parse_seconds)]
+    time: Option<Duration>,
     /// Namespace to use (default: the first).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..0xffff_ffff))]
+    #[arg(short = 'n', long = "namespace-id", visible_alias = "nsid", value_parser = parse_nsid)]
     nsid: Option<u32>,
     /// Write a pattern and check it when reading back.
     #[arg(long)]
     verify: bool,
     /// Seed of the data pattern and of random offsets.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = parse_whole::<u64>)]
     seed: u64,
 }
 
@@ -124,8 +129,8 @@ pub(crate) fn run(args: HostArgs) -> Result<()> {
 fn io_run(a: &ConnectArgs, io: &IoArgs) -> Result<()> {
     let bs = u32::try_from(io.bs).ok().filter(|&b| b > 0).context("--bs must be 1..4G")?;
     let limit = match (io.size, io.time) {
-        (_, Some(t)) if t > 0.0 && t.is_finite() => Limit::Time(Duration::from_secs_f64(t)),
-        (_, Some(_)) => bail!("--time must be a positive number of seconds"),
+        (_, Some(t)) if !t.is_zero() => Limit::Time(t),
+        (_, Some(_)) => bail!("--time must be more than 0 seconds"),
         (Some(0), None) => bail!("--size 0 transfers nothing"),
         (Some(n), None) if n % u64::from(bs) != 0 => {
             bail!("--size {} is not a multiple of --bs {}", format_size(n), format_size(io.bs))
@@ -138,13 +143,16 @@ fn io_run(a: &ConnectArgs, io: &IoArgs) -> Result<()> {
         bs,
         limit,
         qd: usize::from(a.qd),
+        rwmixread: io.rwmixread,
         verify: io.verify,
         seed: io.seed,
         nsid: io.nsid,
     };
     let nqn = resolve_nqn(a)?;
-    let stop = interrupt_flag()?;
-    let mut app = IoApp::new([spec]).with_watch(watch(a.eta, stop));
+    let mut app = IoApp::new([spec]);
+    if let Some(w) = watch(a.eta) {
+        app = app.with_watch(w);
+    }
     let cpu0 = cpu_times();
     let t0 = std::time::Instant::now();
     let result = run_app(a, host_config(a, nqn), &mut app, Duration::from_secs(30 * 24 * 3600));
@@ -160,21 +168,14 @@ fn io_run(a: &ConnectArgs, io: &IoArgs) -> Result<()> {
     if a.json {
         let j = serde_json::json!({
             "phases": reports, "offload": offload, "interrupted": app.interrupted,
+            "abandoned": app.abandoned,
             "recovery": app.recovery,
             "cpu": { "user_pct": user_pct, "sys_pct": sys_pct },
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else if !reports.is_empty() {
-        if app.queue_depth > 0 && app.queue_depth < usize::from(a.qd) {
-            println!(
-                "note: the controller's queues hold {} commands; --qd {} ran at {}",
-                app.queue_depth + 1,
-                a.qd,
-                app.queue_depth
-            );
-        }
-        if app.io_queues > 0 && app.io_queues < a.queues {
-            println!("note: the controller granted {} of {} I/O queues", app.io_queues, a.queues);
+        for note in granted_notes(a.qd, app.queue_depth, a.queues, app.io_queues) {
+            println!("{note}");
         }
         for r in &reports {
             for line in r.lines() {
@@ -189,7 +190,7 @@ fn io_run(a: &ConnectArgs, io: &IoArgs) -> Result<()> {
     }
     result?;
     if app.interrupted {
-        bail!("interrupted; the results above are of what ran till then");
+        bail!("interrupted; {}", so_far(app.abandoned));
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use ulp_ddp::{Caps, DdpDevice};
 
-use crate::args::{existing_iface, parse_busy_poll, parse_threshold, parse_via};
+use crate::args::{existing_iface, parse_busy_poll, parse_threshold, parse_via, parse_whole};
 
 /// A user-space (smoltcp) transport on a TAP device or another interface
 /// instead of kernel TCP.
@@ -35,7 +35,7 @@ pub(crate) struct LinkArgs {
     #[arg(long, requires = "link", global = true)]
     pub(crate) ip: Option<String>,
     /// IP MTU of the interface (default: the interface's).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_parser = parse_whole::<usize>)]
     pub(crate) mtu: Option<usize>,
     /// Capture our frames into this pcap file.
     #[arg(long, global = true)]
@@ -77,6 +77,11 @@ impl LinkArgs {
     /// How long the loop polls before it sleeps.
     pub(crate) fn busy_poll(&self) -> std::time::Duration {
         self.busy_poll.unwrap_or_default()
+    }
+
+    /// The interface's name (a TAP's or another's), if one was asked for.
+    pub(crate) fn iface_name(&self) -> Option<&str> {
+        self.tap.as_deref().or(self.iface.as_deref())
     }
 
     /// The interface asked for, if any.

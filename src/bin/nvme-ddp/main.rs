@@ -15,7 +15,7 @@ mod net;
 mod progress;
 mod session;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// NVMe/TCP host and controller with a software model of NIC offload (ULP DDP).
 #[derive(Parser, Debug)]
@@ -42,8 +42,20 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
+/// Let every option take a negative number, so that `--loss -0.1` meets
+/// the option's own check and its message, not clap's guess that `-0.1`
+/// is an option of its own.
+fn negatives(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| match a.get_action().takes_values() {
+        true => a.allow_negative_numbers(true),
+        false => a,
+    })
+    .mut_subcommands(negatives)
+}
+
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let matches = negatives(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let default = match cli.command {
         Command::Controller(_) => "info",
         _ => "warn",

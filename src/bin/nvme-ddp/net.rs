@@ -21,7 +21,7 @@ pub(crate) enum NetAction {
     /// a veth pair veth0-veth1 with no address (for --iface).
     Up {
         /// IP MTU of the bridge, TAPs and veths.
-        #[arg(long, default_value_t = 9000)]
+        #[arg(long, default_value_t = 9000, value_parser = crate::args::parse_whole::<usize>)]
         mtu: usize,
     },
     /// Remove the namespace and everything in it.

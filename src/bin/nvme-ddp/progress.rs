@@ -8,8 +8,8 @@ use anyhow::{Context, Result};
 use nvme_ddp::app::{Progress, Watch};
 use nvme_ddp::report::{human_bytes, human_count};
 use std::io::IsTerminal;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// When to show the progress line, as fio's `--eta`.
@@ -22,44 +22,72 @@ pub(crate) enum Eta {
     Never,
 }
 
-/// A flag that Ctrl-C (SIGINT) or SIGTERM sets.
+/// The flag Ctrl-C (SIGINT) or SIGTERM sets, the same one however often
+/// asked for. A second signal, once the first has been seen, exits at
+/// once: the user has waited long enough.
 pub(crate) fn interrupt_flag() -> Result<Arc<AtomicBool>> {
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    if let Some(flag) = FLAG.get() {
+        return Ok(flag.clone());
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
-    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
-        .context("cannot install the Ctrl-C handler")?;
-    Ok(stop)
+    let mut first: Option<Instant> = None;
+    ctrlc::set_handler(move || {
+        flag.store(true, Ordering::Relaxed);
+        // One signal may come twice at once (timeout(1) sends it to the
+        // process and to its group): a second is the user's only later.
+        match first {
+            None => first = Some(Instant::now()),
+            Some(t) if t.elapsed() >= Duration::from_millis(100) => {
+                eprintln!("error: interrupted again; exiting without waiting");
+                std::process::exit(130);
+            }
+            Some(_) => {}
+        }
+    })
+    .context("cannot install the Ctrl-C handler")?;
+    Ok(FLAG.get_or_init(|| stop).clone())
 }
 
-/// Draw progress on stderr and stop the run once `stop` is set.
-pub(crate) fn watch(eta: Eta, stop: Arc<AtomicBool>) -> Watch {
+/// Draw progress on stderr.
+pub(crate) fn watch(eta: Eta) -> Option<Watch> {
     let tty = std::io::stderr().is_terminal();
-    let bar = (eta == Eta::Always || (eta == Eta::Auto && tty)).then(|| {
-        let bar = indicatif::ProgressBar::new(1000);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30} {percent:>3}%  {msg}, ETA {eta}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
+    if !(eta == Eta::Always || (eta == Eta::Auto && tty)) {
+        return None;
+    }
+    // Cleared however the run ends, Ctrl-C included.
+    let bar = indicatif::ProgressBar::new(1000).with_finish(indicatif::ProgressFinish::AndClear);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {percent:>3}%  {msg}, ETA {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
     let mut last_line: Option<Instant> = None;
-    Box::new(move |p: &Progress| {
-        if let Some(bar) = &bar {
-            let msg = line(p);
-            bar.set_position((p.done * 1000.0) as u64);
-            if tty {
-                bar.set_message(msg);
-            } else if last_line.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                last_line = Some(Instant::now());
-                let left = bar.eta().as_secs();
-                eprintln!("{:>3.0}%  {msg}, ETA {}:{:02}", p.done * 100.0, left / 60, left % 60);
-            }
-            if p.done >= 1.0 || stop.load(Ordering::Relaxed) {
-                bar.finish_and_clear();
-            }
+    Some(Box::new(move |p: &Progress| {
+        let msg = line(p);
+        bar.set_position((p.done * 1000.0) as u64);
+        if tty {
+            bar.set_message(msg);
+        } else if last_line.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            last_line = Some(Instant::now());
+            let left = bar.eta().as_secs();
+            eprintln!("{:>3.0}%  {msg}, ETA {}:{:02}", p.done * 100.0, left / 60, left % 60);
         }
-        !stop.load(Ordering::Relaxed)
-    })
+        if p.done >= 1.0 {
+            bar.finish_and_clear();
+        }
+    }))
+}
+
+/// What an interrupted run's results are of.
+pub(crate) fn so_far(abandoned: u64) -> String {
+    match abandoned {
+        0 => "the results above are of what ran till then".into(),
+        n => format!(
+            "the results above are of what ran till then, without the {n} I/O{} still in flight",
+            if n == 1 { "" } else { "s" },
+        ),
+    }
 }
 
 fn line(p: &Progress) -> String {

@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{ArgAction, Args};
-use nvme_ddp::app::HostApp;
+use nvme_ddp::app::{HostApp, Stoppable};
 use nvme_ddp::driver::clock::Clock;
 use nvme_ddp::driver::transport::TransportType;
 use nvme_ddp::driver::{kernel_tcp, smoltcp};
@@ -19,10 +19,10 @@ use ulp_ddp::Caps;
 
 use crate::args::{
     CtrlLossTmo, parse_ctrl_loss_tmo, parse_nqn, parse_on_off, parse_qd, parse_queues,
-    parse_seconds,
+    parse_seconds, parse_whole,
 };
 use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
-use crate::progress::Eta;
+use crate::progress::{Eta, interrupt_flag};
 
 /// How `host` reaches a controller and what it asks of the association;
 /// like nvme-cli's, these options go before or after the verb.
@@ -58,7 +58,7 @@ pub(crate) struct ConnectArgs {
     #[arg(long, global = true, default_value = "32", value_parser = parse_qd)]
     pub(crate) qd: u16,
     /// Keep alive timeout in seconds (0 for none).
-    #[arg(long, global = true, default_value_t = 5)]
+    #[arg(long, global = true, default_value_t = 5, value_parser = parse_whole::<u64>)]
     kato: u64,
     /// Seconds to wait before each attempt to reconnect a lost
     /// association (as nvme connect's; fractions allowed).
@@ -79,8 +79,13 @@ pub(crate) struct ConnectArgs {
 }
 
 impl ConnectArgs {
-    fn connect(&self) -> Result<SocketAddr> {
+    pub(crate) fn connect(&self) -> Result<SocketAddr> {
         self.connect.context("host needs --connect ADDR:PORT, the controller's address")
+    }
+
+    /// The transport's name: tcp or rdma.
+    pub(crate) fn transport_name(&self) -> &'static str {
+        self.transport.name()
     }
 }
 
@@ -99,13 +104,16 @@ pub(crate) fn host_config(a: &ConnectArgs, subnqn: String) -> HostConfig {
     }
 }
 
-/// Run `app` on a host; over smoltcp, also report what the NIC did.
+/// Run `app` on a host until it is done, or interrupted (Ctrl-C); over
+/// smoltcp, also report what the NIC did.
 pub(crate) fn run_app(
     a: &ConnectArgs,
     cfg: HostConfig,
     app: &mut dyn HostApp,
     limit: Duration,
 ) -> Result<Option<OffloadReport>> {
+    let stop = interrupt_flag()?;
+    let app = &mut Stoppable::new(app, &stop);
     let oneshot = a.link.offload.unwrap_or(Caps::ALL).contains(Caps::ONESHOT);
     let offload = match (a.link.cidr()?, a.link.device(2)?) {
         (Some(cidr), Some((dev, nic, mtu))) => {
