@@ -17,8 +17,9 @@ pub struct Machine {
     pub kernel: String,
     /// The spread of a fixed copy-and-CRC loop's CPU time over a few runs:
     /// how still this machine holds by itself. No point measured on it can
-    /// be expected to hold stiller.
-    pub baseline_spread: f64,
+    /// be expected to hold stiller. Not measured (null) when the run was
+    /// interrupted: the user is waiting.
+    pub baseline_spread: Option<f64>,
 }
 
 /// The spread of the CPU time of a fixed amount of copying and CRC32C
@@ -41,7 +42,8 @@ pub fn baseline_spread() -> f64 {
 }
 
 impl Machine {
-    pub fn this() -> Self {
+    /// This machine; its baseline spread measured if `measure`.
+    pub fn this(measure: bool) -> Self {
         let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
         let cpu_model = read("/proc/cpuinfo")
             .lines()
@@ -49,7 +51,7 @@ impl Machine {
             .map_or_else(|| "unknown".into(), |(_, m)| m.trim().to_string());
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let kernel = read("/proc/sys/kernel/osrelease").trim().to_string();
-        Self { cpu_model, cores, kernel, baseline_spread: baseline_spread() }
+        Self { cpu_model, cores, kernel, baseline_spread: measure.then(baseline_spread) }
     }
 }
 
@@ -79,9 +81,11 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn new(o: &BenchOptions, points: Vec<Point>, goals: &Goals) -> Self {
+    /// The report of `points`; `interrupted` skips what would make a user
+    /// who stopped the run wait (the machine's baseline).
+    pub fn new(o: &BenchOptions, points: Vec<Point>, goals: &Goals, interrupted: bool) -> Self {
         Self {
-            machine: Machine::this(),
+            machine: Machine::this(!interrupted),
             commit: env!("NVME_DDP_COMMIT"),
             time_s: o.duration.as_secs_f64(),
             warmup_s: o.warmup.as_secs_f64(),
