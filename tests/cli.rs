@@ -734,10 +734,28 @@ fn inputs_are_refused_before_any_work() {
         &["bench", "--rw", "readwrite,sideways"],
         "use read, write, randread, randwrite, rw, randrw",
     );
+    refused(&["controller", "--cpus", "3-1"], "a range goes up");
+    refused(&["controller", "--cpus", "0,100000"], "may not run on CPU 100000");
     // Charts that cannot be written fail before the matrix runs.
     let tiny = ["--bs", "4k", "--rw", "read", "--qd", "1", "--offload", "none", "--no-raw"];
     let tiny = [&tiny[..], &["--mtu", "1500", "--reps", "1", "--time", "0.1", "--warmup", "0"]];
     refused(&[&["bench", "--plot", "/proc/nvme-ddp"][..], &tiny.concat()].concat(), "--plot");
+}
+
+/// `--cpus` pins a poll group to each CPU given, and the controller says
+/// what each did when it stops.
+#[test]
+fn the_controller_serves_on_the_cpus_given() {
+    let mut c = Controller::start(&["--cpus", "0"]);
+    ok(&["host", "--connect", &c.addr, "io", "--size", "1M"]);
+    signal(&c.child, libc::SIGTERM);
+    assert!(c.child.wait().unwrap().success());
+    // The log thread reads to the end of what the controller wrote.
+    std::thread::sleep(Duration::from_millis(200));
+    let log = c.log();
+    let groups: Vec<&str> = log.lines().filter(|l| l.contains("poll group")).collect();
+    assert_eq!(groups.len(), 1, "{log}");
+    assert!(groups[0].contains("group=0 on=CPU 0 connections=3 cpu_s="), "{log}");
 }
 
 /// The demo takes what the embedded controller can serve: many queues

@@ -156,6 +156,61 @@ fn file_backed_namespace_holds_what_was_written() {
     assert_eq!(check_pattern(&contents, 42, 0), None, "the file holds the pattern, byte for byte");
 }
 
+/// Two poll groups serve two hosts at once, each host's queues spread
+/// over both groups (so one controller's queues run on two threads), its
+/// file I/O answered by the storage's workers, whose answers wake the group
+/// that owns the command; every connection is served and counted by one
+/// group, and nothing of it is lost.
+#[test]
+fn poll_groups_share_the_connections_of_several_hosts() {
+    let path = std::env::temp_dir().join(format!("nvme-ddp-groups-{}", std::process::id()));
+    let size = 4 << 20;
+    std::fs::write(&path, vec![0u8; size as usize]).unwrap();
+    let ns: Arc<dyn Namespace> = Arc::new(FileNamespace::open(&path, 512, 8).unwrap());
+    let target =
+        Target::new(TargetConfig { subnqn: NQN.into(), ..Default::default() }, vec![ns]).unwrap();
+    let listen = ["127.0.0.1:0".parse().unwrap()];
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let groups = [None, None];
+    let server =
+        ControllerServer::spawn_until(target.clone(), &listen, Listener::default(), stop, &groups)
+            .unwrap();
+    let addr = server.local_addrs()[0];
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(move || {
+                // Both write the same pattern (it is keyed by address), so
+                // either's reads verify whatever order the writes land in.
+                let spec = |rw| WorkloadSpec {
+                    rw,
+                    bs: 16 << 10,
+                    limit: Limit::Bytes(size / 2),
+                    qd: 16,
+                    rwmixread: 50,
+                    verify: true,
+                    seed: 42,
+                    nsid: None,
+                };
+                let mut host = nvme_tcp::host::new(host_cfg(Digests::NONE, 3, 16));
+                let mut app = IoApp::new([spec(Rw::Write), spec(Rw::Read)]);
+                run_host(addr, &mut host, &mut app, LIMIT).unwrap();
+                assert_eq!(nvme_ddp::app::HostApp::error(&app), None);
+                let (_, r) = &app.results[1];
+                assert_eq!((r.verified_bytes, r.verify_failures), (size / 2, 0));
+            });
+        }
+    });
+    let groups = server.stop().unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(groups.len(), 2);
+    // Two hosts of an admin and three I/O queues each, all served.
+    let served: u64 = groups.iter().map(|g| g.connections).sum();
+    assert_eq!(served, 8, "{groups:?}");
+    assert!(groups.iter().all(|g| g.connections >= 3), "spread over both: {groups:?}");
+    assert!(groups.iter().all(|g| g.cpu_time > Duration::ZERO), "{groups:?}");
+    assert_eq!(target.stats().controllers, 0, "both controllers gone");
+}
+
 /// Submits a read past the end of the namespace, then a good one.
 #[derive(Default)]
 struct OutOfRange {

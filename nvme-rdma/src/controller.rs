@@ -291,6 +291,10 @@ impl Connection {
 }
 
 impl ControllerQueue for Connection {
+    fn wake_with(&mut self, waker: std::task::Waker) {
+        self.core.wake_with(waker);
+    }
+
     /// A device may offload this connection (`flow`, from our side) if
     /// the host asks for an I/O queue. Admin queues are never offloaded.
     fn attach_ddp(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId) {

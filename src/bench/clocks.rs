@@ -10,13 +10,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use ulp_ddp::{DdpDevice, Stats};
 
-/// CPU time used so far by this thread or this process, in nanoseconds.
-pub fn cpu_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec we own.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use crate::driver::cpus::cpu_ns;
 
 /// What one read of this thread's CPU clock costs: the time an empty
 /// interval between two reads measures (the median of many).

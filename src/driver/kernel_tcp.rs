@@ -1,12 +1,14 @@
 //! NVMe/TCP and NVMe/RDMA (iWARP) over the kernel's TCP: non-blocking
-//! sockets (mio) driving the sans-IO host and controller. A controller server serves any number of
-//! connections from one thread; a host run drives every queue of one host.
+//! sockets (mio) driving the sans-IO host and controller. A controller
+//! server spreads its connections over poll groups, a thread each; a host
+//! run drives every queue of one host.
 //!
 //! It moves bytes and time only; it must never interpret NVMe (that is
 //! the sans-IO host's and controller's) or decide what a run does.
 
 use crate::app::HostApp;
 use crate::driver::clock::Clock;
+use crate::driver::cpus;
 use crate::driver::endpoint::{ControllerEnd, Endpoint, HostEnd};
 use crate::driver::transport::Listener;
 use mio::net::{TcpListener, TcpStream};
@@ -18,7 +20,8 @@ use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tracing::{debug, info, warn};
@@ -119,30 +122,57 @@ impl Pipe {
     }
 }
 
-/// A controller listening on kernel TCP, served by a background thread.
+/// A controller listening on kernel TCP. An acceptor thread hands each new
+/// connection to the least loaded of its poll groups: threads that each
+/// own their connections, sockets and poll, as SPDK's poll groups and
+/// nvmet-tcp's per-CPU work do, so that nothing of one connection is
+/// touched by two threads.
 pub struct ControllerServer {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<io::Result<()>>>,
+    acceptor: Option<JoinHandle<io::Result<()>>>,
+    groups: Vec<(Option<usize>, JoinHandle<io::Result<(u64, Duration)>>)>,
     local: Vec<SocketAddr>,
 }
 
+/// What a poll group did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupStats {
+    /// The CPU it was pinned to, if any.
+    pub cpu: Option<usize>,
+    /// Connections it served.
+    pub connections: u64,
+    /// CPU time its thread used.
+    pub cpu_time: Duration,
+}
+
+/// A poll group, as the acceptor sees it.
+struct Group {
+    conns: mpsc::Sender<(TcpStream, SocketAddr)>,
+    waker: Arc<mio::Waker>,
+    /// Connections it holds now.
+    load: Arc<AtomicUsize>,
+}
+
 impl ControllerServer {
-    /// Listen on every address and serve `target` until stopped, making
-    /// each connection with `listener` (NVMe/TCP or NVMe/RDMA).
+    /// Listen on every address and serve `target` with one poll group
+    /// until stopped, making each connection with `listener` (NVMe/TCP or
+    /// NVMe/RDMA).
     pub fn spawn(
         target: Arc<Target>,
         listen: &[SocketAddr],
         listener: Listener,
     ) -> io::Result<Self> {
-        Self::spawn_until(target, listen, listener, Arc::new(AtomicBool::new(false)))
+        Self::spawn_until(target, listen, listener, Arc::new(AtomicBool::new(false)), &[None])
     }
 
-    /// As [`Self::spawn`], serving until `stop` is set.
+    /// As [`Self::spawn`], with a poll group per entry of `groups` (pinned
+    /// to that CPU, if given), serving until `stop` is set.
     pub fn spawn_until(
         target: Arc<Target>,
         listen: &[SocketAddr],
         listener: Listener,
         stop: Arc<AtomicBool>,
+        groups: &[Option<usize>],
     ) -> io::Result<Self> {
         let mut listeners = Vec::new();
         for addr in listen {
@@ -152,11 +182,38 @@ impl ControllerServer {
         }
         let local =
             listeners.iter().map(TcpListener::local_addr).collect::<io::Result<Vec<_>>>()?;
+        let mut server = Self { stop: stop.clone(), acceptor: None, groups: Vec::new(), local };
+        let groups = if groups.is_empty() { &[None][..] } else { groups };
+        let mut handles = Vec::new();
+        for (index, &cpu) in groups.iter().enumerate() {
+            let poll = Poll::new()?;
+            let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
+            let (tx, rx) = mpsc::channel();
+            let load = Arc::new(AtomicUsize::new(0));
+            let group = GroupLoop {
+                index,
+                cpu,
+                target: target.clone(),
+                listener: listener.clone(),
+                poll,
+                waker: waker.clone(),
+                arrivals: rx,
+                load: load.clone(),
+            };
+            let flag = stop.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("nvme-ctrl-{index}"))
+                .spawn(move || group.run(&flag))?;
+            server.groups.push((cpu, thread));
+            handles.push(Group { conns: tx, waker, load });
+        }
         let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("nvme-ctrl".into())
-            .spawn(move || serve(target, listener, listeners, &flag))?;
-        Ok(Self { stop, thread: Some(thread), local })
+        server.acceptor = Some(
+            std::thread::Builder::new()
+                .name("nvme-accept".into())
+                .spawn(move || accept_loop(target, listeners, handles, &flag))?,
+        );
+        Ok(server)
     }
 
     /// The addresses actually listened on (port 0 resolved).
@@ -168,19 +225,27 @@ impl ControllerServer {
         self.stop.clone()
     }
 
-    /// Stop serving and wait for the thread.
-    pub fn stop(mut self) -> io::Result<()> {
+    /// Stop serving and wait for the threads.
+    pub fn stop(mut self) -> io::Result<Vec<GroupStats>> {
         self.stop.store(true, Ordering::Relaxed);
         self.join()
     }
 
-    /// Wait for the thread (it ends when the stop flag is set).
-    pub fn join(&mut self) -> io::Result<()> {
-        match self.thread.take().map(JoinHandle::join) {
+    /// Wait for the threads (they end when the stop flag is set); what
+    /// each poll group did.
+    pub fn join(&mut self) -> io::Result<Vec<GroupStats>> {
+        let panicked = || io::Error::other("controller thread panicked");
+        let accepted = match self.acceptor.take().map(JoinHandle::join) {
+            Some(Err(_)) => Err(panicked()),
             Some(Ok(r)) => r,
-            Some(Err(_)) => Err(io::Error::other("controller thread panicked")),
             None => Ok(()),
+        };
+        let mut stats = Vec::new();
+        for (cpu, thread) in self.groups.drain(..) {
+            let (connections, cpu_time) = thread.join().map_err(|_| panicked())??;
+            stats.push(GroupStats { cpu, connections, cpu_time });
         }
+        accepted.map(|()| stats)
     }
 }
 
@@ -191,11 +256,12 @@ impl Drop for ControllerServer {
     }
 }
 
-/// The token of the serving loop's waker.
+/// The token of a poll group's waker: new connections, and storage that
+/// answered.
 const WAKE: Token = Token(usize::MAX);
 
 /// A waker for the storage: it wakes the loop out of `poll`.
-struct MioWake(mio::Waker);
+struct MioWake(Arc<mio::Waker>);
 
 impl std::task::Wake for MioWake {
     fn wake(self: Arc<Self>) {
@@ -216,64 +282,138 @@ struct CtrlConn {
     peer: SocketAddr,
 }
 
-fn serve(
+/// Accept connections on every listener and hand each to the least loaded
+/// poll group, until `stop` is set.
+fn accept_loop(
     target: Arc<Target>,
-    listener: Listener,
     mut listeners: Vec<TcpListener>,
+    groups: Vec<Group>,
     stop: &AtomicBool,
 ) -> io::Result<()> {
-    let clock = Clock::new();
     let mut poll = Poll::new()?;
-    let mut events = Events::with_capacity(256);
+    let mut events = Events::with_capacity(16);
     for (i, l) in listeners.iter_mut().enumerate() {
         poll.registry().register(l, Token(i), Interest::READABLE)?;
     }
-    // Storage that answers later wakes this loop.
-    let waker = MioWake(mio::Waker::new(poll.registry(), WAKE)?);
-    target.set_waker(Arc::new(waker).into());
-    let first_conn = listeners.len();
-    let mut conns: HashMap<usize, CtrlConn> = HashMap::new();
-    let mut next = first_conn;
     while !stop.load(Ordering::Relaxed) {
-        let now = clock.now();
-        let deadline = conns.values().filter_map(|c| c.conn.poll_timeout()).min();
-        let timeout = deadline.map_or(TICK, |d| d.saturating_since(now).min(TICK));
-        match poll.poll(&mut events, Some(timeout)) {
+        match poll.poll(&mut events, Some(TICK)) {
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             r => r?,
         }
         for ev in &events {
-            let token = ev.token().0;
-            if ev.token() == WAKE {
-                // Answers to collect: the connections' timers say so.
-            } else if token < first_conn {
-                let l = &mut listeners[token];
-                accept_all(l, &poll, &listener, &target, clock.now(), &mut conns, &mut next);
-            } else if let Some(c) = conns.get_mut(&token) {
-                c.pipe.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
-                c.pipe.writable |= ev.is_writable();
+            let Some(l) = listeners.get_mut(ev.token().0) else { continue };
+            loop {
+                let (sock, peer) = match l.accept() {
+                    Ok(accepted) => accepted,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        warn!(error = %e, "accept failed");
+                        break;
+                    }
+                };
+                let held = groups.iter().map(|g| g.load.load(Ordering::Relaxed)).sum();
+                if !target.admit_connection(held) {
+                    // Dropped: the kernel closes it.
+                    info!(%peer, "connection refused: too many at once");
+                    continue;
+                }
+                let Some((index, group)) =
+                    groups.iter().enumerate().min_by_key(|(_, g)| g.load.load(Ordering::Relaxed))
+                else {
+                    continue;
+                };
+                group.load.fetch_add(1, Ordering::Relaxed);
+                info!(%peer, group = index, "connection accepted");
+                if group.conns.send((sock, peer)).is_ok() {
+                    let _ = group.waker.wake();
+                }
             }
         }
-        let now = clock.now();
-        let mut gone = Vec::new();
-        for (&token, c) in conns.iter_mut() {
-            if c.conn.poll_timeout().is_some_and(|t| now >= t) {
-                c.conn.handle_timeout(now);
-            }
-            let CtrlConn { sock, pipe, conn, .. } = c;
-            let result = pipe.pump(sock, &mut ControllerEnd { conn: conn.as_mut(), now });
-            let finished = (conn.is_closed() && pipe.flushed()) || pipe.eof;
-            if let Err(e) = &result {
-                debug!(peer = %c.peer, error = %e, "connection error");
-            }
-            if result.is_err() || finished {
-                gone.push(token);
-            }
+    }
+    Ok(())
+}
+
+/// A poll group: its thread serves the connections the acceptor hands it,
+/// each from its socket to its sans-IO end and back, and collects what
+/// storage answered them (the storage wakes this group alone).
+struct GroupLoop {
+    index: usize,
+    cpu: Option<usize>,
+    target: Arc<Target>,
+    listener: Listener,
+    poll: Poll,
+    waker: Arc<mio::Waker>,
+    arrivals: mpsc::Receiver<(TcpStream, SocketAddr)>,
+    load: Arc<AtomicUsize>,
+}
+
+impl GroupLoop {
+    /// Serve until `stop` is set; returns the connections served and the
+    /// CPU time the thread used.
+    fn run(mut self, stop: &AtomicBool) -> io::Result<(u64, Duration)> {
+        if let Some(cpu) = self.cpu
+            && let Err(e) = cpus::pin(cpu)
+        {
+            warn!(group = self.index, cpu, error = %e, "cannot pin the poll group");
         }
-        for token in gone {
-            if let Some(mut c) = conns.remove(&token) {
+        let clock = Clock::new();
+        let mut events = Events::with_capacity(256);
+        let storage: std::task::Waker = Arc::new(MioWake(self.waker.clone())).into();
+        let mut conns: HashMap<usize, CtrlConn> = HashMap::new();
+        let (mut next, mut served) = (0usize, 0u64);
+        while !stop.load(Ordering::Relaxed) {
+            let now = clock.now();
+            let deadline = conns.values().filter_map(|c| c.conn.poll_timeout()).min();
+            let timeout = deadline.map_or(TICK, |d| d.saturating_since(now).min(TICK));
+            match self.poll.poll(&mut events, Some(timeout)) {
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                r => r?,
+            }
+            for ev in &events {
+                if ev.token() == WAKE {
+                    // New connections, or answers to collect (the
+                    // connections' timers say so).
+                } else if let Some(c) = conns.get_mut(&ev.token().0) {
+                    c.pipe.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                    c.pipe.writable |= ev.is_writable();
+                }
+            }
+            while let Ok((mut sock, peer)) = self.arrivals.try_recv() {
+                let _ = sock.set_nodelay(true);
+                let local = sock.local_addr().ok().map(|a| a.ip());
+                let interest = Interest::READABLE | Interest::WRITABLE;
+                if let Err(e) = self.poll.registry().register(&mut sock, Token(next), interest) {
+                    warn!(%peer, error = %e, "cannot register connection");
+                    self.load.fetch_sub(1, Ordering::Relaxed);
+                    continue;
+                }
+                let mut conn = self.listener.accept(self.target.clone(), local, clock.now());
+                conn.wake_with(storage.clone());
+                conns.insert(next, CtrlConn { sock, pipe: Pipe::new(), conn, peer });
+                next += 1;
+                served += 1;
+            }
+            let now = clock.now();
+            let mut gone = Vec::new();
+            for (&token, c) in conns.iter_mut() {
+                if c.conn.poll_timeout().is_some_and(|t| now >= t) {
+                    c.conn.handle_timeout(now);
+                }
+                let CtrlConn { sock, pipe, conn, .. } = c;
+                let result = pipe.pump(sock, &mut ControllerEnd { conn: conn.as_mut(), now });
+                let finished = (conn.is_closed() && pipe.flushed()) || pipe.eof;
+                if let Err(e) = &result {
+                    debug!(peer = %c.peer, error = %e, "connection error");
+                }
+                if result.is_err() || finished {
+                    gone.push(token);
+                }
+            }
+            for token in gone {
+                let Some(mut c) = conns.remove(&token) else { continue };
+                self.load.fetch_sub(1, Ordering::Relaxed);
                 c.conn.transport_closed();
-                let _ = poll.registry().deregister(&mut c.sock);
+                let _ = self.poll.registry().deregister(&mut c.sock);
                 let _ = c.sock.shutdown(std::net::Shutdown::Both);
                 match c.conn.close_reason().filter(|r| r.is_abnormal()) {
                     None => debug!(peer = %c.peer, qid = ?c.conn.qid(), "connection closed"),
@@ -283,49 +423,7 @@ fn serve(
                 }
             }
         }
-    }
-    Ok(())
-}
-
-fn accept_all(
-    listener: &mut TcpListener,
-    poll: &Poll,
-    transport: &Listener,
-    target: &Arc<Target>,
-    now: nvme_of::Instant,
-    conns: &mut HashMap<usize, CtrlConn>,
-    next: &mut usize,
-) {
-    loop {
-        match listener.accept() {
-            Ok((mut sock, peer)) => {
-                if !target.admit_connection(conns.len()) {
-                    // Dropped: the kernel closes it.
-                    info!(%peer, "connection refused: too many at once");
-                    continue;
-                }
-                let _ = sock.set_nodelay(true);
-                let local = sock.local_addr().ok().map(|a| a.ip());
-                let token = *next;
-                *next += 1;
-                if let Err(e) = poll.registry().register(
-                    &mut sock,
-                    Token(token),
-                    Interest::READABLE | Interest::WRITABLE,
-                ) {
-                    warn!(%peer, error = %e, "cannot register connection");
-                    continue;
-                }
-                info!(%peer, "connection accepted");
-                let conn = transport.accept(target.clone(), local, now);
-                conns.insert(token, CtrlConn { sock, pipe: Pipe::new(), conn, peer });
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-            Err(e) => {
-                warn!(error = %e, "accept failed");
-                return;
-            }
-        }
+        Ok((served, Duration::from_nanos(cpus::cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID))))
     }
 }
 

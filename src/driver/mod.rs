@@ -11,8 +11,10 @@
 //!   how each side makes its ends of it.
 //! - [`endpoint`]: the two sans-IO ends a driver moves bytes for.
 //! - [`clock`]: wall-clock time in the sans-IO code's units.
+//! - [`cpus`]: the CPUs poll groups run on.
 
 pub mod clock;
+pub mod cpus;
 pub mod endpoint;
 pub mod kernel_tcp;
 pub mod rawtcp;

@@ -312,6 +312,8 @@ impl<D: Medium> ControllerSide<D> {
                 continue;
             }
             let mut ep = self.listener.accept(self.target.clone(), Some(local), t);
+            // Storage that answers later wakes this stack's loop alone.
+            ep.wake_with(self.stack.device().waker());
             if let (Some(dev), Some((local, remote))) = (&self.ddp, self.stack.endpoints(&conn)) {
                 ep.attach_ddp(dev.clone(), FlowId { local, remote });
             }
@@ -469,27 +471,32 @@ pub fn serve<D: Medium>(
     stop: &AtomicBool,
     busy_poll: Duration,
 ) {
-    // Storage that answers later ends the wait below.
-    side.target.set_waker(side.stack.device().waker());
     serve_one(side, clock, stop, busy_poll);
 }
 
 /// Serve one target on several sides, the stacks of the queues of one
-/// multi-queue link, each on its own thread, until `stop` is set (which a
-/// thread that cannot start sets, to end the others).
+/// multi-queue link, each on its own thread (pinned to `cpus`, round
+/// robin, if any are given), until `stop` is set (which a thread that
+/// cannot start sets, to end the others).
 pub fn serve_queues<D: Medium + Send>(
     sides: &mut [ControllerSide<D>],
     clock: &Clock,
     stop: &AtomicBool,
     busy_poll: Duration,
+    cpus: &[usize],
 ) -> std::io::Result<()> {
-    let Some(first) = sides.first() else { return Ok(()) };
-    // Storage answers any queue's connection: it wakes every thread.
-    let bells = sides.iter().map(|s| s.stack.device().waker()).collect();
-    first.target.set_waker(Arc::new(Bells(bells)).into());
     std::thread::scope(|scope| {
         for (i, side) in sides.iter_mut().enumerate() {
-            let run = move || serve_one(side, clock, stop, busy_poll);
+            // Each queue's thread on a CPU of its own, round robin.
+            let cpu = (!cpus.is_empty()).then(|| cpus[i % cpus.len()]);
+            let run = move || {
+                if let Some(cpu) = cpu
+                    && let Err(e) = crate::driver::cpus::pin(cpu)
+                {
+                    tracing::warn!(queue = i, cpu, error = %e, "cannot pin the queue's thread");
+                }
+                serve_one(side, clock, stop, busy_poll)
+            };
             let started =
                 std::thread::Builder::new().name(format!("queue {i}")).spawn_scoped(scope, run);
             if let Err(e) = started {
@@ -515,19 +522,6 @@ fn serve_one<D: Medium>(
             let cap = now + smoltcp::time::Duration::from_millis(50);
             side.stack.wait(now, Some(at.map_or(cap, |a| a.min(cap))));
         }
-    }
-}
-
-/// Wakers rung together.
-struct Bells(Vec<std::task::Waker>);
-
-impl std::task::Wake for Bells {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref()
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.iter().for_each(std::task::Waker::wake_by_ref)
     }
 }
 

@@ -124,16 +124,14 @@ impl CtrlQueue {
                 0 => None,
                 ms => Some(Duration::from_millis(u64::from(ms))),
             };
-            let fresh = Association {
+            let mut fresh = Association {
                 discovery,
                 subnqn: d.subnqn.clone(),
                 hostnqn: d.hostnqn.clone(),
                 hostid: d.hostid,
-                kato,
-                ka_deadline: kato.map(|k| now + k),
-                vwc: true,
                 ..Association::default()
             };
+            fresh.set_kato(kato, now);
             match self.target.create_association(fresh) {
                 Some(a) => a,
                 None => return Outcome::status(Status::CONNECT_CONTROLLER_BUSY),
@@ -141,12 +139,12 @@ impl CtrlQueue {
         } else {
             let found = self.target.find_association(d.cntlid).filter(|a| {
                 let a = lock(a);
-                !a.dead && !a.discovery && a.hostnqn == d.hostnqn && a.subnqn == d.subnqn
+                !a.hot.dead() && !a.discovery && a.hostnqn == d.hostnqn && a.subnqn == d.subnqn
             });
             let Some(assoc) = found else {
                 return invalid_param(true, ConnectData::OFFSET_CNTLID);
             };
-            let mut a = lock(&assoc);
+            let a = lock(&assoc);
             if !a.ready() {
                 return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
             }
@@ -162,10 +160,10 @@ impl CtrlQueue {
             drop(a);
             assoc
         };
-        let (cntlid, generation) = {
+        let (cntlid, generation, hot) = {
             let mut a = lock(&assoc);
             a.connected.insert(qid);
-            (a.cntlid, a.generation)
+            (a.cntlid, a.hot.generation(), a.hot.clone())
         };
         match qid {
             // An association is news to whoever runs the controller; its
@@ -173,7 +171,7 @@ impl CtrlQueue {
             0 => tracing::info!(cntlid, hostnqn = %d.hostnqn, subnqn = %d.subnqn, "host connected"),
             _ => tracing::debug!(cntlid, qid, hostnqn = %d.hostnqn, size, "queue connected"),
         }
-        self.bind(Queue { assoc, qid, size, sq_flow_control, sqhd: 0, cntlid, generation });
+        self.bind(Queue { assoc, hot, qid, size, sq_flow_control, sqhd: 0, cntlid, generation });
         result(u64::from(cntlid))
     }
 
@@ -198,7 +196,7 @@ impl CtrlQueue {
             (property::CAP, PropertySize::Eight) => result(property::cap(mqes, CAP_TO)),
             (property::VS, PropertySize::Four) => result(u64::from(property::VS_1_3)),
             (property::CC, PropertySize::Four) => result(u64::from(a.cc)),
-            (property::CSTS, PropertySize::Four) => result(u64::from(a.csts)),
+            (property::CSTS, PropertySize::Four) => result(u64::from(a.csts())),
             _ => Outcome::status(Status::INVALID_FIELD),
         }
     }
@@ -222,24 +220,27 @@ impl CtrlQueue {
             let entry_sizes_ok = a.discovery || (field(16, 0xf) == 6 && field(20, 0xf) == 4);
             let css_ok = matches!(field(4, 0x7), 0 | 6);
             if entry_sizes_ok && css_ok && field(7, 0xf) == 0 && field(11, 0x7) == 0 {
-                a.csts = property::CSTS_RDY;
+                a.set_csts(property::CSTS_RDY);
                 a.traffic(now);
             } else {
-                a.csts = property::CSTS_CFS;
+                a.set_csts(property::CSTS_CFS);
             }
         } else if new & property::CC_EN == 0 && old & property::CC_EN != 0 {
             // Controller reset: the I/O queues are deleted (their
             // connections close) and must be connected again, after
             // Number of Queues is set again.
-            a.csts &= !(property::CSTS_RDY | property::CSTS_SHST_MASK);
+            let csts = a.csts() & !(property::CSTS_RDY | property::CSTS_SHST_MASK);
+            a.set_csts(csts);
             a.connected.retain(|&qid| qid == 0);
             a.io_queues = 0;
-            a.generation = a.generation.wrapping_add(1);
+            a.bump_generation();
         }
         if new & property::CC_SHN_MASK != 0 && old & property::CC_SHN_MASK == 0 {
-            a.csts = (a.csts & !property::CSTS_SHST_MASK) | property::CSTS_SHST_COMPLETE;
+            let csts = (a.csts() & !property::CSTS_SHST_MASK) | property::CSTS_SHST_COMPLETE;
+            a.set_csts(csts);
         } else if new & property::CC_SHN_MASK == 0 {
-            a.csts &= !property::CSTS_SHST_MASK;
+            let csts = a.csts() & !property::CSTS_SHST_MASK;
+            a.set_csts(csts);
         }
         Outcome::ok()
     }
@@ -265,7 +266,7 @@ impl CtrlQueue {
             }
             admin::ASYNC_EVENT_REQUEST => Outcome::Hold,
             admin::KEEP_ALIVE => {
-                let mut a = lock(&assoc);
+                let a = lock(&assoc);
                 if a.kato.is_none() {
                     return Outcome::status(Status::KEEP_ALIVE_INVALID);
                 }
@@ -557,13 +558,11 @@ impl CtrlQueue {
                 result(u64::from(v))
             }
             fid::KEEP_ALIVE_TIMER => {
-                a.kato = (v > 0).then(|| Duration::from_millis(u64::from(v)));
-                a.ka_deadline = None;
-                a.traffic(now);
+                a.set_kato((v > 0).then(|| Duration::from_millis(u64::from(v))), now);
                 Outcome::ok()
             }
             fid::VOLATILE_WRITE_CACHE if volatile => {
-                a.vwc = v & 1 != 0;
+                a.set_vwc(v & 1 != 0);
                 Outcome::ok()
             }
             fid::ARBITRATION
@@ -599,8 +598,8 @@ impl CtrlQueue {
                 (n - 1) | ((n - 1) << 16)
             }
             fid::ASYNC_EVENT_CONFIG => a.aec,
-            fid::KEEP_ALIVE_TIMER => a.kato.map_or(0, |k| k.as_millis() as u32),
-            fid::VOLATILE_WRITE_CACHE if volatile => u32::from(a.vwc),
+            fid::KEEP_ALIVE_TIMER => a.kato().map_or(0, |k| k.as_millis() as u32),
+            fid::VOLATILE_WRITE_CACHE if volatile => u32::from(a.hot.vwc()),
             fid::ARBITRATION
             | fid::POWER_MANAGEMENT
             | fid::TEMPERATURE_THRESHOLD

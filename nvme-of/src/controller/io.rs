@@ -2,8 +2,8 @@
 //! Each is checked here and handed to the namespace's storage; it
 //! completes when the storage answers ([`CtrlQueue::storage_answer`]).
 
+use super::CtrlQueue;
 use super::queue::{Data, DataPtr, Outcome, StorageIo};
-use super::{CtrlQueue, lock};
 use crate::namespace::{BlockIo, Namespace};
 use crate::nvme::{Sqe, Status, io};
 use std::sync::Arc;
@@ -16,16 +16,13 @@ impl CtrlQueue {
     /// Commands of an I/O queue, after Connect.
     pub(super) fn io(&mut self, sqe: &Sqe, data: Data) -> Outcome {
         let Some(q) = &self.queue else { return Outcome::status(Status::COMMAND_SEQUENCE_ERROR) };
-        let vwc = {
-            let a = lock(&q.assoc);
-            if q.deleted(&a) {
-                return Outcome::status(Status::ABORTED_SQ_DELETION);
-            }
-            if !a.ready() {
-                return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
-            }
-            a.vwc
-        };
+        if q.deleted() {
+            return Outcome::status(Status::ABORTED_SQ_DELETION);
+        }
+        if !q.hot.ready() {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
+        }
+        let vwc = q.hot.vwc();
         // A write is durable before it completes with FUA, or with the
         // volatile write cache turned off.
         let durable = sqe.fua() || !vwc;

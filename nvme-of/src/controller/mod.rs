@@ -20,7 +20,7 @@ use crate::nvme::log::ErrorLogEntry;
 use crate::nvme::{DISCOVERY_NQN, NQN_MAX_LEN};
 use crate::time::Instant;
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
@@ -146,6 +146,10 @@ pub struct TargetStats {
     pub connect_timeouts: u64,
     /// Connections closed on arrival, over `max_connections`.
     pub connections_refused: u64,
+    /// Times the live controllers' locks were taken: bring-up, admin
+    /// commands and timers take them; I/O commands do not, so queues of
+    /// one controller in different poll groups never contend per I/O.
+    pub association_locks: u64,
 }
 
 /// What every connection of one target shares.
@@ -160,7 +164,8 @@ pub struct Target {
 
 #[derive(Default)]
 struct Associations {
-    by_cntlid: HashMap<u16, AssocRef>,
+    /// Each controller, and what its commands read without its lock.
+    by_cntlid: HashMap<u16, (AssocRef, Arc<Hot>)>,
     next: u16,
 }
 
@@ -235,13 +240,17 @@ impl Target {
 
     pub fn stats(&self) -> TargetStats {
         let c = &self.counters;
+        let assocs = self.lock_assocs();
         TargetStats {
             bytes_read: c.bytes_read.load(Ordering::Relaxed),
             bytes_written: c.bytes_written.load(Ordering::Relaxed),
             reads: c.reads.load(Ordering::Relaxed),
             writes: c.writes.load(Ordering::Relaxed),
             media_errors: c.media_errors.load(Ordering::Relaxed),
-            controllers: self.lock_assocs().by_cntlid.len(),
+            controllers: assocs.by_cntlid.len(),
+            association_locks: (assocs.by_cntlid.values())
+                .map(|(_, hot)| hot.locks.load(Ordering::Relaxed))
+                .sum(),
             connect_timeouts: c.connect_timeouts.load(Ordering::Relaxed),
             connections_refused: c.connections_refused.load(Ordering::Relaxed),
         }
@@ -263,8 +272,9 @@ impl Target {
             let id = table.next;
             table.next = if id >= 0xffef { 1 } else { id + 1 };
             if let std::collections::hash_map::Entry::Vacant(slot) = table.by_cntlid.entry(id) {
+                let hot = assoc.hot.clone();
                 let a = Arc::new(Mutex::new(Association { cntlid: id, ..assoc }));
-                slot.insert(a.clone());
+                slot.insert((a.clone(), hot));
                 return Some(a);
             }
         }
@@ -272,7 +282,7 @@ impl Target {
     }
 
     pub(crate) fn find_association(&self, cntlid: u16) -> Option<AssocRef> {
-        self.lock_assocs().by_cntlid.get(&cntlid).cloned()
+        self.lock_assocs().by_cntlid.get(&cntlid).map(|(a, _)| a.clone())
     }
 
     pub(crate) fn remove_association(&self, cntlid: u16) {
@@ -283,7 +293,89 @@ impl Target {
 pub(crate) type AssocRef = Arc<Mutex<Association>>;
 
 pub(crate) fn lock(a: &AssocRef) -> MutexGuard<'_, Association> {
-    a.lock().unwrap_or_else(PoisonError::into_inner)
+    let guard = a.lock().unwrap_or_else(PoisonError::into_inner);
+    guard.hot.locks.fetch_add(1, Ordering::Relaxed);
+    guard
+}
+
+/// What every command of an association reads, apart from its lock, so
+/// that its queues, served by different poll groups, share no lock per
+/// I/O (Linux's nvmet reads these without one too). Written under the
+/// association's lock, read without it.
+#[derive(Debug)]
+pub(crate) struct Hot {
+    /// Controller resets (CC.EN 1 to 0) so far.
+    generation: AtomicU32,
+    /// CSTS.RDY.
+    ready: AtomicBool,
+    /// The volatile write cache is on.
+    vwc: AtomicBool,
+    /// The admin queue is gone or the keep alive timer expired: every
+    /// queue of this controller closes.
+    dead: AtomicBool,
+    /// When the association expires unless a command arrives, in the
+    /// sans-IO clock's microseconds; `u64::MAX` for never.
+    ka_deadline: AtomicU64,
+    /// The keep alive timeout in microseconds; 0 for none.
+    kato: AtomicU64,
+    /// Times the association's lock was taken: users see that I/O takes
+    /// none.
+    locks: AtomicU64,
+}
+
+impl Default for Hot {
+    fn default() -> Self {
+        Self {
+            generation: AtomicU32::new(0),
+            ready: AtomicBool::new(false),
+            vwc: AtomicBool::new(true),
+            dead: AtomicBool::new(false),
+            ka_deadline: AtomicU64::new(u64::MAX),
+            kato: AtomicU64::new(0),
+            locks: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Hot {
+    pub fn generation(&self) -> u32 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub fn vwc(&self) -> bool {
+        self.vwc.load(Ordering::Relaxed)
+    }
+
+    pub fn dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    pub fn ka_deadline(&self) -> Option<Instant> {
+        match self.ka_deadline.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            us => Some(Instant::from_micros(us)),
+        }
+    }
+
+    /// A command arrived at `now`: the keep alive deadline moves to `now +
+    /// kato` (CTRATT.TBKAS). Stored only once it has moved by a
+    /// millisecond, so that queues on several CPUs rarely write the line
+    /// they all read.
+    pub fn traffic(&self, now: Instant) {
+        let kato = self.kato.load(Ordering::Relaxed);
+        if kato == 0 {
+            return;
+        }
+        let due = now.as_micros().saturating_add(kato);
+        let at = self.ka_deadline.load(Ordering::Relaxed);
+        if at != u64::MAX && due > at.saturating_add(1000) {
+            self.ka_deadline.fetch_max(due, Ordering::Relaxed);
+        }
+    }
 }
 
 /// One controller: the state an admin queue and its I/O queues share.
@@ -295,46 +387,77 @@ pub(crate) struct Association {
     pub hostnqn: String,
     pub hostid: [u8; 16],
     pub cc: u32,
-    pub csts: u32,
-    /// Keep alive timeout; `None` when the host asked for none.
-    pub kato: Option<Duration>,
-    /// When the association expires unless a command arrives.
-    pub ka_deadline: Option<Instant>,
+    /// CSTS; its RDY bit is mirrored in `hot` (see [`Self::set_csts`]).
+    csts: u32,
+    /// Keep alive timeout; `None` when the host asked for none (see
+    /// [`Self::set_kato`]).
+    kato: Option<Duration>,
     /// I/O queues granted by Set Features (Number of Queues); 0 until asked.
     pub io_queues: u16,
     pub connected: BTreeSet<u16>,
     /// Asynchronous Event Configuration.
     pub aec: u32,
-    pub vwc: bool,
     /// Values of features that only need remembering (arbitration, power
     /// management, temperature threshold, error recovery, write atomicity).
     pub plain_features: HashMap<u8, u32>,
     pub errors: VecDeque<ErrorLogEntry>,
     pub error_count: u64,
-    /// Controller resets (CC.EN 1 to 0) so far.
-    pub generation: u32,
-    /// The admin queue is gone or the keep alive timer expired: every queue
-    /// of this controller closes.
-    pub dead: bool,
+    /// What every command reads, without this lock.
+    pub hot: Arc<Hot>,
 }
 
 impl Association {
     const ERROR_LOG_ENTRIES: usize = 64;
 
     /// Any command counts as keep alive traffic (CTRATT.TBKAS).
-    pub fn traffic(&mut self, now: Instant) {
-        if let Some(kato) = self.kato {
-            self.ka_deadline = Some(now + kato);
-        }
+    pub fn traffic(&self, now: Instant) {
+        self.hot.traffic(now);
+    }
+
+    pub fn kato(&self) -> Option<Duration> {
+        self.kato
+    }
+
+    /// The keep alive timeout, its timer started at `now`; `None` for none.
+    pub fn set_kato(&mut self, kato: Option<Duration>, now: Instant) {
+        self.kato = kato;
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX - 1);
+        self.hot.kato.store(kato.map_or(0, us), Ordering::Relaxed);
+        let at = kato.map_or(u64::MAX, |k| now.as_micros().saturating_add(us(k)));
+        self.hot.ka_deadline.store(at, Ordering::Relaxed);
     }
 
     /// Check the keep alive timer; an expired one kills the controller.
     pub fn expired(&mut self, now: Instant) -> bool {
-        if self.ka_deadline.is_some_and(|d| now >= d) {
-            self.dead = true;
-            self.csts |= crate::nvme::property::CSTS_CFS;
+        if self.hot.ka_deadline().is_some_and(|d| now >= d) {
+            self.set_dead();
+            self.set_csts(self.csts | crate::nvme::property::CSTS_CFS);
         }
-        self.dead
+        self.hot.dead()
+    }
+
+    pub fn csts(&self) -> u32 {
+        self.csts
+    }
+
+    /// CSTS, its RDY bit mirrored for the queues to read without the lock.
+    pub fn set_csts(&mut self, csts: u32) {
+        self.csts = csts;
+        let rdy = csts & crate::nvme::property::CSTS_RDY != 0;
+        self.hot.ready.store(rdy, Ordering::Release);
+    }
+
+    /// The controller was reset: its I/O queues are deleted.
+    pub fn bump_generation(&self) {
+        self.hot.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn set_dead(&self) {
+        self.hot.dead.store(true, Ordering::Release);
+    }
+
+    pub fn set_vwc(&self, on: bool) {
+        self.hot.vwc.store(on, Ordering::Relaxed);
     }
 
     pub fn record_error(&mut self, mut entry: ErrorLogEntry) {
@@ -345,6 +468,6 @@ impl Association {
     }
 
     pub fn ready(&self) -> bool {
-        self.csts & crate::nvme::property::CSTS_RDY != 0
+        self.hot.ready()
     }
 }

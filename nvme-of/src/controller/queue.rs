@@ -4,7 +4,7 @@
 //! when asked ([`Action::Fetch`]) and sends what [`Action::Respond`] says.
 
 use super::transport::CloseReason;
-use super::{AssocRef, Association, Target, lock};
+use super::{AssocRef, Hot, Target, lock};
 use crate::Binding;
 use crate::binding::DataSgl;
 use crate::namespace::Answers;
@@ -22,6 +22,8 @@ use ulp_ddp::IoBuf;
 /// The queue a Connect bound a connection to.
 pub(crate) struct Queue {
     pub assoc: AssocRef,
+    /// What its commands read of the association, without the lock.
+    pub hot: Arc<Hot>,
     pub qid: u16,
     pub size: u32,
     pub sq_flow_control: bool,
@@ -33,10 +35,10 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    /// An I/O queue whose controller `a` was reset (CC.EN cleared) since
-    /// it connected: its state is gone, and its connection is to close.
-    pub fn deleted(&self, a: &Association) -> bool {
-        self.qid > 0 && a.generation != self.generation
+    /// An I/O queue whose controller was reset (CC.EN cleared) since it
+    /// connected: its state is gone, and its connection is to close.
+    pub fn deleted(&self) -> bool {
+        self.qid > 0 && self.hot.generation() != self.generation
     }
 }
 
@@ -149,6 +151,13 @@ impl CtrlQueue {
         }
     }
 
+    /// Storage answers for this queue wake `waker` instead of the
+    /// target's. Before any command: answers already promised keep the
+    /// waker they were promised with.
+    pub fn wake_with(&mut self, waker: std::task::Waker) {
+        self.answers = Answers::new(Arc::new(std::sync::Mutex::new(Some(waker))));
+    }
+
     /// The binding accepted this connection at `now`: unless it connects a
     /// queue within the target's connect timeout, it is closed (as a peer
     /// that never sends ICReq or Connect would otherwise hold it for ever).
@@ -183,7 +192,7 @@ impl CtrlQueue {
     /// A capsule arrived: any command counts as keep alive traffic.
     pub fn traffic(&self, now: Instant) {
         if let Some(q) = &self.queue {
-            lock(&q.assoc).traffic(now);
+            q.hot.traffic(now);
         }
     }
 
@@ -379,8 +388,7 @@ impl CtrlQueue {
     /// at once for a deleted queue, else at the keep alive deadline.
     pub fn timer(&self) -> Option<Instant> {
         let Some(q) = self.queue.as_ref() else { return self.connect_by };
-        let a = lock(&q.assoc);
-        if q.deleted(&a) { Some(Instant::ZERO) } else { a.ka_deadline }
+        if q.deleted() { Some(Instant::ZERO) } else { q.hot.ka_deadline() }
     }
 
     /// Enforce this queue's timers, and say why it must close if one
@@ -400,9 +408,12 @@ impl CtrlQueue {
             }
             return None;
         };
+        if !q.deleted() && q.hot.ka_deadline().is_none_or(|t| now < t) && !q.hot.dead() {
+            return None;
+        }
         let (expired, cntlid) = {
             let mut a = lock(&q.assoc);
-            if q.deleted(&a) {
+            if q.deleted() {
                 tracing::debug!(
                     cntlid = q.cntlid,
                     qid = q.qid,
@@ -429,14 +440,14 @@ impl CtrlQueue {
     pub fn transport_closed(&mut self) {
         if let Some(q) = &self.queue {
             let mut a = lock(&q.assoc);
-            if a.generation == q.generation {
+            if a.hot.generation() == q.generation {
                 a.connected.remove(&q.qid);
             }
             if q.qid == 0 {
-                if !a.dead {
+                if !a.hot.dead() {
                     tracing::info!(cntlid = a.cntlid, hostnqn = %a.hostnqn, "host disconnected");
                 }
-                a.dead = true;
+                a.set_dead();
                 self.target.remove_association(a.cntlid);
             }
         }

@@ -16,6 +16,7 @@ use crate::binding::Binding;
 use crate::stats::{TxStats, UlpStats};
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::task::Waker;
 use ulp_ddp::{DdpDevice, FlowId};
 
 /// Why a controller connection closed.
@@ -104,6 +105,11 @@ pub trait ControllerQueue: Send {
     fn stats(&self) -> (UlpStats, TxStats);
     /// Why the connection closed, once it has.
     fn close_reason(&self) -> Option<&CloseReason>;
+    /// Storage answers for this connection wake `waker`, the loop that
+    /// serves it, instead of the target's (a poll group's own, so that an
+    /// answer wakes only the thread that owns the command). Call before
+    /// any input.
+    fn wake_with(&mut self, waker: Waker);
 }
 
 /// A binding that makes controller connections.

@@ -362,6 +362,10 @@ impl LoopCtrlQueue {
 }
 
 impl ControllerQueue for LoopCtrlQueue {
+    fn wake_with(&mut self, waker: std::task::Waker) {
+        self.core.wake_with(waker);
+    }
+
     fn attach_ddp(&mut self, _dev: Arc<dyn ulp_ddp::DdpDevice>, _flow: ulp_ddp::FlowId) {}
 
     fn is_offloaded(&self) -> bool {

@@ -164,6 +164,34 @@ pub(crate) fn existing_iface(name: &str) -> Result<String, String> {
     }
 }
 
+/// A list of CPUs as taskset and SPDK take them: `0-3,6`.
+pub(crate) fn parse_cpus(s: &str) -> Result<List<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let n = |t: &str| {
+            t.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("{part:?} is not a CPU or a range of CPUs (e.g. 0-3,6)"))
+        };
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (n(a)?, n(b)?),
+            None => (n(part)?, n(part)?),
+        };
+        if lo > hi {
+            return Err(format!("{part:?}: a range goes up (e.g. 0-3)"));
+        }
+        for c in lo..=hi {
+            if !cpus.contains(&c) {
+                cpus.push(c);
+            }
+        }
+    }
+    if cpus.is_empty() {
+        return Err("the list of CPUs is empty".into());
+    }
+    Ok(List(cpus))
+}
+
 /// `--via`: how an interface is reached.
 pub(crate) fn parse_via(s: &str) -> Result<Via, String> {
     match s {

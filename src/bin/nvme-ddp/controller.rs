@@ -6,6 +6,7 @@
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use nvme_ddp::driver::clock::Clock;
+use nvme_ddp::driver::cpus;
 use nvme_ddp::driver::kernel_tcp::ControllerServer;
 use nvme_ddp::driver::smoltcp::{ControllerSide, serve_queues, to_smol};
 use nvme_ddp::driver::transport::TransportType;
@@ -19,8 +20,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::args::{
-    NsSpec, check_ram, parse_block_size, parse_bytes, parse_listen, parse_nqn, parse_ns,
-    parse_seconds, parse_whole,
+    List, NsSpec, check_ram, parse_block_size, parse_bytes, parse_cpus, parse_listen, parse_nqn,
+    parse_ns, parse_seconds, parse_whole,
 };
 use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
 use crate::progress::interrupt_flag;
@@ -73,6 +74,11 @@ pub(crate) struct ControllerArgs {
     /// TAP queue); one more is closed on arrival and counted.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     max_connections: u32,
+    /// CPUs to serve on, a poll group (a thread owning its connections)
+    /// pinned to each: e.g. 0-3,6 (default: every CPU this process may
+    /// run on, unpinned).
+    #[arg(long, value_parser = parse_cpus)]
+    cpus: Option<List<usize>>,
     #[command(flatten)]
     link: LinkArgs,
 }
@@ -122,6 +128,16 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
     if a.ddgst && a.transport == TransportType::Tcp {
         bail!("--ddgst on the controller needs --transport rdma: NVMe/TCP hosts choose digests");
     }
+    let pinned = match &a.cpus {
+        Some(List(cpus)) => {
+            let allowed = cpus::allowed()?;
+            if let Some(c) = cpus.iter().find(|c| !allowed.contains(c)) {
+                bail!("--cpus: this process may not run on CPU {c} (it may on {allowed:?})");
+            }
+            Some(cpus.clone())
+        }
+        None => None,
+    };
     if let Some(cidr) = a.link.cidr()? {
         let port = Port {
             traddr: cidr.address().to_string(),
@@ -148,7 +164,8 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
         }
         let stop = interrupt_flag()?;
         tracing::info!(iface = %a.link.iface_name().unwrap_or_default(), queues = sides.len(), ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = %a.transport.name(), "listening on smoltcp");
-        serve_queues(&mut sides, &clock, &stop, a.link.busy_poll())?;
+        let cpus = pinned.unwrap_or_default();
+        serve_queues(&mut sides, &clock, &stop, a.link.busy_poll(), &cpus)?;
         for ((side, nic), queue) in sides.iter().zip(&nics).zip(0..) {
             let (ulp, tx) = side.stats();
             let who = match sides.len() {
@@ -166,8 +183,12 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
         Port { traddr: first.ip().to_string(), trsvcid: first.port().to_string(), portid: 1 };
     let target = build_target(&a, Some(port))?;
     let listener = a.transport.listener(KERNEL_TCP_MTU).require_crc(a.ddgst);
-    let server =
-        ControllerServer::spawn_until(target.clone(), &a.listen, listener, interrupt_flag()?)?;
+    let groups: Vec<Option<usize>> = match &pinned {
+        Some(cpus) => cpus.iter().copied().map(Some).collect(),
+        None => vec![None; cpus::allowed().map_or(1, |c| c.len().max(1))],
+    };
+    let stop = interrupt_flag()?;
+    let server = ControllerServer::spawn_until(target.clone(), &a.listen, listener, stop, &groups)?;
     for (ns, i) in target.namespaces().iter().zip(1..) {
         tracing::info!(nsid = i, size = %format_size(ns.size()), block = ns.block_size(), "namespace");
     }
@@ -175,7 +196,11 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
         tracing::info!(%addr, nqn = %target.subnqn(), transport = %a.transport.name(), "listening (discovery NQN too)");
     }
     let mut server = server;
-    server.join()?;
+    for (g, i) in server.join()?.iter().zip(0..) {
+        let cpu = g.cpu.map_or_else(|| "any CPU".into(), |c| format!("CPU {c}"));
+        let secs = g.cpu_time.as_secs_f64();
+        tracing::info!(group = i, on = %cpu, connections = g.connections, cpu_s = %format!("{secs:.3}"), "poll group");
+    }
     let s = target.stats();
     tracing::info!(reads = s.reads, writes = s.writes, read = %human_bytes(s.bytes_read as f64), written = %human_bytes(s.bytes_written as f64), "stopped");
     report_refusals(&target, a.max_connections);
