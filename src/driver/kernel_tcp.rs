@@ -130,7 +130,7 @@ impl Pipe {
 pub struct ControllerServer {
     stop: Arc<AtomicBool>,
     acceptor: Option<JoinHandle<io::Result<()>>>,
-    groups: Vec<(Option<usize>, JoinHandle<io::Result<(u64, Duration)>>)>,
+    groups: Vec<JoinHandle<io::Result<GroupStats>>>,
     local: Vec<SocketAddr>,
 }
 
@@ -204,7 +204,7 @@ impl ControllerServer {
             let thread = std::thread::Builder::new()
                 .name(format!("nvme-ctrl-{index}"))
                 .spawn(move || group.run(&flag))?;
-            server.groups.push((cpu, thread));
+            server.groups.push(thread);
             handles.push(Group { conns: tx, waker, load });
         }
         let flag = stop.clone();
@@ -241,9 +241,8 @@ impl ControllerServer {
             None => Ok(()),
         };
         let mut stats = Vec::new();
-        for (cpu, thread) in self.groups.drain(..) {
-            let (connections, cpu_time) = thread.join().map_err(|_| panicked())??;
-            stats.push(GroupStats { cpu, connections, cpu_time });
+        for thread in self.groups.drain(..) {
+            stats.push(thread.join().map_err(|_| panicked())??);
         }
         accepted.map(|()| stats)
     }
@@ -348,9 +347,8 @@ struct GroupLoop {
 }
 
 impl GroupLoop {
-    /// Serve until `stop` is set; returns the connections served and the
-    /// CPU time the thread used.
-    fn run(mut self, stop: &AtomicBool) -> io::Result<(u64, Duration)> {
+    /// Serve until `stop` is set; returns what the group did.
+    fn run(mut self, stop: &AtomicBool) -> io::Result<GroupStats> {
         if let Some(cpu) = self.cpu
             && let Err(e) = cpus::pin(cpu)
         {
@@ -423,7 +421,8 @@ impl GroupLoop {
                 }
             }
         }
-        Ok((served, Duration::from_nanos(cpus::cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID))))
+        let cpu_time = Duration::from_nanos(cpus::cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID));
+        Ok(GroupStats { cpu: self.cpu, connections: served, cpu_time })
     }
 }
 
