@@ -755,7 +755,7 @@ fn the_controller_serves_on_the_cpus_given() {
     let log = c.log();
     let groups: Vec<&str> = log.lines().filter(|l| l.contains("poll group")).collect();
     assert_eq!(groups.len(), 1, "{log}");
-    assert!(groups[0].contains("group=0 on=CPU 0 connections=3 cpu_s="), "{log}");
+    assert!(groups[0].contains("group=0 on=CPU 0 connections=3 io_queues=1 cpu_s="), "{log}");
 }
 
 /// The demo takes what the embedded controller can serve: many queues

@@ -1,27 +1,36 @@
 //! A sparse RAM namespace.
 
 use crate::{check_block_size, check_size};
+use crossbeam_utils::CachePadded;
 use nvme_of::namespace::{BlockIo, Done, Namespace};
 use std::io;
 use std::sync::{PoisonError, RwLock};
 
 const CHUNK: usize = 1 << 20;
 
+/// A megabyte of the namespace, allocated on first write.
+type Chunk = RwLock<Option<Box<[u8]>>>;
+
 /// A RAM namespace, allocated a megabyte at a time on first write. Its
 /// data lives and dies with the process.
 pub struct RamNamespace {
     block_size: u32,
     size: u64,
-    chunks: Vec<RwLock<Option<Box<[u8]>>>>,
+    /// A lock per chunk, each on cache lines of its own: every read takes
+    /// its chunk's lock, and poll groups on other CPUs reading other
+    /// chunks must not bounce one line between them (packed, 2.6 locks to
+    /// a line, they cost 9.9% of a two-group controller's CPU).
+    chunks: Vec<CachePadded<Chunk>>,
 }
 
 impl RamNamespace {
-    /// `size` is rounded down to whole blocks.
+    /// `size` must be whole blocks.
     pub fn new(size: u64, block_size: u32) -> io::Result<Self> {
         check_block_size(block_size)?;
         check_size(size, block_size)?;
         let n = size.div_ceil(CHUNK as u64) as usize;
-        Ok(Self { block_size, size, chunks: (0..n).map(|_| RwLock::new(None)).collect() })
+        let chunks = (0..n).map(|_| CachePadded::new(RwLock::new(None))).collect();
+        Ok(Self { block_size, size, chunks })
     }
 
     /// Visit the chunk pieces `[offset, offset+len)` covers: (chunk index,
@@ -41,8 +50,10 @@ impl RamNamespace {
         })
     }
 
-    fn chunk(&self, idx: usize) -> io::Result<&RwLock<Option<Box<[u8]>>>> {
-        self.chunks.get(idx).ok_or_else(|| io::Error::other("offset beyond the namespace"))
+    fn chunk(&self, idx: usize) -> io::Result<&Chunk> {
+        let chunk =
+            self.chunks.get(idx).ok_or_else(|| io::Error::other("offset beyond the namespace"));
+        chunk.map(|c| &**c)
     }
 
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {

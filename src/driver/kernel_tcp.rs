@@ -139,18 +139,40 @@ pub struct ControllerServer {
 pub struct GroupStats {
     /// The CPU it was pinned to, if any.
     pub cpu: Option<usize>,
-    /// Connections it served.
+    /// Connections it accepted.
     pub connections: u64,
+    /// I/O queues it served (those it accepted and kept, and those moved
+    /// to it).
+    pub io_queues: u64,
     /// CPU time its thread used.
     pub cpu_time: Duration,
 }
 
-/// A poll group, as the acceptor sees it.
+/// What reaches a poll group from outside.
+enum Arrival {
+    /// A connection just accepted.
+    New(TcpStream, SocketAddr),
+    /// An I/O queue another group accepted, moved here once its Connect
+    /// said it was one, to even out the groups' I/O queues.
+    Moved(Box<CtrlConn>),
+}
+
+/// A poll group, as the acceptor and the other groups see it.
 struct Group {
-    conns: mpsc::Sender<(TcpStream, SocketAddr)>,
+    arrivals: mpsc::Sender<Arrival>,
     waker: Arc<mio::Waker>,
     /// Connections it holds now.
-    load: Arc<AtomicUsize>,
+    load: AtomicUsize,
+    /// I/O queues among them.
+    io_queues: AtomicUsize,
+}
+
+impl Group {
+    fn send(&self, arrival: Arrival) {
+        if self.arrivals.send(arrival).is_ok() {
+            let _ = self.waker.wake();
+        }
+    }
 }
 
 impl ControllerServer {
@@ -184,34 +206,40 @@ impl ControllerServer {
             listeners.iter().map(TcpListener::local_addr).collect::<io::Result<Vec<_>>>()?;
         let mut server = Self { stop: stop.clone(), acceptor: None, groups: Vec::new(), local };
         let groups = if groups.is_empty() { &[None][..] } else { groups };
-        let mut handles = Vec::new();
+        let mut doors = Vec::new();
+        let mut loops = Vec::new();
         for (index, &cpu) in groups.iter().enumerate() {
             let poll = Poll::new()?;
             let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
-            let (tx, rx) = mpsc::channel();
-            let load = Arc::new(AtomicUsize::new(0));
+            let (tx, arrivals) = mpsc::channel();
+            let (load, io_queues) = (AtomicUsize::new(0), AtomicUsize::new(0));
+            doors.push(Group { arrivals: tx, waker: waker.clone(), load, io_queues });
+            let (target, listener) = (target.clone(), listener.clone());
+            loops.push((index, cpu, poll, waker, arrivals, target, listener));
+        }
+        let doors = Arc::new(doors);
+        for (index, cpu, poll, waker, arrivals, target, listener) in loops {
             let group = GroupLoop {
                 index,
                 cpu,
-                target: target.clone(),
-                listener: listener.clone(),
+                target,
+                listener,
                 poll,
-                waker: waker.clone(),
-                arrivals: rx,
-                load: load.clone(),
+                waker,
+                arrivals,
+                groups: doors.clone(),
             };
             let flag = stop.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("nvme-ctrl-{index}"))
                 .spawn(move || group.run(&flag))?;
             server.groups.push(thread);
-            handles.push(Group { conns: tx, waker, load });
         }
         let flag = stop.clone();
         server.acceptor = Some(
             std::thread::Builder::new()
                 .name("nvme-accept".into())
-                .spawn(move || accept_loop(target, listeners, handles, &flag))?,
+                .spawn(move || accept_loop(target, listeners, doors, &flag))?,
         );
         Ok(server)
     }
@@ -279,6 +307,8 @@ struct CtrlConn {
     pipe: Pipe,
     conn: Box<dyn ControllerQueue>,
     peer: SocketAddr,
+    /// Counted as an I/O queue of its group (after its Connect).
+    io_queue: bool,
 }
 
 /// Accept connections on every listener and hand each to the least loaded
@@ -286,7 +316,7 @@ struct CtrlConn {
 fn accept_loop(
     target: Arc<Target>,
     mut listeners: Vec<TcpListener>,
-    groups: Vec<Group>,
+    groups: Arc<Vec<Group>>,
     stop: &AtomicBool,
 ) -> io::Result<()> {
     let mut poll = Poll::new()?;
@@ -323,9 +353,7 @@ fn accept_loop(
                 };
                 group.load.fetch_add(1, Ordering::Relaxed);
                 info!(%peer, group = index, "connection accepted");
-                if group.conns.send((sock, peer)).is_ok() {
-                    let _ = group.waker.wake();
-                }
+                group.send(Arrival::New(sock, peer));
             }
         }
     }
@@ -334,7 +362,10 @@ fn accept_loop(
 
 /// A poll group: its thread serves the connections the acceptor hands it,
 /// each from its socket to its sans-IO end and back, and collects what
-/// storage answered them (the storage wakes this group alone).
+/// storage answered them (the storage wakes this group alone). A
+/// connection whose Connect makes it an I/O queue moves to the group with
+/// the fewest, as Linux spreads I/O queues over CPUs: admin and discovery
+/// queues are idle, so connections alone say little of a group's load.
 struct GroupLoop {
     index: usize,
     cpu: Option<usize>,
@@ -342,11 +373,38 @@ struct GroupLoop {
     listener: Listener,
     poll: Poll,
     waker: Arc<mio::Waker>,
-    arrivals: mpsc::Receiver<(TcpStream, SocketAddr)>,
-    load: Arc<AtomicUsize>,
+    arrivals: mpsc::Receiver<Arrival>,
+    groups: Arc<Vec<Group>>,
 }
 
 impl GroupLoop {
+    /// Connection `token` was just connected as an I/O queue: it stays,
+    /// or moves to the group with the fewest I/O queues if that one has
+    /// fewer than this one would. Nothing of it is in the storage's hands
+    /// yet (the host sends no I/O before its Connect completes).
+    /// Returns whether it stayed.
+    fn place_io_queue(&self, token: usize, conns: &mut HashMap<usize, CtrlConn>) -> bool {
+        let me = &self.groups[self.index];
+        let count = |g: &Group| g.io_queues.load(Ordering::Relaxed);
+        let least = (0..self.groups.len()).min_by_key(|&i| count(&self.groups[i]));
+        let to = match least {
+            Some(i) if i != self.index && count(&self.groups[i]) < count(me) => i,
+            _ => {
+                me.io_queues.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+        };
+        let Some(mut c) = conns.remove(&token) else { return false };
+        let _ = self.poll.registry().deregister(&mut c.sock);
+        let there = &self.groups[to];
+        me.load.fetch_sub(1, Ordering::Relaxed);
+        there.load.fetch_add(1, Ordering::Relaxed);
+        there.io_queues.fetch_add(1, Ordering::Relaxed);
+        debug!(peer = %c.peer, qid = ?c.conn.qid(), from = self.index, to, "I/O queue moved");
+        there.send(Arrival::Moved(Box::new(c)));
+        false
+    }
+
     /// Serve until `stop` is set; returns what the group did.
     fn run(mut self, stop: &AtomicBool) -> io::Result<GroupStats> {
         if let Some(cpu) = self.cpu
@@ -359,6 +417,7 @@ impl GroupLoop {
         let storage: std::task::Waker = Arc::new(MioWake(self.waker.clone())).into();
         let mut conns: HashMap<usize, CtrlConn> = HashMap::new();
         let (mut next, mut served) = (0usize, 0u64);
+        let (mut placed, mut io_queues) = (Vec::new(), 0u64);
         while !stop.load(Ordering::Relaxed) {
             let now = clock.now();
             let deadline = conns.values().filter_map(|c| c.conn.poll_timeout()).min();
@@ -376,20 +435,34 @@ impl GroupLoop {
                     c.pipe.writable |= ev.is_writable();
                 }
             }
-            while let Ok((mut sock, peer)) = self.arrivals.try_recv() {
-                let _ = sock.set_nodelay(true);
-                let local = sock.local_addr().ok().map(|a| a.ip());
+            while let Ok(arrival) = self.arrivals.try_recv() {
+                let me = &self.groups[self.index];
+                let (mut c, token) = match arrival {
+                    Arrival::New(sock, peer) => {
+                        let _ = sock.set_nodelay(true);
+                        let local = sock.local_addr().ok().map(|a| a.ip());
+                        let conn = self.listener.accept(self.target.clone(), local, clock.now());
+                        served += 1;
+                        let c = CtrlConn { sock, pipe: Pipe::new(), conn, peer, io_queue: false };
+                        (Box::new(c), next)
+                    }
+                    Arrival::Moved(c) => {
+                        io_queues += 1;
+                        (c, next)
+                    }
+                };
+                next += 1;
                 let interest = Interest::READABLE | Interest::WRITABLE;
-                if let Err(e) = self.poll.registry().register(&mut sock, Token(next), interest) {
-                    warn!(%peer, error = %e, "cannot register connection");
-                    self.load.fetch_sub(1, Ordering::Relaxed);
+                if let Err(e) = self.poll.registry().register(&mut c.sock, Token(token), interest) {
+                    warn!(peer = %c.peer, error = %e, "cannot register connection");
+                    me.load.fetch_sub(1, Ordering::Relaxed);
+                    me.io_queues.fetch_sub(usize::from(c.io_queue), Ordering::Relaxed);
                     continue;
                 }
-                let mut conn = self.listener.accept(self.target.clone(), local, clock.now());
-                conn.wake_with(storage.clone());
-                conns.insert(next, CtrlConn { sock, pipe: Pipe::new(), conn, peer });
-                next += 1;
-                served += 1;
+                c.conn.wake_with(storage.clone());
+                // Moved with bytes waiting in either direction: go round.
+                (c.pipe.readable, c.pipe.writable) = (true, true);
+                conns.insert(token, *c);
             }
             let now = clock.now();
             let mut gone = Vec::new();
@@ -405,11 +478,19 @@ impl GroupLoop {
                 }
                 if result.is_err() || finished {
                     gone.push(token);
+                } else if !c.io_queue && c.conn.qid().is_some_and(|q| q > 0) {
+                    c.io_queue = true;
+                    placed.push(token);
                 }
+            }
+            for token in placed.drain(..) {
+                io_queues += u64::from(self.place_io_queue(token, &mut conns));
             }
             for token in gone {
                 let Some(mut c) = conns.remove(&token) else { continue };
-                self.load.fetch_sub(1, Ordering::Relaxed);
+                let me = &self.groups[self.index];
+                me.load.fetch_sub(1, Ordering::Relaxed);
+                me.io_queues.fetch_sub(usize::from(c.io_queue), Ordering::Relaxed);
                 c.conn.transport_closed();
                 let _ = self.poll.registry().deregister(&mut c.sock);
                 let _ = c.sock.shutdown(std::net::Shutdown::Both);
@@ -422,7 +503,7 @@ impl GroupLoop {
             }
         }
         let cpu_time = Duration::from_nanos(cpus::cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID));
-        Ok(GroupStats { cpu: self.cpu, connections: served, cpu_time })
+        Ok(GroupStats { cpu: self.cpu, connections: served, io_queues, cpu_time })
     }
 }
 

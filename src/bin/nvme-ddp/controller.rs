@@ -199,7 +199,7 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
     for (g, i) in server.join()?.iter().zip(0..) {
         let cpu = g.cpu.map_or_else(|| "any CPU".into(), |c| format!("CPU {c}"));
         let secs = g.cpu_time.as_secs_f64();
-        tracing::info!(group = i, on = %cpu, connections = g.connections, cpu_s = %format!("{secs:.3}"), "poll group");
+        tracing::info!(group = i, on = %cpu, connections = g.connections, io_queues = g.io_queues, cpu_s = %format!("{secs:.3}"), "poll group");
     }
     let s = target.stats();
     tracing::info!(reads = s.reads, writes = s.writes, read = %human_bytes(s.bytes_read as f64), written = %human_bytes(s.bytes_written as f64), "stopped");
