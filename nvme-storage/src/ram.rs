@@ -1,7 +1,6 @@
 //! A sparse RAM namespace.
 
 use crate::{check_block_size, check_size};
-use crossbeam_utils::CachePadded;
 use nvme_of::namespace::{BlockIo, Done, Namespace};
 use std::io;
 use std::sync::{PoisonError, RwLock};
@@ -16,11 +15,7 @@ type Chunk = RwLock<Option<Box<[u8]>>>;
 pub struct RamNamespace {
     block_size: u32,
     size: u64,
-    /// A lock per chunk, each on cache lines of its own: every read takes
-    /// its chunk's lock, and poll groups on other CPUs reading other
-    /// chunks must not bounce one line between them (packed, 2.6 locks to
-    /// a line, they cost 9.9% of a two-group controller's CPU).
-    chunks: Vec<CachePadded<Chunk>>,
+    chunks: Vec<Chunk>,
 }
 
 impl RamNamespace {
@@ -29,7 +24,7 @@ impl RamNamespace {
         check_block_size(block_size)?;
         check_size(size, block_size)?;
         let n = size.div_ceil(CHUNK as u64) as usize;
-        let chunks = (0..n).map(|_| CachePadded::new(RwLock::new(None))).collect();
+        let chunks = (0..n).map(|_| RwLock::new(None)).collect();
         Ok(Self { block_size, size, chunks })
     }
 
@@ -51,9 +46,7 @@ impl RamNamespace {
     }
 
     fn chunk(&self, idx: usize) -> io::Result<&Chunk> {
-        let chunk =
-            self.chunks.get(idx).ok_or_else(|| io::Error::other("offset beyond the namespace"));
-        chunk.map(|c| &**c)
+        self.chunks.get(idx).ok_or_else(|| io::Error::other("offset beyond the namespace"))
     }
 
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
