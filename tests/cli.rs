@@ -758,6 +758,48 @@ fn the_controller_serves_on_the_cpus_given() {
     assert!(groups[0].contains("group=0 on=CPU 0 connections=3 io_queues=1 cpu_s="), "{log}");
 }
 
+/// `io --jobs N` runs N hosts at once, a thread and an association each,
+/// and the controller's poll groups share their I/O queues out.
+#[test]
+fn jobs_run_at_once_against_the_poll_groups() {
+    // A poll group per CPU by default.
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut c = Controller::start(&[]);
+    let args = ["host", "--connect", &c.addr, "io", "--rw", "randread", "--time", "1"];
+    let v = json(&[&args[..], &["--jobs", "2", "--json"]].concat());
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2, "{v}");
+    let ios: Vec<u64> = jobs.iter().map(|j| j["phase"]["ios"].as_u64().unwrap()).collect();
+    assert!(ios.iter().all(|&n| n > 0), "{v}");
+    assert_eq!(v["total"]["ios"].as_u64(), Some(ios.iter().sum()), "{v}");
+    assert!(jobs.iter().all(|j| j["host_cpu_ns_per_io"].as_f64().unwrap() > 0.0), "{v}");
+    signal(&c.child, libc::SIGTERM);
+    assert!(c.child.wait().unwrap().success());
+    std::thread::sleep(Duration::from_millis(200));
+    let log = c.log();
+    let groups: Vec<&str> = log.lines().filter(|l| l.contains("poll group")).collect();
+    assert_eq!(groups.len(), cpus, "{log}");
+    if cpus >= 2 {
+        let one = groups.iter().filter(|g| g.contains(" io_queues=1 ")).count();
+        assert_eq!(one, 2, "one I/O queue in each of two groups: {log}");
+    }
+    refused(
+        &[
+            "host",
+            "--connect",
+            &c.addr,
+            "--tap",
+            "lo",
+            "--ip",
+            "198.18.0.3/24",
+            "io",
+            "--jobs",
+            "2",
+        ],
+        "--jobs runs over kernel TCP",
+    );
+}
+
 /// The demo takes what the embedded controller can serve: many queues
 /// (more than a smoltcp listener's backlog) and the deepest queues.
 #[test]

@@ -6,7 +6,8 @@
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use nvme_ddp::app::IoApp;
-use nvme_ddp::report::{PhaseReport, granted_notes, human_bytes};
+use nvme_ddp::driver::cpus;
+use nvme_ddp::report::{PhaseReport, granted_notes, human_bytes, human_count};
 use nvme_ddp::size::format_size;
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
 use std::time::Duration;
@@ -72,6 +73,11 @@ struct IoArgs {
     /// Seed of the data pattern and of random offsets.
     #[arg(long, default_value_t = 1, value_parser = parse_whole::<u64>)]
     seed: u64,
+    /// Run this many jobs at once (fio's numjobs), each a thread with an
+    /// association of its own, over kernel TCP; job J's random offsets
+    /// come from seed + J.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    jobs: u16,
 }
 
 pub(crate) fn run(args: HostArgs) -> Result<()> {
@@ -127,6 +133,11 @@ pub(crate) fn run(args: HostArgs) -> Result<()> {
 }
 
 fn io_run(a: &ConnectArgs, io: &IoArgs) -> Result<()> {
+    if io.jobs > 1 && a.link_name().is_some() {
+        bail!(
+            "--jobs runs over kernel TCP: a TAP or interface takes one stack; run a process per job"
+        );
+    }
     let bs = u32::try_from(io.bs).ok().filter(|&b| b > 0).context("--bs must be 1..4G")?;
     let limit = match (io.size, io.time) {
         (_, Some(t)) if !t.is_zero() => Limit::Time(t),
@@ -149,6 +160,9 @@ fn io_run(a: &ConnectArgs, io: &IoArgs) -> Result<()> {
         nsid: io.nsid,
     };
     let nqn = resolve_nqn(a)?;
+    if io.jobs > 1 {
+        return jobs_run(a, io, spec, nqn);
+    }
     let mut app = IoApp::new([spec]);
     if let Some(w) = watch(a.eta) {
         app = app.with_watch(w);
@@ -190,6 +204,84 @@ fn io_run(a: &ConnectArgs, io: &IoArgs) -> Result<()> {
     }
     result?;
     if app.interrupted {
+        bail!("interrupted; {}", so_far(app.abandoned));
+    }
+    Ok(())
+}
+
+/// `io --jobs N`: N hosts, a thread and an association each, the same
+/// workload (random offsets seeded apart), then each job's results and
+/// their sum, with each job's CPU per I/O from its thread's clock.
+fn jobs_run(a: &ConnectArgs, io: &IoArgs, spec: WorkloadSpec, nqn: String) -> Result<()> {
+    let thread_ns = || cpus::cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+    let limit = Duration::from_secs(30 * 24 * 3600);
+    let runs: Vec<(IoApp, Result<()>, u64)> = std::thread::scope(|s| {
+        let jobs: Vec<_> = (0..u64::from(io.jobs))
+            .map(|job| {
+                let spec = WorkloadSpec { seed: spec.seed.wrapping_add(job), ..spec.clone() };
+                let cfg = host_config(a, nqn.clone());
+                s.spawn(move || {
+                    let mut app = IoApp::new([spec]);
+                    let t0 = thread_ns();
+                    let result = run_app(a, cfg, &mut app, limit).map(|_| ());
+                    (app, result, thread_ns() - t0)
+                })
+            })
+            .collect();
+        jobs.into_iter().map(|j| j.join().expect("a job thread")).collect()
+    });
+    let mut total = (0u64, 0u64, 0f64, 0f64);
+    let mut jobs = Vec::new();
+    for (job, (app, _, cpu_ns)) in runs.iter().enumerate() {
+        let Some((spec, stats)) = app.results.first() else { continue };
+        let report = PhaseReport::new(spec, stats.clone(), app.io_queues, app.queue_depth);
+        let per_io = *cpu_ns as f64 / stats.ios.max(1) as f64;
+        total = (
+            total.0 + stats.ios,
+            total.1 + stats.bytes,
+            total.2 + stats.iops,
+            total.3 + stats.bytes_per_sec,
+        );
+        jobs.push((job, report, per_io));
+    }
+    if a.json {
+        let list: Vec<_> = jobs
+            .iter()
+            .map(|(job, r, per_io)| serde_json::json!({"job": job, "phase": r, "host_cpu_ns_per_io": per_io}))
+            .collect();
+        let interrupted = runs.iter().any(|(app, ..)| app.interrupted);
+        let j = serde_json::json!({
+            "jobs": list,
+            "total": {"ios": total.0, "bytes": total.1, "iops": total.2, "bytes_per_sec": total.3},
+            "interrupted": interrupted,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        for (job, r, per_io) in &jobs {
+            let mut lines = r.lines().into_iter();
+            if let Some(head) = lines.next() {
+                println!("job {job}: {head}");
+            }
+            for line in lines {
+                println!("  {line}");
+            }
+            println!("    cpu: {:.0} ns per I/O (the job's thread)", per_io);
+        }
+        println!(
+            "all {} jobs: {} IOPS, {}/s, {} in {} I/Os",
+            io.jobs,
+            human_count(total.2),
+            human_bytes(total.3),
+            human_bytes(total.1 as f64),
+            total.0
+        );
+    }
+    for (job, (_, result, _)) in runs.iter().enumerate() {
+        if let Err(e) = result {
+            bail!("job {job}: {e:#}");
+        }
+    }
+    if let Some((app, ..)) = runs.iter().find(|(app, ..)| app.interrupted) {
         bail!("interrupted; {}", so_far(app.abandoned));
     }
     Ok(())

@@ -9,7 +9,7 @@ use nvme_ddp::app::{Progress, Watch};
 use nvme_ddp::report::{human_bytes, human_count};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// When to show the progress line, as fio's `--eta`.
@@ -26,8 +26,11 @@ pub(crate) enum Eta {
 /// asked for. A second signal, once the first has been seen, exits at
 /// once: the user has waited long enough.
 pub(crate) fn interrupt_flag() -> Result<Arc<AtomicBool>> {
-    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
-    if let Some(flag) = FLAG.get() {
+    // Held while the handler is installed: threads asking at once (the
+    // jobs of `io --jobs`) install it once.
+    static FLAG: Mutex<Option<Arc<AtomicBool>>> = Mutex::new(None);
+    let mut installed = FLAG.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(flag) = installed.as_ref() {
         return Ok(flag.clone());
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -47,7 +50,7 @@ pub(crate) fn interrupt_flag() -> Result<Arc<AtomicBool>> {
         }
     })
     .context("cannot install the Ctrl-C handler")?;
-    Ok(FLAG.get_or_init(|| stop).clone())
+    Ok(installed.insert(stop).clone())
 }
 
 /// Draw progress on stderr.

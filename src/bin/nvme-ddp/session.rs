@@ -83,6 +83,11 @@ impl ConnectArgs {
         self.connect.context("host needs --connect ADDR:PORT, the controller's address")
     }
 
+    /// The TAP or interface asked for, if any.
+    pub(crate) fn link_name(&self) -> Option<&str> {
+        self.link.iface_name()
+    }
+
     /// The transport's name: tcp or rdma.
     pub(crate) fn transport_name(&self) -> &'static str {
         self.transport.name()
