@@ -12,7 +12,8 @@ use crate::bench::run::{BenchError, run_point};
 use crate::bench::stats::SPREAD_LIMIT;
 use crate::driver::clock::Clock;
 use crate::driver::smoltcp::{
-    Chain, ControllerSide, HostSide, RunError, chain, run_host, run_simulated, serve, to_smol,
+    Chain, ControllerSide, HostSide, IMPAIRED_IO_TIMEOUT, IMPAIRED_KATO, RunError, chain, run_host,
+    run_simulated, serve, to_smol,
 };
 use crate::driver::transport::TransportType;
 use crate::report::{OffloadReport, PhaseReport, RecoveryReport, human_bytes};
@@ -70,11 +71,9 @@ pub struct DemoOptions {
 }
 
 impl DemoOptions {
-    /// Timeouts that survive smoltcp's recovery from loss: its minimum
-    /// retransmission timeout is 1 s and it doubles on each repeat, so a
-    /// few losses in a row outlast Linux's 5 s keep alive.
-    pub const IMPAIRED_KATO: Duration = Duration::from_secs(30);
-    pub const IMPAIRED_IO_TIMEOUT: Duration = Duration::from_secs(120);
+    /// The host's timeouts on an impaired wire ([`IMPAIRED_KATO`]).
+    pub const IMPAIRED_KATO: Duration = IMPAIRED_KATO;
+    pub const IMPAIRED_IO_TIMEOUT: Duration = IMPAIRED_IO_TIMEOUT;
 }
 
 impl Default for DemoOptions {

@@ -8,10 +8,12 @@ use crate::bench::clocks::{Clocks, Mark, Tally, clock_read_cost, cpu_ns};
 use crate::bench::options::{BenchOptions, Impair, Setting, rep_seed};
 use crate::bench::point::{Measures, Point, RawTcp};
 use crate::bench::stats::{median, range, spread, summarize};
-use crate::demo::DemoOptions;
 use crate::driver::clock::Clock;
 use crate::driver::rawtcp::{self, RawTcpError};
-use crate::driver::smoltcp::{ControllerSide, HostSide, RunError, chain, run_host, serve, to_smol};
+use crate::driver::smoltcp::{
+    ControllerSide, HostSide, IMPAIRED_IO_TIMEOUT, IMPAIRED_KATO, RunError, chain, run_host, serve,
+    to_smol,
+};
 use crate::workload::{Limit, Rw, Workload, WorkloadSpec, fill_pattern};
 use nic_backend::{NicEngine, NicHandle, NicThread};
 use nvme_of::Digests;
@@ -251,15 +253,13 @@ fn run_once<M: Medium + Send + 'static>(
         queue_depth: p.qd,
         ..HostConfig::default()
     };
-    // smoltcp recovers from loss slowly (see DemoOptions::IMPAIRED_KATO):
-    // the demo's timeouts for an impaired wire.
+    // smoltcp recovers from loss slowly: the demo's timeouts for an
+    // impaired wire.
     let host_cfg = match p.impair.is_clean() {
         true => host_cfg,
-        false => HostConfig {
-            kato: DemoOptions::IMPAIRED_KATO,
-            command_timeout: DemoOptions::IMPAIRED_IO_TIMEOUT,
-            ..host_cfg
-        },
+        false => {
+            HostConfig { kato: IMPAIRED_KATO, command_timeout: IMPAIRED_IO_TIMEOUT, ..host_cfg }
+        }
     };
     let hddp: Arc<dyn DdpDevice> = Arc::new(hnic.clone());
     let cddp: Arc<dyn DdpDevice> = Arc::new(cnic);

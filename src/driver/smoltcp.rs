@@ -85,6 +85,12 @@ pub enum ConnectError {
     NoAnswer(Duration),
 }
 
+/// Host timeouts that survive smoltcp's recovery from loss on an impaired
+/// wire (the demo's and the bench's): its retransmission timeout doubles
+/// on each repeat, so a few losses in a row outlast Linux's 5 s keep alive.
+pub const IMPAIRED_KATO: Duration = Duration::from_secs(30);
+pub const IMPAIRED_IO_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// How long a host waits for a TCP connection to its controller, as over
 /// kernel TCP.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
