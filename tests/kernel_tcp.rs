@@ -213,6 +213,58 @@ fn poll_groups_share_the_connections_of_several_hosts() {
     assert_eq!(target.stats().controllers, 0, "both controllers gone");
 }
 
+/// Poll groups count what they hold exactly: after hundreds of
+/// connections that come and go (some of them I/O queues moved between
+/// groups), a limit of four still admits a host of an admin and three I/O
+/// queues.
+#[test]
+fn poll_groups_give_back_what_closed_connections_held() {
+    let cfg = TargetConfig { subnqn: NQN.into(), max_connections: 4, ..Default::default() };
+    let target = Target::new(cfg, vec![ram(1 << 20)]).unwrap();
+    let listen = ["127.0.0.1:0".parse().unwrap()];
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server = ControllerServer::spawn_until(
+        target.clone(),
+        &listen,
+        Listener::default(),
+        stop,
+        &[None; 2],
+    )
+    .unwrap();
+    let addr = server.local_addrs()[0];
+    // A connection reaches its group (or is refused, over the limit), and
+    // its close is seen there, a moment after it is made: wait for all
+    // `made` to come and go.
+    let drained = |server: &ControllerServer, made: u64| {
+        let start = std::time::Instant::now();
+        let arrived = || server.accepted() + target.stats().connections_refused;
+        while arrived() < made || server.connections() > 0 {
+            let (a, held) = (arrived(), server.connections());
+            assert!(start.elapsed() < Duration::from_secs(30), "{a} of {made} in, {held} held");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    // A host is an admin queue and three I/O queues.
+    let mut made = 0;
+    for round in 0..50 {
+        // Bare connections, closed at once, a few at a time.
+        let bare: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        drop(bare);
+        made += 4;
+        if round % 10 == 0 {
+            drained(&server, made);
+            write_then_read(addr, host_cfg(Digests::NONE, 3, 4), 4096, 256 << 10);
+            made += 4;
+        }
+    }
+    drained(&server, made);
+    write_then_read(addr, host_cfg(Digests::NONE, 3, 4), 4096, 256 << 10);
+    drained(&server, made + 4);
+    assert!(server.accepted() > 8, "most bare connections were let in and closed");
+    server.stop().unwrap();
+    assert_eq!(target.stats().controllers, 0);
+}
+
 /// Submits a read past the end of the namespace, then a good one.
 #[derive(Default)]
 struct OutOfRange {

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -131,6 +131,8 @@ pub struct ControllerServer {
     stop: Arc<AtomicBool>,
     acceptor: Option<JoinHandle<io::Result<()>>>,
     groups: Vec<JoinHandle<io::Result<GroupStats>>>,
+    /// What the groups hold, as the acceptor sees them.
+    doors: Arc<Vec<Group>>,
     local: Vec<SocketAddr>,
 }
 
@@ -165,6 +167,8 @@ struct Group {
     load: AtomicUsize,
     /// I/O queues among them.
     io_queues: AtomicUsize,
+    /// Connections the acceptor handed it so far.
+    accepted: AtomicU64,
 }
 
 impl Group {
@@ -204,7 +208,13 @@ impl ControllerServer {
         }
         let local =
             listeners.iter().map(TcpListener::local_addr).collect::<io::Result<Vec<_>>>()?;
-        let mut server = Self { stop: stop.clone(), acceptor: None, groups: Vec::new(), local };
+        let mut server = Self {
+            stop: stop.clone(),
+            acceptor: None,
+            groups: Vec::new(),
+            doors: Arc::default(),
+            local,
+        };
         let groups = if groups.is_empty() { &[None][..] } else { groups };
         let mut doors = Vec::new();
         let mut loops = Vec::new();
@@ -213,7 +223,8 @@ impl ControllerServer {
             let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
             let (tx, arrivals) = mpsc::channel();
             let (load, io_queues) = (AtomicUsize::new(0), AtomicUsize::new(0));
-            doors.push(Group { arrivals: tx, waker: waker.clone(), load, io_queues });
+            let accepted = AtomicU64::new(0);
+            doors.push(Group { arrivals: tx, waker: waker.clone(), load, io_queues, accepted });
             let (target, listener) = (target.clone(), listener.clone());
             loops.push((index, cpu, poll, waker, arrivals, target, listener));
         }
@@ -235,6 +246,7 @@ impl ControllerServer {
                 .spawn(move || group.run(&flag))?;
             server.groups.push(thread);
         }
+        server.doors = doors.clone();
         let flag = stop.clone();
         server.acceptor = Some(
             std::thread::Builder::new()
@@ -242,6 +254,16 @@ impl ControllerServer {
                 .spawn(move || accept_loop(target, listeners, doors, &flag))?,
         );
         Ok(server)
+    }
+
+    /// Connections the poll groups hold now.
+    pub fn connections(&self) -> usize {
+        self.doors.iter().map(|g| g.load.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Connections accepted and handed to a poll group so far.
+    pub fn accepted(&self) -> u64 {
+        self.doors.iter().map(|g| g.accepted.load(Ordering::Relaxed)).sum()
     }
 
     /// The addresses actually listened on (port 0 resolved).
@@ -352,6 +374,7 @@ fn accept_loop(
                     continue;
                 };
                 group.load.fetch_add(1, Ordering::Relaxed);
+                group.accepted.fetch_add(1, Ordering::Relaxed);
                 info!(%peer, group = index, "connection accepted");
                 group.send(Arrival::New(sock, peer));
             }
