@@ -271,10 +271,6 @@ impl ControllerServer {
         &self.local
     }
 
-    pub fn stop_flag(&self) -> Arc<AtomicBool> {
-        self.stop.clone()
-    }
-
     /// Stop serving and wait for the threads.
     pub fn stop(mut self) -> io::Result<Vec<GroupStats>> {
         self.stop.store(true, Ordering::Relaxed);
