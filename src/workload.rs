@@ -517,11 +517,18 @@ impl Workload {
         !self.more(now) && self.slots.iter().all(Option::is_none)
     }
 
-    pub fn stats(&self) -> IoStats {
+    /// The latencies of every I/O completed, in microseconds, reads and
+    /// writes together (to be merged with other workloads').
+    pub fn latencies(&self) -> Histogram<u64> {
         let [reads, writes] = &self.hist;
         let mut all = reads.clone();
         let _ = all.add(writes);
-        let mut s = self.summarize(&self.stats, &all);
+        all
+    }
+
+    pub fn stats(&self) -> IoStats {
+        let [reads, writes] = &self.hist;
+        let mut s = self.summarize(&self.stats, &self.latencies());
         if self.spec.rw.is_mixed() {
             s.read = Some(Box::new(self.summarize(&self.by_kind[0], reads)));
             s.write = Some(Box::new(self.summarize(&self.by_kind[1], writes)));

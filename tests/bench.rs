@@ -294,6 +294,56 @@ fn goals_come_only_from_the_file_given() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--jobs 1,2`: the two-job point runs two hosts at once, each against
+/// a controller stack of its own over one target, both measured at the
+/// same time; the table and the JSON show each job and the total, and a
+/// goal may compare points by their jobs.
+#[test]
+fn jobs_run_at_once_and_report_each_and_the_total() {
+    let dir = scratch("jobs");
+    let json = dir.join("points.json");
+    let goals = dir.join("goals.json");
+    std::fs::write(
+        &goals,
+        r#"{"goals": [{"what": "controller CPU/IO, 2 jobs vs 1", "metric": "controller_cpu_ns_per_io",
+            "of": {"jobs": 2}, "over": {"jobs": 1}, "at_most": 1000}]}"#,
+    )
+    .unwrap();
+    let out = exe()
+        .args(["bench", "--bs", "128k", "--rw", "read", "--qd", "4", "--ddgst", "on"])
+        .args(["--offload", "all", "--mtu", "9000", "--jobs", "1,2", "--reps", "1", "--no-raw"])
+        .args(["--time", "0.2", "--warmup", "0.05", "--json"])
+        .arg(&json)
+        .arg("--goals")
+        .arg(&goals)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("job 0: ") && stdout.contains("job 1: "), "{stdout}");
+    assert!(stdout.contains("target controller CPU/IO, 2 jobs vs 1"), "{stdout}");
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let points = report["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2, "{report}");
+    assert_eq!(points[0]["jobs"], 1);
+    assert!(points[0].get("per_job").is_none(), "one job is the total: {}", points[0]);
+    let two = &points[1];
+    assert_eq!(two["jobs"], 2);
+    let jobs = two["per_job"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2, "{two}");
+    let num = |v: &Value, f: &str| v[f].as_f64().unwrap();
+    for j in jobs {
+        for f in ["iops", "host_cpu_ns_per_io", "nic_cpu_ns_per_io", "controller_cpu_ns_per_io"] {
+            assert!(num(j, f) > 0.0, "{f}: {j}");
+        }
+    }
+    let sum: f64 = jobs.iter().map(|j| num(j, "iops")).sum();
+    assert!((sum - num(two, "iops")).abs() <= 1e-6 * sum, "the total is the jobs' sum: {two}");
+    // Each job's warm-up checked what it read.
+    assert!(num(two, "verified_bytes") > num(&points[0], "verified_bytes"), "{two}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_arguments_are_refused_with_a_message() {
     for (args, says) in [
@@ -309,6 +359,8 @@ fn bad_arguments_are_refused_with_a_message() {
         (&["--loss", "0,x"], "not a probability"),
         (&["--reorder=-0.1"], "not a probability"),
         (&["--duplicate", ""], "empty"),
+        (&["--jobs", "0"], "jobs must be 1..=256"),
+        (&["--jobs", "1,x"], "jobs must be 1..=256"),
         (&["--tap", "nvmeddp-none0,nvmeddp-none1"], "no network interface"),
     ] {
         let out = exe().arg("bench").args(args).output().unwrap();

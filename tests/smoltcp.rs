@@ -317,6 +317,29 @@ fn controller_on_two_queues_of_a_multi_queue_tap() {
     assert!(!out.status.success() && err.contains("it has one queue"), "{err}");
 }
 
+/// `bench --jobs 2` over `net up`'s TAPs: each job's host and controller
+/// stack on a queue of each TAP, the host connecting from ports the TAP
+/// steers back to its queue (else the answers reach the other job's stack,
+/// which resets the connection); both jobs move data and verify it.
+#[test]
+fn bench_jobs_over_the_queues_of_two_taps() {
+    if !can_make_namespaces() {
+        return;
+    }
+    let ns = net_up("j", "9000");
+    let bench = ["bench", "--tap", "tap1,tap0", "--bs", "128k", "--rw", "read", "--qd", "4"];
+    let opts = ["--offload", "all", "--jobs", "2", "--reps", "1", "--no-raw"];
+    let out = in_ns(&ns.0, &[&bench[..], &opts, &["--time", "0.2", "--warmup", "0.05"]].concat())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for job in ["job 0: ", "job 1: "] {
+        let line = stdout.lines().find(|l| l.contains(job)).unwrap_or_else(|| panic!("{stdout}"));
+        assert!(!line.contains(" 0 IOPS"), "{line}");
+    }
+}
+
 /// At MTU 9000 a veth's frames do not fit an AF_XDP chunk (nor will a veth
 /// run XDP), so `--iface` falls back to AF_PACKET.
 #[test]

@@ -7,6 +7,7 @@
 //! NIC receive hints are keyed by).
 
 use crate::Medium;
+use crate::medium::tap::steered_queue;
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{self, CongestionControl, State};
 use smoltcp::time::{Duration, Instant};
@@ -26,6 +27,10 @@ pub struct StackConfig {
     /// The least retransmission timeout a measured RTT gives: Linux's
     /// `TCP_RTO_MIN`, 200 ms, rather than RFC 6298's 1 s.
     pub rto_min: Duration,
+    /// On one queue of a multi-queue TAP, which (of how many): the stack
+    /// connects only from ports the TAP steers back to that queue
+    /// ([`steered_queue`](crate::medium::tap::steered_queue)).
+    pub queue: Option<(usize, usize)>,
 }
 
 impl StackConfig {
@@ -39,6 +44,7 @@ impl StackConfig {
             tx_buffer: 1 << 20,
             seed: u64::from(u32::from_be_bytes(o)),
             rto_min: Duration::from_millis(200),
+            queue: None,
         }
     }
 }
@@ -127,10 +133,18 @@ impl<D: Medium> Stack<D> {
         &self.cfg
     }
 
-    /// Open a connection to `remote` from an ephemeral port.
+    /// Open a connection to `remote` from an ephemeral port (on a queue of
+    /// a TAP, one steered back to it).
     pub fn connect(&mut self, remote: SocketAddrV4) -> Result<TcpConn, StackError> {
-        let port = self.next_port;
-        self.next_port = if port == u16::MAX { 49152 } else { port + 1 };
+        let mut port = self.next_port;
+        for _ in 49152..=u16::MAX {
+            port = self.next_port;
+            self.next_port = if port == u16::MAX { 49152 } else { port + 1 };
+            match self.cfg.queue {
+                Some((queue, queues)) if steered_queue(port, remote.port(), queues) != queue => {}
+                _ => break,
+            }
+        }
         let mut s = self.socket();
         let remote = IpEndpoint::new((*remote.ip()).into(), remote.port());
         s.connect(self.iface.context(), remote, port).map_err(StackError::Connect)?;
@@ -297,5 +311,31 @@ impl<D: Medium> Stack<D> {
 
     pub fn device_mut(&mut self) -> &mut D {
         &mut self.device
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::VirtualWire;
+
+    #[test]
+    fn a_stack_on_a_queue_connects_from_ports_steered_back_to_it() {
+        let remote = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 4420);
+        for queue in 0..3 {
+            let (end, _peer) = VirtualWire::pair(1514, 16);
+            let ip = Ipv4Cidr::new(Ipv4Addr::new(198, 18, 0, 3), 24);
+            let cfg = StackConfig { queue: Some((queue, 3)), ..StackConfig::new(ip) };
+            let mut stack = Stack::new(end, cfg, Instant::ZERO);
+            let mut ports = Vec::new();
+            for _ in 0..8 {
+                let conn = stack.connect(remote).unwrap();
+                let (local, _) = stack.endpoints(&conn).unwrap();
+                assert_eq!(steered_queue(local.port(), remote.port(), 3), queue);
+                ports.push(local.port());
+            }
+            ports.dedup();
+            assert_eq!(ports.len(), 8, "a port each: {ports:?}");
+        }
     }
 }

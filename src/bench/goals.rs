@@ -84,6 +84,7 @@ pub struct Select {
     #[serde(default, deserialize_with = "size")]
     pub bs: Option<u32>,
     pub qd: Option<u16>,
+    pub jobs: Option<u16>,
     pub mtu: Option<usize>,
     pub ddgst: Option<bool>,
     /// An offload set by name, as `--offload` takes it ("all", "ddp+crc").
@@ -103,6 +104,7 @@ impl Select {
             bs: self.bs.unwrap_or(s.bs),
             rw: self.rw.unwrap_or(s.rw),
             qd: self.qd.unwrap_or(s.qd),
+            jobs: self.jobs.unwrap_or(s.jobs),
             mtu: self.mtu.unwrap_or(s.mtu),
             ddgst: self.ddgst.unwrap_or(s.ddgst),
             offload: self.offload.unwrap_or(s.offload),
@@ -191,8 +193,12 @@ impl Goal {
             true => String::new(),
             false => format!(", {}", s.impair),
         };
+        let jobs = match s.jobs {
+            1 => String::new(),
+            n => format!(", {n} jobs"),
+        };
         let what = format!(
-            "{} ({}, {digest}, qd {}, mtu {}{impaired})",
+            "{} ({}, {digest}, qd {}{jobs}, mtu {}{impaired})",
             self.what,
             format_size(u64::from(s.bs)),
             s.qd,
@@ -331,6 +337,26 @@ mod tests {
         assert_eq!((rdma.measured, rdma.verdict), (0.5, Verdict::Met));
         let crc = find("write host CPU/IO, crc vs none");
         assert_eq!((crc.measured, crc.verdict), (0.5, Verdict::Met));
+    }
+
+    #[test]
+    fn a_goal_compares_jobs_by_the_controller_cpu() {
+        let at = |jobs, cpu| {
+            let p = tcp(Rw::Read, Caps::ALL, 10.0, 0.05);
+            let setting = Setting { bs: 4 << 10, jobs, ..p.setting };
+            let median = Measures { controller_cpu_ns_per_io: cpu, ..p.median };
+            Point { setting, median, controller_cpu_spread: 0.05, ..p }
+        };
+        let checks = Goals::parse(SHIPPED).unwrap().check(&[at(1, 1000.0), at(2, 1050.0)]);
+        let c = checks.iter().find(|c| c.what.starts_with("read controller CPU/IO")).unwrap();
+        assert_eq!(
+            c.what,
+            "read controller CPU/IO with a poll group per job, all offloads, 2 jobs vs 1 (4k, data digest, qd 32, 2 jobs, mtu 9000)"
+        );
+        assert_eq!((c.measured, c.verdict), (1.05, Verdict::Met));
+        let checks = Goals::parse(SHIPPED).unwrap().check(&[at(1, 1000.0), at(2, 1200.0)]);
+        let c = checks.iter().find(|c| c.what.starts_with("read controller CPU/IO")).unwrap();
+        assert_eq!(c.verdict, Verdict::Missed);
     }
 
     #[test]

@@ -24,6 +24,10 @@ pub struct BenchOptions {
     /// NVMe/TCP, NVMe/RDMA, or both on the same matrix.
     pub transport: Vec<TransportType>,
     pub queues: u16,
+    /// Jobs run at once (fio's numjobs): each a host with its own wire (or
+    /// queue of the TAPs) against a controller stack of its own, the one
+    /// target shared: an axis of the matrix.
+    pub jobs: Vec<u16>,
     pub reps: usize,
     pub warmup: Duration,
     pub duration: Duration,
@@ -86,19 +90,22 @@ impl BenchOptions {
                 for &ddgst in &self.ddgst {
                     for &mtu in &self.mtu {
                         for impair in self.impairments() {
-                            for &qd in &self.qd {
-                                for &bs in &self.bs {
-                                    for &offload in &self.offload {
-                                        v.push(Setting {
-                                            transport,
-                                            bs,
-                                            rw,
-                                            qd,
-                                            mtu,
-                                            ddgst,
-                                            offload,
-                                            impair,
-                                        });
+                            for &jobs in &self.jobs {
+                                for &qd in &self.qd {
+                                    for &bs in &self.bs {
+                                        for &offload in &self.offload {
+                                            v.push(Setting {
+                                                transport,
+                                                bs,
+                                                rw,
+                                                qd,
+                                                jobs,
+                                                mtu,
+                                                ddgst,
+                                                offload,
+                                                impair,
+                                            });
+                                        }
                                     }
                                 }
                             }
@@ -124,6 +131,7 @@ impl Default for BenchOptions {
             mtu: vec![1500, 9000],
             transport: vec![TransportType::Tcp],
             queues: 1,
+            jobs: vec![1],
             reps: 5,
             warmup: Duration::from_millis(200),
             duration: Duration::from_secs(1),
@@ -171,12 +179,14 @@ impl fmt::Display for Impair {
 }
 
 /// One setting of the matrix: what a point runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Setting {
     pub transport: TransportType,
     pub bs: u32,
     pub rw: Rw,
     pub qd: u16,
+    /// Jobs at once, each with its own host and controller stack.
+    pub jobs: u16,
     pub mtu: usize,
     pub ddgst: bool,
     /// Written as its name ("none", "crc", "all", "ddp+crc").
@@ -187,13 +197,31 @@ pub struct Setting {
     pub impair: Impair,
 }
 
+impl Default for Setting {
+    /// One job; every other setting its type's default.
+    fn default() -> Self {
+        Self {
+            transport: TransportType::default(),
+            bs: 0,
+            rw: Rw::default(),
+            qd: 0,
+            jobs: 1,
+            mtu: 0,
+            ddgst: false,
+            offload: Caps::default(),
+            impair: Impair::default(),
+        }
+    }
+}
+
 fn as_name<S: serde::Serializer>(caps: &Caps, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(caps)
 }
 
 impl fmt::Display for Setting {
     /// `tcp read bs=131072 qd=32 mtu=9000 ddgst=true offload=all`, then
-    /// ` loss=0.01 reorder=0 duplicate=0` if the wire is impaired.
+    /// ` jobs=2` if more than one ran, and ` loss=0.01 reorder=0
+    /// duplicate=0` if the wire is impaired.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -206,6 +234,9 @@ impl fmt::Display for Setting {
             self.ddgst,
             self.offload
         )?;
+        if self.jobs > 1 {
+            write!(f, " jobs={}", self.jobs)?;
+        }
         match self.impair.is_clean() {
             true => Ok(()),
             false => write!(f, " {}", self.impair),

@@ -15,6 +15,7 @@ use crate::driver::smoltcp::{
     to_smol,
 };
 use crate::workload::{Limit, Rw, Workload, WorkloadSpec, fill_pattern};
+use hdrhistogram::Histogram;
 use nic_backend::{NicEngine, NicHandle, NicThread};
 use nvme_of::Digests;
 use nvme_of::controller::{ConfigError, Target, TargetConfig};
@@ -22,12 +23,12 @@ use nvme_of::host::{Host, HostConfig, HostEvent};
 use nvme_of::namespace::Namespace;
 use nvme_storage::RamNamespace;
 use smoltcp::wire::Ipv4Cidr;
-use smoltcp_glue::{Link, Medium, Profile, Stack, StackConfig, VirtualWire};
+use smoltcp_glue::{Link, LinkName, Medium, Profile, Stack, StackConfig, VirtualWire};
 use std::cell::Cell;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use ulp_ddp::{Caps, DdpDevice};
 
@@ -63,6 +64,9 @@ pub enum BenchError {
     /// Stopped (Ctrl-C) before the run finished.
     #[error("interrupted")]
     Interrupted,
+    /// A job stopped because another job of its run failed.
+    #[error("another job of the run failed")]
+    OtherJob,
     /// A run of this point failed.
     #[error("{setting}: {source}")]
     Point { setting: Setting, source: Box<BenchError> },
@@ -70,18 +74,66 @@ pub enum BenchError {
 
 enum Phase {
     Warmup(Workload),
+    /// Warmed up, waiting for the other jobs to be.
+    Waiting,
     Measure(Workload, Box<Mark>),
     Over,
 }
 
-/// Warm up, then measure one workload, then shut down.
+/// Where the jobs of a run meet between warm-up and measurement, so that
+/// they measure at the same time; a job that fails opens it for good, and
+/// the others give up.
+struct Gate {
+    jobs: usize,
+    arrived: AtomicUsize,
+    /// The first job that failed (`usize::MAX`: none).
+    broken: AtomicUsize,
+}
+
+impl Gate {
+    fn new(jobs: usize) -> Self {
+        Self { jobs, arrived: AtomicUsize::new(0), broken: AtomicUsize::new(usize::MAX) }
+    }
+
+    fn arrive(&self) {
+        self.arrived.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn is_open(&self) -> bool {
+        self.arrived.load(Ordering::Acquire) >= self.jobs
+    }
+
+    fn is_broken(&self) -> bool {
+        self.first_broken().is_some()
+    }
+
+    fn first_broken(&self) -> Option<usize> {
+        Some(self.broken.load(Ordering::Acquire)).filter(|&j| j != usize::MAX)
+    }
+
+    /// Job `job` failed.
+    fn breaks(&self, job: usize) {
+        let _ = self.broken.compare_exchange(usize::MAX, job, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+/// What one job's measured phase did.
+struct Sample {
+    measures: Measures,
+    ios: u64,
+    latencies: Histogram<u64>,
+}
+
+/// Warm up, wait for the run's other jobs, then measure one workload,
+/// then shut down.
 struct BenchApp<'a> {
     nic: NicHandle,
     clocks: &'a Clocks,
+    gate: &'a Gate,
     spec: WorkloadSpec,
     warmup: Duration,
     phase: Phase,
-    sample: Option<Measures>,
+    sample: Option<Sample>,
     /// Bytes the warm-up verified.
     verified: u64,
     error: Option<String>,
@@ -92,6 +144,7 @@ impl BenchApp<'_> {
     fn pump(&mut self, host: &mut Host, now: nvme_of::Instant) {
         let w = match &mut self.phase {
             Phase::Warmup(w) | Phase::Measure(w, _) => w,
+            Phase::Waiting => return self.measure(host, now),
             Phase::Over => return,
         };
         if let Err(e) = w.fill(host, now) {
@@ -109,17 +162,9 @@ impl BenchApp<'_> {
                     return host.shutdown(now);
                 }
                 self.verified = w.stats().verified_bytes;
-                match Workload::new(self.spec.clone(), host) {
-                    Ok(m) => {
-                        let mark = Mark::take(host, &self.nic, self.clocks);
-                        self.phase = Phase::Measure(m, Box::new(mark));
-                        self.pump(host, now);
-                    }
-                    Err(e) => {
-                        self.error.get_or_insert(e.to_string());
-                        host.shutdown(now);
-                    }
-                }
+                self.gate.arrive();
+                self.phase = Phase::Waiting;
+                self.measure(host, now);
             }
             Phase::Measure(w, start) => {
                 let end = Mark::take(host, &self.nic, self.clocks);
@@ -127,13 +172,42 @@ impl BenchApp<'_> {
                     self.error.get_or_insert(e.to_string());
                 }
                 let verified_bytes = self.verified as f64;
-                self.sample = Some(Measures {
-                    verified_bytes,
-                    ..Measures::between(&w.stats(), &start, &end)
+                let stats = w.stats();
+                self.sample = Some(Sample {
+                    measures: Measures {
+                        verified_bytes,
+                        ..Measures::between(&stats, &start, &end)
+                    },
+                    ios: stats.ios,
+                    latencies: w.latencies(),
                 });
                 host.shutdown(now);
             }
-            Phase::Over => {}
+            Phase::Waiting | Phase::Over => {}
+        }
+    }
+
+    /// Start measuring once every job of the run has warmed up.
+    fn measure(&mut self, host: &mut Host, now: nvme_of::Instant) {
+        if self.gate.is_broken() {
+            self.error.get_or_insert(BenchError::OtherJob.to_string());
+            self.phase = Phase::Over;
+            return host.shutdown(now);
+        }
+        if !self.gate.is_open() {
+            return;
+        }
+        match Workload::new(self.spec.clone(), host) {
+            Ok(m) => {
+                let mark = Mark::take(host, &self.nic, self.clocks);
+                self.phase = Phase::Measure(m, Box::new(mark));
+                self.pump(host, now);
+            }
+            Err(e) => {
+                self.error.get_or_insert(e.to_string());
+                self.phase = Phase::Over;
+                host.shutdown(now);
+            }
         }
     }
 }
@@ -208,18 +282,20 @@ fn fresh_seed() -> u64 {
         .map_or(1, |d| d.as_nanos() as u64)
 }
 
-/// One run of `p` over a pair of media (host's, controller's), the
-/// impairments of `p` seeded with `seed` (the host's end) and `seed + 1`
-/// (the controller's), as the demo seeds them.
+/// One run of `p`: a job over each pair of media (host's, controller's),
+/// all at once, against one target. Job j's impairments are seeded with
+/// `seed + 2j` (the host's end) and `seed + 2j + 1` (the controller's), as
+/// the demo seeds them.
 fn run_once<M: Medium + Send + 'static>(
-    host_m: M,
-    ctrl_m: M,
+    pairs: Vec<(M, M)>,
     p: &Setting,
     o: &BenchOptions,
     seed: u64,
     stop: &AtomicBool,
 ) -> Result<Measures, BenchError> {
-    let size = (64u64 << 20).max(u64::from(p.bs) * u64::from(p.qd) * u64::from(o.queues) * 4);
+    let jobs = pairs.len() as u64;
+    let per_job = u64::from(p.bs) * u64::from(p.qd) * u64::from(o.queues) * 4;
+    let size = (64u64 << 20).max(per_job * jobs);
     let ram = RamNamespace::new(size, 512)?;
     if p.rw == Rw::Read {
         fill_namespace(&ram, PATTERN_SEED)?;
@@ -227,17 +303,92 @@ fn run_once<M: Medium + Send + 'static>(
     let ns: Arc<dyn Namespace> = Arc::new(ram);
     let cfg = TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() };
     let target = Target::new(cfg, vec![ns])?;
+    let pairs_len = pairs.len();
+    let gate = Gate::new(pairs_len);
+    let job = |j: u64, (h, c): (M, M)| {
+        let job = Job { index: j as usize, of: pairs_len, seed: seed.wrapping_add(2 * j) };
+        let run = run_job(h, c, p, o, job, target.clone(), &gate, stop);
+        if run.is_err() {
+            gate.breaks(j as usize);
+        }
+        run
+    };
+    let runs: Vec<Result<Sample, BenchError>> = match pairs.len() {
+        1 => pairs.into_iter().map(|pair| job(0, pair)).collect(),
+        _ => std::thread::scope(|scope| {
+            let mut threads = Vec::new();
+            for (j, pair) in (0..).zip(pairs) {
+                let job = &job;
+                let name = format!("bench job {j}");
+                let spawned = std::thread::Builder::new()
+                    .name(name)
+                    .spawn_scoped(scope, move || job(j, pair));
+                match spawned {
+                    Ok(t) => threads.push(t),
+                    Err(e) => {
+                        gate.breaks(j as usize);
+                        return Err(BenchError::Io(e));
+                    }
+                }
+            }
+            let joined = threads.into_iter().map(|t| t.join().unwrap_or(Err(BenchError::OtherJob)));
+            Ok(joined.collect())
+        })?,
+    };
+    // The error of the job that failed first, not the others' giving up.
+    let first = gate.first_broken();
+    let mut samples = Vec::new();
+    let mut latencies = Histogram::new(3).expect("3 significant figures");
+    for (j, run) in runs.into_iter().enumerate() {
+        match run {
+            Ok(s) => {
+                let _ = latencies.add(&s.latencies);
+                samples.push((s.measures, s.ios));
+            }
+            Err(e) if first.is_none_or(|f| f == j) => return Err(e),
+            Err(_) => {}
+        }
+    }
+    Ok(Measures::of_jobs(&samples, &latencies))
+}
+
+/// Which job of a run, and the seed of its impairments.
+#[derive(Clone, Copy)]
+struct Job {
+    index: usize,
+    of: usize,
+    seed: u64,
+}
+
+/// One job of a run: a host, its NIC and a controller stack of its own
+/// over `host_m` and `ctrl_m`, serving `target`, which other jobs may
+/// share; measured when every job has warmed up (`gate`).
+#[allow(clippy::too_many_arguments)]
+fn run_job<M: Medium + Send + 'static>(
+    host_m: M,
+    ctrl_m: M,
+    p: &Setting,
+    o: &BenchOptions,
+    Job { index, of, seed }: Job,
+    target: Arc<Target>,
+    gate: &Gate,
+    stop: &AtomicBool,
+) -> Result<Sample, BenchError> {
     let caps = p.offload;
     let impair = p.impair.profile();
     let (hdev, hnic) = chain(host_m, impair, seed, None, caps)?;
     let (cdev, cnic) = chain(ctrl_m, impair, seed.wrapping_add(1), None, caps)?;
     let clock = Clock::new();
     let now = to_smol(clock.now());
-    let stack_seed = fresh_seed();
+    // Jobs on the queues of one TAP share its address: their ports differ.
+    let stack_seed = fresh_seed().wrapping_add(seed);
     let hcfg = StackConfig {
         seed: stack_seed,
         rx_buffer: 8 << 20,
         tx_buffer: 8 << 20,
+        // The jobs' hosts on the queues of one TAP connect from ports it
+        // steers back to their own queue (on the wire it changes nothing).
+        queue: (of > 1).then_some((index, of)),
         ..StackConfig::new(Ipv4Cidr::new(HOST_IP, 24))
     };
     let ccfg = StackConfig {
@@ -281,6 +432,7 @@ fn run_once<M: Medium + Send + 'static>(
     let app = |clocks| BenchApp {
         nic: hnic,
         clocks,
+        gate,
         spec,
         warmup: o.warmup,
         phase: Phase::Over,
@@ -400,27 +552,30 @@ fn lockstep<H: Medium, N: Medium, C: Medium>(
     }
 }
 
-/// A fresh pair of media for one run.
-fn media(o: &BenchOptions, mtu: usize) -> Result<Media, BenchError> {
+/// Fresh media for one run: a pair (host's, controller's) for each of
+/// `jobs` jobs, the in-process wire's or the queues of the links'.
+fn media(o: &BenchOptions, mtu: usize, jobs: u16) -> Result<Media, BenchError> {
+    let jobs = usize::from(jobs.max(1));
     match &o.link {
-        None => {
-            let (h, c) = VirtualWire::pair(mtu + 14, 512);
-            Ok(Media::Wire(h, c))
-        }
+        None => Ok(Media::Wire((0..jobs).map(|_| VirtualWire::pair(mtu + 14, 512)).collect())),
         Some((h, c)) => {
-            let h =
-                h.open(None).map_err(|source| BenchError::Link { name: h.to_string(), source })?;
-            let c =
-                c.open(None).map_err(|source| BenchError::Link { name: c.to_string(), source })?;
-            Ok(Media::Link(h, c))
+            let open = |l: &LinkName| {
+                match jobs {
+                    1 => l.open(None).map(|l| vec![l]),
+                    n => l.open_queues(None, n),
+                }
+                .map_err(|source| BenchError::Link { name: l.to_string(), source })
+            };
+            Ok(Media::Link(open(h)?.into_iter().zip(open(c)?).collect()))
         }
     }
 }
 
 enum Media {
-    Wire(smoltcp_glue::WireEnd, smoltcp_glue::WireEnd),
-    Link(Link, Link),
+    Wire(Vec<(smoltcp_glue::WireEnd, smoltcp_glue::WireEnd)>),
+    Link(Vec<(Link, Link)>),
 }
+
 /// Raw TCP throughput on the bench's medium at `mtu` under `impair`
 /// (seeded per repetition as the NVMe runs are), through the same NIC
 /// (checksum offload, no ULP offload): median of `reps`, spread and range.
@@ -459,9 +614,15 @@ pub fn raw_tcp(
         }
         let how = (impair.profile(), rep_seed(o.seed, rep));
         v.push(
-            match media(o, mtu)? {
-                Media::Wire(a, b) => through_nic(a, b, d, o.threaded(), how, stop),
-                Media::Link(a, b) => through_nic(a, b, d, o.threaded(), how, stop),
+            match media(o, mtu, 1)? {
+                Media::Wire(mut v) => {
+                    let (a, b) = v.remove(0);
+                    through_nic(a, b, d, o.threaded(), how, stop)
+                }
+                Media::Link(mut v) => {
+                    let (a, b) = v.remove(0);
+                    through_nic(a, b, d, o.threaded(), how, stop)
+                }
             }
             .map_err(|e| match e {
                 BenchError::RawTcp(RawTcpError::Interrupted) => BenchError::Interrupted,
@@ -488,9 +649,9 @@ pub fn run_point(
             return Err(BenchError::Interrupted);
         }
         let seed = rep_seed(o.seed, rep);
-        let s = match media(o, p.mtu)? {
-            Media::Wire(h, c) => run_once(h, c, p, o, seed, stop),
-            Media::Link(h, c) => run_once(h, c, p, o, seed, stop),
+        let s = match media(o, p.mtu, p.jobs)? {
+            Media::Wire(pairs) => run_once(pairs, p, o, seed, stop),
+            Media::Link(pairs) => run_once(pairs, p, o, seed, stop),
         }
         .map_err(|e| match e {
             BenchError::Interrupted => e,

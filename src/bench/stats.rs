@@ -3,7 +3,7 @@
 //! measure or hold a goal.
 
 use crate::bench::options::Setting;
-use crate::bench::point::{Measures, Point, RawTcp};
+use crate::bench::point::{JobMeasures, Measures, Point, RawTcp};
 
 /// The most a point's spread may be for a verdict on it.
 pub const SPREAD_LIMIT: f64 = 0.10;
@@ -40,6 +40,17 @@ pub fn summarize(setting: Setting, runs: &[Measures], raw: RawTcp) -> Point {
     for (i, m) in median_of.each_mut().into_iter().enumerate() {
         *m = median(runs.iter().map(|r| *r.clone().each_mut()[i]).collect());
     }
+    // Job j's medians over the runs.
+    let jobs = runs.iter().map(|r| r.per_job.len()).min().unwrap_or(0);
+    median_of.per_job = (0..jobs)
+        .map(|j| {
+            let mut job = JobMeasures::default();
+            for (i, m) in job.each_mut().into_iter().enumerate() {
+                *m = median(runs.iter().map(|r| *r.per_job[j].clone().each_mut()[i]).collect());
+            }
+            job
+        })
+        .collect();
     let bytes_per_sec_spread = spread(&of(|r| r.bytes_per_sec));
     let host_cpu_spread = spread(&of(|r| r.host_cpu_ns_per_io));
     Point {
@@ -56,6 +67,7 @@ pub fn summarize(setting: Setting, runs: &[Measures], raw: RawTcp) -> Point {
         bytes_per_sec_spread,
         host_cpu_spread,
         nic_cpu_spread: spread(&of(|r| r.nic_cpu_ns_per_io)),
+        controller_cpu_spread: spread(&of(|r| r.controller_cpu_ns_per_io)),
         raw_tcp_spread: raw.spread,
         steady: bytes_per_sec_spread <= SPREAD_LIMIT && host_cpu_spread <= SPREAD_LIMIT,
     }

@@ -205,6 +205,15 @@ impl Tap {
     }
 }
 
+/// The queue, of `queues`, that [`steer_by_ports`] sends a TCP segment
+/// between ports `a` and `b` to, whichever way it goes: a stack on one
+/// queue of a TAP that connects out picks its ports by it, so that the
+/// answers come back to it.
+pub fn steered_queue(a: u16, b: u16, queues: usize) -> usize {
+    let sum = u32::from(a) + u32::from(b);
+    ((sum ^ (sum >> 1)) % queues.max(1) as u32) as usize
+}
+
 /// Attach to TAP `name` (through `fd`, one of its queues) a program that
 /// steers each frame to queue `g % queues`, where `g` is the Gray code of
 /// the sum of its TCP ports (`x ^ x >> 1`), if it is a TCP/IPv4 segment

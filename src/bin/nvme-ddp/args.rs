@@ -145,6 +145,11 @@ pub(crate) fn parse_queues(s: &str) -> Result<u16, String> {
     in_range(s, QUEUES_RANGE, "I/O queues")
 }
 
+/// Jobs at once (fio's numjobs), 1 to 256.
+pub(crate) fn parse_jobs(s: &str) -> Result<u16, String> {
+    in_range(s, 1..=256, "jobs")
+}
+
 fn in_range(s: &str, range: std::ops::RangeInclusive<u16>, what: &str) -> Result<u16, String> {
     s.parse::<u16>()
         .ok()

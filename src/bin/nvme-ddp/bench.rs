@@ -21,8 +21,8 @@ use std::time::Duration;
 use ulp_ddp::Caps;
 
 use crate::args::{
-    List, existing_iface, list, on_off, parse_busy_poll, parse_bytes, parse_chance, parse_on_off,
-    parse_qd, parse_queues, parse_rw, parse_seconds, parse_via, parse_whole,
+    List, existing_iface, list, on_off, parse_busy_poll, parse_bytes, parse_chance, parse_jobs,
+    parse_on_off, parse_qd, parse_queues, parse_rw, parse_seconds, parse_via, parse_whole,
 };
 use crate::progress::interrupt_flag;
 use std::io::Write;
@@ -80,6 +80,13 @@ pub(crate) struct BenchArgs {
     /// I/O queues, 1 to 128.
     #[arg(long, default_value = "1", value_parser = parse_queues)]
     queues: u16,
+    /// Jobs at once (fio's numjobs), e.g. 1,2,4 to compare (default 1):
+    /// each a host with its wire (or its queue of the TAPs, which need as
+    /// many) against a controller stack, a poll group, of its own; every
+    /// job's host, NIC and controller on its own thread in lockstep (or on
+    /// threads of their own with --threads). Reported per job and in total.
+    #[arg(long, value_parser = |s: &str| list(s, parse_jobs))]
+    jobs: Option<List<u16>>,
     /// Runs per point (reported as median and spread), at least 1.
     #[arg(long, default_value = "5", value_parser = clap::value_parser!(u16).range(1..))]
     reps: u16,
@@ -171,6 +178,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             None => a.mtu.map_or(d.mtu, |l| l.0),
         },
         queues: a.queues,
+        jobs: a.jobs.map_or(d.jobs, |l| l.0),
         reps: usize::from(a.reps),
         warmup: a.warmup,
         duration: a.time,
@@ -253,12 +261,19 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         false => String::new(),
     };
     let pct = |v: f64| format!("{:.2}", v * 100.0);
+    // The jobs' column, when the matrix has more than one job anywhere.
+    let several = o.jobs.iter().any(|&j| j > 1);
+    let jobs = |j: &str| match several {
+        true => format!("{j:>4} "),
+        false => String::new(),
+    };
     println!(
-        "{:<4} {:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {}{:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>6} {:>8} | {:>8} {:>8} {:>8} {:>8} {:>7} {:>5} | {:>9}",
+        "{:<4} {:<5} {:>5} {:>3} {}{:>5} {:>5} {:>7} | {}{:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>6} {:>8} {:>9} | {:>8} {:>8} {:>8} {:>8} {:>7} {:>5} | {:>9}",
         "tr",
         "rw",
         "bs",
         "qd",
+        jobs("jobs"),
         "mtu",
         "ddgst",
         "offload",
@@ -271,6 +286,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         "host ns/IO",
         "+-%",
         "NIC ns/IO",
+        "ctrl ns/IO",
         "copy/IO",
         "crc/IO",
         "placed/IO",
@@ -281,11 +297,12 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     );
     for p in &out {
         println!(
-            "{:<4} {:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {}{:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7.1} {:>5.1} | {:>9.1}{}",
+            "{:<4} {:<5} {:>5} {:>3} {}{:>5} {:>5} {:>7} | {}{:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} {:>9.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7.1} {:>5.1} | {:>9.1}{}",
             p.setting.transport.name(),
             p.setting.rw.name(),
             format_size(u64::from(p.setting.bs)),
             p.setting.qd,
+            jobs(&p.setting.jobs.to_string()),
             p.setting.mtu,
             on_off(p.setting.ddgst),
             p.setting.offload.to_string(),
@@ -302,6 +319,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             p.median.host_cpu_ns_per_io,
             p.host_cpu_spread * 100.0,
             p.median.nic_cpu_ns_per_io,
+            p.median.controller_cpu_ns_per_io,
             p.median.host_copy_bytes_per_io,
             p.median.host_crc_bytes_per_io,
             p.median.nic_placed_bytes_per_io,
@@ -311,6 +329,16 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             p.raw_tcp_bytes_per_sec / MIB,
             if p.steady { "" } else { "  noisy" },
         );
+        for (j, m) in p.median.per_job.iter().enumerate() {
+            println!(
+                "    job {j}: {:.1} MiB/s, {:.0} IOPS; CPU per I/O: host {:.0} ns, NIC {:.0} ns, controller {:.0} ns",
+                m.bytes_per_sec / MIB,
+                m.iops,
+                m.host_cpu_ns_per_io,
+                m.nic_cpu_ns_per_io,
+                m.controller_cpu_ns_per_io
+            );
+        }
     }
     if out.iter().any(|p| !p.steady) {
         println!(

@@ -13,7 +13,9 @@ use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
 use std::time::Duration;
 
 use crate::admin::{self, GetLogArgs, IdNsArgs, resolve_nqn};
-use crate::args::{parse_bytes, parse_nsid, parse_percent, parse_rw, parse_seconds, parse_whole};
+use crate::args::{
+    parse_bytes, parse_jobs, parse_nsid, parse_percent, parse_rw, parse_seconds, parse_whole,
+};
 use crate::progress::{cpu_times, so_far, watch};
 use crate::session::{ConnectArgs, host_config, run_app};
 
@@ -76,7 +78,7 @@ struct IoArgs {
     /// Run this many jobs at once (fio's numjobs), each a thread with an
     /// association of its own, over kernel TCP; job J's random offsets
     /// come from seed + J.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(long, default_value_t = 1, value_parser = parse_jobs)]
     jobs: u16,
 }
 
