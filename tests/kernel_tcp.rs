@@ -131,6 +131,28 @@ fn nvme_rdma_over_kernel_tcp_with_and_without_crc_and_one_shot() {
     }
 }
 
+/// NVMe/RDMA's queues are connections too: a host's four iWARP I/O queues
+/// spread over two poll groups (each queue's MPA and RDMAP state moving
+/// with it when its Connect moves it), and what they write reads back.
+#[test]
+fn nvme_rdma_queues_spread_over_poll_groups() {
+    let size = 4 << 20;
+    let target =
+        Target::new(TargetConfig { subnqn: NQN.into(), ..Default::default() }, vec![ram(size)])
+            .unwrap();
+    let listen = ["127.0.0.1:0".parse().unwrap()];
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rdma = TransportType::Rdma.listener(1500);
+    let server = ControllerServer::spawn_until(target, &listen, rdma, stop, &[None, None]).unwrap();
+    let addr = server.local_addrs()[0];
+    let mut host = TransportType::Rdma.host(host_cfg(Digests::NONE, 4, 16), true, 1500);
+    let app = write_then_read_with(addr, &mut host, 128 << 10, size);
+    assert_eq!(app.io_queues, 4);
+    let groups = server.stop().unwrap();
+    assert_eq!(groups.iter().map(|g| g.io_queues).sum::<u64>(), 4, "{groups:?}");
+    assert!(groups.iter().all(|g| g.io_queues == 2), "two each: {groups:?}");
+}
+
 #[test]
 fn large_writes_travel_by_r2t() {
     // 1 MiB writes against 16 KiB of in-capsule data and 64 KiB R2Ts: each

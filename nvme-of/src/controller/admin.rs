@@ -433,6 +433,7 @@ impl CtrlQueue {
             }
             lid::SMART => {
                 let c = &self.target.counters;
+                let io = c.io.sum();
                 let units = |bytes: u64| bytes.div_ceil(512_000);
                 let error_log_entries =
                     self.queue.as_ref().map_or(0, |q| lock(&q.assoc).error_count);
@@ -440,10 +441,10 @@ impl CtrlQueue {
                     temperature: 300,
                     available_spare: 100,
                     spare_threshold: 10,
-                    data_units_read: units(c.bytes_read.load(Ordering::Relaxed)),
-                    data_units_written: units(c.bytes_written.load(Ordering::Relaxed)),
-                    host_reads: c.reads.load(Ordering::Relaxed),
-                    host_writes: c.writes.load(Ordering::Relaxed),
+                    data_units_read: units(io.bytes_read),
+                    data_units_written: units(io.bytes_written),
+                    host_reads: io.reads,
+                    host_writes: io.writes,
                     power_cycles: 1,
                     media_errors: c.media_errors.load(Ordering::Relaxed),
                     error_log_entries,

@@ -198,14 +198,8 @@ impl CtrlQueue {
             return Outcome::status(status);
         }
         match io.sqe.opcode {
-            io::READ => {
-                c.reads.fetch_add(1, Ordering::Relaxed);
-                c.bytes_read.fetch_add(io.bytes, Ordering::Relaxed);
-            }
-            io::WRITE => {
-                c.writes.fetch_add(1, Ordering::Relaxed);
-                c.bytes_written.fetch_add(io.bytes, Ordering::Relaxed);
-            }
+            io::READ => c.io.read(io.bytes),
+            io::WRITE => c.io.written(io.bytes),
             _ => {}
         }
         Outcome::Complete { status: Status::SUCCESS, result: 0, data: io.data }
