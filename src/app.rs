@@ -7,6 +7,7 @@
 
 use crate::report::RecoveryReport;
 use crate::workload::{IoStats, Workload, WorkloadSpec};
+use hdrhistogram::Histogram;
 use nvme_of::Instant;
 use nvme_of::host::{Host, HostError, HostEvent, NamespaceInfo};
 use nvme_of::nvme::identify::IdentifyController;
@@ -212,6 +213,9 @@ pub struct IoApp {
     pub abandoned: u64,
     current: Option<Workload>,
     pub results: Vec<(WorkloadSpec, IoStats)>,
+    /// Each phase's latencies of reads and of writes, to be merged with
+    /// other jobs'.
+    pub latencies: Vec<[Histogram<u64>; 2]>,
     pub namespace: Option<NamespaceInfo>,
     pub io_queues: u16,
     pub queue_depth: usize,
@@ -232,6 +236,7 @@ impl IoApp {
             abandoned: 0,
             current: None,
             results: Vec::new(),
+            latencies: Vec::new(),
             namespace: None,
             io_queues: 0,
             queue_depth: 0,
@@ -268,8 +273,14 @@ impl IoApp {
     fn end_phase(&mut self) {
         if let Some(w) = self.current.take() {
             self.abandoned += w.in_flight() as u64;
-            self.results.push((w.spec().clone(), w.stats()));
+            self.record(&w);
         }
+    }
+
+    /// What phase `w` did.
+    fn record(&mut self, w: &Workload) {
+        self.results.push((w.spec().clone(), w.stats()));
+        self.latencies.push(w.latencies_by_kind().clone());
     }
 
     /// End the run now: the phase running ends as it stands and the
@@ -290,7 +301,7 @@ impl IoApp {
             if let Some(e) = w.first_error() {
                 self.error.get_or_insert_with(|| e.to_string());
             }
-            self.results.push((w.spec().clone(), w.stats()));
+            self.record(&w);
         }
         if self.error.is_some() {
             return host.shutdown(now);

@@ -17,12 +17,12 @@ use crate::driver::smoltcp::{
 };
 use crate::driver::transport::TransportType;
 use crate::report::{OffloadReport, PhaseReport, RecoveryReport, human_bytes};
-use crate::workload::{Limit, Rw, WorkloadSpec};
+use crate::workload::{IoStats, Limit, Rw, WorkloadSpec};
 use nic_backend::NicHandle;
-use nvme_of::Digests;
 use nvme_of::controller::{Port, Target, TargetConfig};
 use nvme_of::host::HostConfig;
 use nvme_of::namespace::Namespace;
+use nvme_of::{Digests, TxStats, UlpStats};
 use nvme_storage::RamNamespace;
 use serde::Serialize;
 use smoltcp::wire::Ipv4Cidr;
@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
-use ulp_ddp::{Caps, DdpDevice};
+use ulp_ddp::{Caps, DdpDevice, Stats};
 
 pub const CONTROLLER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 pub const HOST_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
@@ -68,6 +68,10 @@ pub struct DemoOptions {
     pub transport: TransportType,
     /// Also measure what the offloads save against a software-only run.
     pub baseline: bool,
+    /// Jobs at once (fio's numjobs): each a host with its own wire against
+    /// a controller stack of its own, the one target shared; each writes
+    /// and reads back the whole namespace.
+    pub jobs: u16,
 }
 
 impl DemoOptions {
@@ -95,6 +99,7 @@ impl Default for DemoOptions {
             io_timeout: Duration::from_secs(30),
             transport: TransportType::Tcp,
             baseline: false,
+            jobs: 1,
         }
     }
 }
@@ -162,6 +167,11 @@ pub struct DemoReport {
     /// What the controller granted: I/O queues, commands per queue.
     pub io_queues: u16,
     pub queue_depth: usize,
+    /// Jobs that ran at once; with more than one, the figures above are of
+    /// all of them together, and each job's phases are here.
+    pub jobs: u16,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_job: Vec<Vec<PhaseReport>>,
     #[serde(skip)]
     pub error: Option<String>,
 }
@@ -201,6 +211,11 @@ pub struct Demo {
 
 /// The two sides of the demo, wired together.
 pub fn build(o: &DemoOptions) -> Result<Demo, DemoError> {
+    build_job(o, &target(o)?, 0)
+}
+
+/// The target every job's controller serves: one RAM namespace.
+fn target(o: &DemoOptions) -> Result<Arc<Target>, DemoError> {
     let ns: Arc<dyn Namespace> =
         Arc::new(RamNamespace::new(o.size, 512).map_err(|e| DemoError::Setup(e.to_string()))?);
     let port = Port { traddr: CONTROLLER_IP.to_string(), trsvcid: PORT.to_string(), portid: 1 };
@@ -213,11 +228,20 @@ pub fn build(o: &DemoOptions) -> Result<Demo, DemoError> {
     // Both ends are ours: the controller's queues take the depth asked
     // for (a queue holds one entry fewer than its size).
     let cfg = TargetConfig { queue_size: cfg.queue_size.max(o.qd.saturating_add(1)), ..cfg };
-    let target = Target::new(cfg, vec![ns]).map_err(|e| DemoError::Setup(e.to_string()))?;
+    Target::new(cfg, vec![ns]).map_err(|e| DemoError::Setup(e.to_string()))
+}
+
+/// Job `job`'s two sides over a wire of its own, its controller serving
+/// `target`; its impairments seeded with `seed + 2 job` (the host's end)
+/// and one more (the controller's). Only the first job's frames are
+/// captured.
+fn build_job(o: &DemoOptions, target: &Arc<Target>, job: u16) -> Result<Demo, DemoError> {
     let (h, c) = VirtualWire::pair(o.mtu + 14, 512);
     let now = to_smol(nvme_of::Instant::ZERO);
-    let (hdev, host_nic) = device(o, h, o.seed, o.pcap.as_ref())?;
-    let (cdev, ctrl_nic) = device(o, c, o.seed.wrapping_add(1), None)?;
+    let seed = o.seed.wrapping_add(2 * u64::from(job));
+    let pcap = o.pcap.as_ref().filter(|_| job == 0);
+    let (hdev, host_nic) = device(o, h, seed, pcap)?;
+    let (cdev, ctrl_nic) = device(o, c, seed.wrapping_add(1), None)?;
     let hstack = Stack::new(hdev, StackConfig::new(Ipv4Cidr::new(HOST_IP, 24)), now);
     let cstack = Stack::new(cdev, StackConfig::new(Ipv4Cidr::new(CONTROLLER_IP, 24)), now);
     let host_cfg = HostConfig {
@@ -236,7 +260,7 @@ pub fn build(o: &DemoOptions) -> Result<Demo, DemoError> {
     let oneshot = o.offload.contains(Caps::ONESHOT);
     let host = o.transport.host(host_cfg, oneshot, o.mtu);
     let host = HostSide::new(hstack, host, remote, Some(hdev));
-    let ctrl = ControllerSide::new(cstack, target, PORT, Some(cdev))?
+    let ctrl = ControllerSide::new(cstack, target.clone(), PORT, Some(cdev))?
         .with_listener(o.transport.listener(o.mtu));
     Ok(Demo { host, ctrl, host_nic, ctrl_nic })
 }
@@ -256,14 +280,83 @@ pub fn passes(o: &DemoOptions) -> Vec<WorkloadSpec> {
     vec![spec(Rw::Write), spec(Rw::Read)]
 }
 
-/// Run the demo; `watch`, if given, sees its progress. Setting `stop`
-/// (Ctrl-C) ends it early with the results so far.
+/// Run the demo, each of its jobs on threads of its own; `watch`, if
+/// given, sees the first job's progress. Setting `stop` (Ctrl-C) ends it
+/// early with the results so far.
 pub fn run(
     o: &DemoOptions,
-    watch: Option<Watch>,
+    mut watch: Option<Watch>,
     stop: &AtomicBool,
 ) -> Result<DemoReport, DemoError> {
-    let Demo { mut host, mut ctrl, host_nic, ctrl_nic } = build(o)?;
+    let target = target(o)?;
+    let runs = match o.jobs {
+        0 | 1 => vec![run_job(o, build_job(o, &target, 0)?, watch, stop)?],
+        jobs => std::thread::scope(|scope| {
+            let mut threads = Vec::new();
+            for job in 0..jobs {
+                let demo = build_job(o, &target, job)?;
+                let watch = watch.take();
+                let thread = std::thread::Builder::new()
+                    .name(format!("demo job {job}"))
+                    .spawn_scoped(scope, move || run_job(o, demo, watch, stop))
+                    .map_err(|e| DemoError::Setup(e.to_string()))?;
+                threads.push(thread);
+            }
+            let joined = threads.into_iter().map(|t| t.join().map_err(|_| DemoError::Panicked));
+            joined.map(|run| run?).collect::<Result<Vec<_>, _>>()
+        })?,
+    };
+    let mut report = report(o, runs);
+    if o.baseline && o.offload != Caps::NONE && !report.interrupted && report.error.is_none() {
+        report.savings = match savings(o, stop) {
+            Err(BenchError::Interrupted) => {
+                report.interrupted = true;
+                None
+            }
+            r => Some(r?),
+        };
+    }
+    Ok(report)
+}
+
+/// What one job of the demo left: its time, the counters of its wire,
+/// NICs and queues, and its app's results.
+struct JobRun {
+    seconds: f64,
+    h2c: WireStats,
+    c2h: WireStats,
+    impaired_h2c: ImpairStats,
+    impaired_c2h: ImpairStats,
+    host: Counters,
+    ctrl: Counters,
+    app: IoApp,
+}
+
+/// A side's offloads and counters: its NIC's and its queues'.
+struct Counters {
+    caps: Caps,
+    nic: Stats,
+    ulp: UlpStats,
+    tx: TxStats,
+}
+
+impl Counters {
+    fn add(&mut self, o: &Counters) {
+        self.nic += &o.nic;
+        self.ulp.add(&o.ulp);
+        self.tx.add(&o.tx);
+    }
+}
+
+/// Run one job: its host on this thread and its controller on another,
+/// in real time, or both on this one in simulated time.
+fn run_job(
+    o: &DemoOptions,
+    demo: Demo,
+    watch: Option<Watch>,
+    stop: &AtomicBool,
+) -> Result<JobRun, DemoError> {
+    let Demo { mut host, mut ctrl, host_nic, ctrl_nic } = demo;
     let mut io = IoApp::new(passes(o));
     if let Some(w) = watch {
         io = io.with_watch(w);
@@ -291,56 +384,141 @@ pub fn run(
     };
     let hw = host.stack.device().get_ref().get_ref();
     let cw = ctrl.stack.device().get_ref().get_ref();
-    let (h2c, c2h): (WireStats, WireStats) = (hw.get_ref().tx_stats(), hw.get_ref().rx_stats());
-    let app = io;
-    let phases = app
-        .results
-        .iter()
-        .map(|(spec, stats)| PhaseReport::new(spec, stats.clone(), app.io_queues, app.queue_depth))
-        .collect();
-    let mut report = DemoReport {
+    let (host_ulp, host_tx) = host.host.stats();
+    let (ctrl_ulp, ctrl_tx) = ctrl.stats();
+    Ok(JobRun {
+        seconds,
+        h2c: hw.get_ref().tx_stats(),
+        c2h: hw.get_ref().rx_stats(),
+        impaired_h2c: cw.stats().0,
+        impaired_c2h: hw.stats().0,
+        host: Counters {
+            caps: host_nic.caps().1,
+            nic: host_nic.stats(),
+            ulp: host_ulp,
+            tx: host_tx,
+        },
+        ctrl: Counters {
+            caps: ctrl_nic.caps().1,
+            nic: ctrl_nic.stats(),
+            ulp: ctrl_ulp,
+            tx: ctrl_tx,
+        },
+        app: io,
+    })
+}
+
+/// The report of the jobs that ran: with one, its own; with several, what
+/// they did together (their counters added up, each phase as fio's group
+/// reporting gives it) and each one's phases.
+fn report(o: &DemoOptions, runs: Vec<JobRun>) -> DemoReport {
+    let mut runs = runs.into_iter();
+    let mut all = runs.next().expect("a job ran");
+    let first_phases = phases(&all.app);
+    let mut per_job = vec![first_phases.clone()];
+    let mut apps = Vec::new();
+    for (job, r) in (1..).zip(runs) {
+        all.seconds = all.seconds.max(r.seconds);
+        for (a, b) in [(&mut all.h2c, r.h2c), (&mut all.c2h, r.c2h)] {
+            a.frames += b.frames;
+            a.bytes += b.bytes;
+        }
+        for (a, b) in
+            [(&mut all.impaired_h2c, r.impaired_h2c), (&mut all.impaired_c2h, r.impaired_c2h)]
+        {
+            a.frames += b.frames;
+            a.dropped += b.dropped;
+            a.corrupted += b.corrupted;
+            a.duplicated += b.duplicated;
+            a.reordered += b.reordered;
+        }
+        all.host.add(&r.host);
+        all.ctrl.add(&r.ctrl);
+        per_job.push(phases(&r.app));
+        apps.push((job, r.app));
+    }
+    let first = &all.app;
+    let mut recovery = first.recovery;
+    let (mut interrupted, mut abandoned) = (first.interrupted, first.abandoned);
+    let mut error = first.error();
+    for (job, app) in &apps {
+        let r = app.recovery;
+        recovery.lost += r.lost;
+        recovery.attempts += r.attempts;
+        recovery.reconnects += r.reconnects;
+        recovery.retried += r.retried;
+        recovery.aborts += r.aborts;
+        interrupted |= app.interrupted;
+        abandoned += app.abandoned;
+        error = error.or_else(|| app.error().map(|e| format!("job {job}: {e}")));
+    }
+    let phases = match apps.is_empty() {
+        true => first_phases,
+        false => (0..first
+            .results
+            .len()
+            .max(apps.iter().map(|(_, a)| a.results.len()).max().unwrap_or(0)))
+            .filter_map(|i| {
+                let each = std::iter::once(first).chain(apps.iter().map(|(_, a)| a));
+                let stats: Vec<_> = each
+                    .filter_map(|a| Some((&a.results.get(i)?.1, a.latencies.get(i)?)))
+                    .collect();
+                let spec = std::iter::once(first)
+                    .chain(apps.iter().map(|(_, a)| a))
+                    .find_map(|a| a.results.get(i).map(|(spec, _)| spec))?;
+                Some(PhaseReport::new(
+                    spec,
+                    IoStats::of_jobs(&stats),
+                    first.io_queues,
+                    first.queue_depth,
+                ))
+            })
+            .collect(),
+    };
+    let jobs = per_job.len() as u16;
+    DemoReport {
         transport: o.transport,
         size: o.size,
         mtu: o.mtu,
         hdgst: o.digests.header,
         ddgst: o.digests.data,
         simulated: o.simulated,
-        seconds,
+        seconds: all.seconds,
         phases,
         wire: WireReport {
-            h2c_frames: h2c.frames,
-            h2c_bytes: h2c.bytes,
-            c2h_frames: c2h.frames,
-            c2h_bytes: c2h.bytes,
+            h2c_frames: all.h2c.frames,
+            h2c_bytes: all.h2c.bytes,
+            c2h_frames: all.c2h.frames,
+            c2h_bytes: all.c2h.bytes,
         },
-        impaired_h2c: cw.stats().0.into(),
-        impaired_c2h: hw.stats().0.into(),
-        offload: {
-            let (ulp, tx) = host.host.stats();
-            OffloadReport::new(host_nic.caps().1, host_nic.stats(), ulp, tx)
-        },
-        controller_offload: {
-            let (ulp, tx) = ctrl.stats();
-            OffloadReport::controller(ctrl_nic.caps().1, ctrl_nic.stats(), ulp, tx)
-        },
+        impaired_h2c: all.impaired_h2c.into(),
+        impaired_c2h: all.impaired_c2h.into(),
+        offload: OffloadReport::new(all.host.caps, all.host.nic, all.host.ulp, all.host.tx),
+        controller_offload: OffloadReport::controller(
+            all.ctrl.caps,
+            all.ctrl.nic,
+            all.ctrl.ulp,
+            all.ctrl.tx,
+        ),
         savings: None,
-        recovery: app.recovery,
-        interrupted: app.interrupted,
-        abandoned: app.abandoned,
-        io_queues: app.io_queues,
-        queue_depth: app.queue_depth,
-        error: app.error(),
-    };
-    if o.baseline && o.offload != Caps::NONE && !report.interrupted && report.error.is_none() {
-        report.savings = match savings(o, stop) {
-            Err(BenchError::Interrupted) => {
-                report.interrupted = true;
-                None
-            }
-            r => Some(r?),
-        };
+        recovery,
+        interrupted,
+        abandoned,
+        io_queues: first.io_queues,
+        queue_depth: first.queue_depth,
+        jobs,
+        per_job: if jobs > 1 { per_job } else { Vec::new() },
+        error,
     }
-    Ok(report)
+}
+
+/// The phases an app ran, as reported.
+fn phases(app: &IoApp) -> Vec<PhaseReport> {
+    let (queues, depth) = (app.io_queues, app.queue_depth);
+    app.results
+        .iter()
+        .map(|(spec, stats)| PhaseReport::new(spec, stats.clone(), queues, depth))
+        .collect()
 }
 
 /// What the offloads saved: the demo's I/O (half reads, half writes, at
@@ -410,6 +588,7 @@ pub fn savings(o: &DemoOptions, stop: &AtomicBool) -> Result<Savings, BenchError
         bs: o.bs,
         rw: Rw::RandRw,
         qd: o.qd,
+        jobs: o.jobs.max(1),
         mtu: o.mtu,
         ddgst: o.digests.data,
         offload,

@@ -30,6 +30,11 @@ impl PhaseReport {
         }
     }
 
+    /// One short line: the direction and its rates.
+    pub fn summary(&self) -> String {
+        format!("{} {}", self.rw, rates(&self.stats))
+    }
+
     /// A few lines, as fio prints them: rates, then latencies, then reads
     /// and writes apart when the phase mixed them.
     pub fn lines(&self) -> Vec<String> {

@@ -526,6 +526,11 @@ impl Workload {
         all
     }
 
+    /// The latencies of the reads and of the writes apart.
+    pub fn latencies_by_kind(&self) -> &[Histogram<u64>; 2] {
+        &self.hist
+    }
+
     pub fn stats(&self) -> IoStats {
         let [reads, writes] = &self.hist;
         let mut s = self.summarize(&self.stats, &self.latencies());
@@ -538,27 +543,74 @@ impl Workload {
 
     /// Rates and latencies of `counts` over the workload's time.
     fn summarize(&self, counts: &IoStats, h: &Histogram<u64>) -> IoStats {
-        let mut s = counts.clone();
         let elapsed = match (self.started, self.finished) {
             (Some(a), Some(b)) => b.saturating_since(a).as_secs_f64(),
             _ => 0.0,
         };
-        s.seconds = elapsed;
-        if elapsed > 0.0 {
-            s.iops = s.ios as f64 / elapsed;
-            s.bytes_per_sec = s.bytes as f64 / elapsed;
-        }
-        if !h.is_empty() {
-            s.lat_mean_us = h.mean();
-            s.lat_stdev_us = h.stdev();
-            s.lat_p50_us = h.value_at_quantile(0.5);
-            s.lat_p90_us = h.value_at_quantile(0.9);
-            s.lat_p99_us = h.value_at_quantile(0.99);
-            s.lat_p999_us = h.value_at_quantile(0.999);
-            s.lat_max_us = h.max();
+        rated(counts, elapsed, h)
+    }
+}
+
+impl IoStats {
+    /// What workloads that ran at the same time did together, each given
+    /// with its latencies of reads and of writes (fio's group reporting):
+    /// counts add up, rates are over the longest one's time, latencies
+    /// come from all their I/Os.
+    pub fn of_jobs(jobs: &[(&IoStats, &[Histogram<u64>; 2])]) -> IoStats {
+        let merged = |kinds: &[usize]| {
+            let mut h = Histogram::new(3).expect("3 significant figures");
+            for (_, hist) in jobs {
+                for &k in kinds {
+                    let _ = h.add(&hist[k]);
+                }
+            }
+            h
+        };
+        let seconds = jobs.iter().map(|(s, _)| s.seconds).fold(0.0, f64::max);
+        let all = added(jobs.iter().map(|(s, _)| *s));
+        let mut s = rated(&all, seconds, &merged(&[0, 1]));
+        if jobs.iter().any(|(s, _)| s.read.is_some()) {
+            let read = added(jobs.iter().filter_map(|(s, _)| s.read.as_deref()));
+            let write = added(jobs.iter().filter_map(|(s, _)| s.write.as_deref()));
+            s.read = Some(Box::new(rated(&read, seconds, &merged(&[0]))));
+            s.write = Some(Box::new(rated(&write, seconds, &merged(&[1]))));
         }
         s
     }
+}
+
+/// The counts of `stats` added up.
+fn added<'a>(stats: impl Iterator<Item = &'a IoStats>) -> IoStats {
+    stats.fold(IoStats::default(), |t, s| IoStats {
+        ios: t.ios + s.ios,
+        bytes: t.bytes + s.bytes,
+        errors: t.errors + s.errors,
+        verified_bytes: t.verified_bytes + s.verified_bytes,
+        unchecked_bytes: t.unchecked_bytes + s.unchecked_bytes,
+        verify_failures: t.verify_failures + s.verify_failures,
+        ..IoStats::default()
+    })
+}
+
+/// `counts` with their rates over `elapsed` seconds and the latencies `h`
+/// holds.
+fn rated(counts: &IoStats, elapsed: f64, h: &Histogram<u64>) -> IoStats {
+    let mut s = counts.clone();
+    s.seconds = elapsed;
+    if elapsed > 0.0 {
+        s.iops = s.ios as f64 / elapsed;
+        s.bytes_per_sec = s.bytes as f64 / elapsed;
+    }
+    if !h.is_empty() {
+        s.lat_mean_us = h.mean();
+        s.lat_stdev_us = h.stdev();
+        s.lat_p50_us = h.value_at_quantile(0.5);
+        s.lat_p90_us = h.value_at_quantile(0.9);
+        s.lat_p99_us = h.value_at_quantile(0.99);
+        s.lat_p999_us = h.value_at_quantile(0.999);
+        s.lat_max_us = h.max();
+    }
+    s
 }
 
 fn mix(mut z: u64) -> u64 {
@@ -602,5 +654,31 @@ mod tests {
         assert_eq!(check_pattern(&a, 7, 4096), None);
         a[100] ^= 1;
         assert_eq!(check_pattern(&a, 7, 4096), Some(100));
+    }
+
+    #[test]
+    fn jobs_at_once_add_up_as_fio_reports_a_group() {
+        let hist = |us: &[u64]| {
+            let mut h = Histogram::<u64>::new(3).unwrap();
+            us.iter().for_each(|&v| h.record(v).unwrap());
+            h
+        };
+        let part = |ios, bytes, seconds| IoStats { ios, bytes, seconds, ..IoStats::default() };
+        let job = |ios: u64, seconds: f64| IoStats {
+            verified_bytes: ios * 4096,
+            read: Some(Box::new(part(ios / 2, ios / 2 * 4096, seconds))),
+            write: Some(Box::new(part(ios / 2, ios / 2 * 4096, seconds))),
+            ..part(ios, ios * 4096, seconds)
+        };
+        let (a, b) = (job(100, 1.0), job(300, 2.0));
+        let (ha, hb) = ([hist(&[10; 50]), hist(&[20; 50])], [hist(&[30; 150]), hist(&[40; 150])]);
+        let all = IoStats::of_jobs(&[(&a, &ha), (&b, &hb)]);
+        assert_eq!((all.ios, all.bytes, all.verified_bytes), (400, 400 * 4096, 400 * 4096));
+        assert_eq!(all.seconds, 2.0, "the longest job's time");
+        assert_eq!(all.iops, 200.0);
+        assert_eq!((all.lat_p50_us, all.lat_max_us), (30, 40));
+        let (read, write) = (all.read.unwrap(), all.write.unwrap());
+        assert_eq!((read.ios, read.lat_max_us, read.lat_p50_us), (200, 30, 30));
+        assert_eq!((write.ios, write.lat_max_us), (200, 40));
     }
 }

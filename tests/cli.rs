@@ -487,6 +487,37 @@ fn demo_shows_progress_digests_by_default_and_says_what_off_means() {
     assert!(report["savings"].is_null(), "{report}");
 }
 
+/// `demo --jobs 2`: two hosts at once, each over its own wire against a
+/// controller stack of its own, one namespace between them; each writes and
+/// reads back all of it, verified. The report adds them up (frames, NIC
+/// work, I/Os, verified bytes) and gives each job's phases; in simulated
+/// time as in real time. A job count of 0 is refused.
+#[test]
+fn demo_jobs_run_at_once_and_add_up() {
+    let size = 4u64 << 20;
+    for mode in [&[][..], &["--simulated"]] {
+        let args = ["demo", "--size", "4M", "--jobs", "2", "--baseline", "off", "--json"];
+        let report = json(&[&args[..], mode].concat());
+        assert_eq!(report["jobs"], 2, "{report}");
+        let jobs = report["per_job"].as_array().unwrap();
+        assert_eq!(jobs.len(), 2);
+        let (write, read) = (&report["phases"][0], &report["phases"][1]);
+        let n = |v: &serde_json::Value, f: &str| v[f].as_u64().unwrap();
+        assert_eq!(n(write, "bytes"), 2 * size, "{write}");
+        assert_eq!(n(read, "verified_bytes"), 2 * size, "{read}");
+        let ios: u64 = jobs.iter().map(|j| n(&j[0], "ios")).sum();
+        assert_eq!(ios, n(write, "ios"));
+        for j in jobs {
+            assert_eq!(n(&j[1], "verified_bytes"), size, "{j}");
+        }
+        // Both jobs' NICs placed what their hosts read.
+        assert_eq!(n(&report["offload"], "nic_placed_bytes"), 2 * size, "{report}");
+    }
+    let out = ok(&["demo", "--size", "4M", "--jobs", "2", "--baseline", "off"]);
+    assert!(out.contains("2 jobs at once; together:") && out.contains("job 1: write"), "{out}");
+    refused(&["demo", "--jobs", "0"], "jobs must be 1..=256");
+}
+
 /// The VM scripts name their network namespace from a prefix a user (or
 /// CI) may set, and refuse one that is no namespace name before doing
 /// anything.

@@ -388,6 +388,72 @@ pub struct Stats {
     pub whole_fpdus: u64,
 }
 
+impl std::ops::AddAssign<&Stats> for Stats {
+    /// The counters of several devices, or of a device's queues, summed
+    /// (as ethtool sums a NIC's queues).
+    fn add_assign(&mut self, o: &Stats) {
+        // Every field named: a new counter cannot be left out.
+        let Stats {
+            sk_add,
+            sk_add_fail,
+            sk_del,
+            ddp_setup,
+            ddp_setup_fail,
+            ddp_teardown,
+            drop,
+            resync,
+            packets,
+            bytes,
+            nic_placed_bytes,
+            nic_zero_copy_bytes,
+            nic_crc_bytes,
+            tx_crc_offloaded_bytes,
+            resync_confirmed,
+            resync_marker,
+            oneshot_armed,
+            oneshot_freed,
+            tx_digest_restored,
+            rx_csum_bad,
+            stag_setup,
+            stag_setup_fail,
+            stag_invalidate,
+            stag_remote_invalidate,
+            stag_refused,
+            recv_setup,
+            recv_refused,
+            whole_fpdus,
+        } = *o;
+        self.sk_add += sk_add;
+        self.sk_add_fail += sk_add_fail;
+        self.sk_del += sk_del;
+        self.ddp_setup += ddp_setup;
+        self.ddp_setup_fail += ddp_setup_fail;
+        self.ddp_teardown += ddp_teardown;
+        self.drop += drop;
+        self.resync += resync;
+        self.packets += packets;
+        self.bytes += bytes;
+        self.nic_placed_bytes += nic_placed_bytes;
+        self.nic_zero_copy_bytes += nic_zero_copy_bytes;
+        self.nic_crc_bytes += nic_crc_bytes;
+        self.tx_crc_offloaded_bytes += tx_crc_offloaded_bytes;
+        self.resync_confirmed += resync_confirmed;
+        self.resync_marker += resync_marker;
+        self.oneshot_armed += oneshot_armed;
+        self.oneshot_freed += oneshot_freed;
+        self.tx_digest_restored += tx_digest_restored;
+        self.rx_csum_bad += rx_csum_bad;
+        self.stag_setup += stag_setup;
+        self.stag_setup_fail += stag_setup_fail;
+        self.stag_invalidate += stag_invalidate;
+        self.stag_remote_invalidate += stag_remote_invalidate;
+        self.stag_refused += stag_refused;
+        self.recv_setup += recv_setup;
+        self.recv_refused += recv_refused;
+        self.whole_fpdus += whole_fpdus;
+    }
+}
+
 /// The device operations (`ulp_ddp_dev_ops`).
 pub trait DdpDevice: Send + Sync {
     /// What the device supports.

@@ -17,7 +17,7 @@ use std::time::Duration;
 use ulp_ddp::Caps;
 
 use crate::args::{
-    check_ram, on_off, parse_bytes, parse_chance, parse_on_off, parse_qd, parse_queues,
+    check_ram, on_off, parse_bytes, parse_chance, parse_jobs, parse_on_off, parse_qd, parse_queues,
     parse_threshold, parse_whole,
 };
 use crate::progress::{Eta, interrupt_flag, so_far, watch};
@@ -36,6 +36,11 @@ pub(crate) struct DemoArgs {
     /// I/O queues, 1 to 128.
     #[arg(long, default_value = "2", value_parser = parse_queues)]
     queues: u16,
+    /// Jobs at once (fio's numjobs), 1 to 256: each a host with its own
+    /// wire against a controller stack of its own (threads of their own),
+    /// the one namespace shared; each writes and reads back all of it.
+    #[arg(long, default_value_t = 1, value_parser = parse_jobs)]
+    jobs: u16,
     /// IP MTU of the in-process wire.
     #[arg(long, default_value_t = 9000, value_parser = parse_whole::<usize>)]
     mtu: usize,
@@ -125,6 +130,7 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
         io_timeout: Duration::ZERO,
         transport: a.transport,
         baseline: a.baseline,
+        jobs: a.jobs,
     };
     let impaired = !o.impair.is_clean();
     let o = run_demo::DemoOptions {
@@ -166,10 +172,17 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
         for note in granted_notes(a.qd, report.queue_depth, a.queues, report.io_queues) {
             println!("  {note}");
         }
+        if report.jobs > 1 {
+            println!("  {} jobs at once; together:", report.jobs);
+        }
         for p in &report.phases {
             for line in p.lines() {
                 println!("  {line}");
             }
+        }
+        for (job, phases) in report.per_job.iter().enumerate() {
+            let each: Vec<String> = phases.iter().map(|p| p.summary()).collect();
+            println!("  job {job}: {}", each.join(", "));
         }
         let w = &report.wire;
         println!(
