@@ -513,6 +513,49 @@ fn io_commands_take_no_controller_lock() {
     assert_eq!(locks, 0, "{locks} locks for 200 reads");
 }
 
+/// A RAM namespace that notes, as each I/O reaches it, how many hold it.
+struct Counted {
+    me: std::sync::Weak<Counted>,
+    ram: RamNamespace,
+    holders: std::sync::Mutex<Vec<usize>>,
+}
+
+impl Namespace for Counted {
+    fn block_size(&self) -> u32 {
+        self.ram.block_size()
+    }
+    fn size(&self) -> u64 {
+        self.ram.size()
+    }
+    fn submit(&self, io: BlockIo, done: Done) {
+        self.holders.lock().unwrap().push(self.me.strong_count());
+        self.ram.submit(io, done)
+    }
+}
+
+/// Nor do they write the namespace's reference count, which every poll
+/// group's I/O would share: while reads and writes run, it stays what it
+/// is at rest.
+#[test]
+fn io_commands_leave_the_namespace_count_alone() {
+    let ns = Arc::new_cyclic(|me| Counted {
+        me: me.clone(),
+        ram: RamNamespace::new(1 << 20, 512).unwrap(),
+        holders: Default::default(),
+    });
+    let target = pair::target(TargetConfig::default(), ns.clone());
+    let mut p = pair(HostConfig { subnqn: SUBNQN.into(), ..Default::default() }, target);
+    p.ready();
+    let at_rest = Arc::strong_count(&ns);
+    for i in 0..20u64 {
+        let kind = if i % 2 == 0 { IoKind::Write } else { IoKind::Read };
+        assert_eq!(p.io(1, kind, i * 8, 8, Some(IoBuf::new(4096))), Status::SUCCESS);
+    }
+    let holders = ns.holders.lock().unwrap().clone();
+    assert_eq!(holders.len(), 20);
+    assert!(holders.iter().all(|&n| n == at_rest), "{holders:?} against {at_rest} at rest");
+}
+
 /// A dead link under in-flight writes: the host tears the association
 /// down, reconnects after reconnect-delay, submits what did not complete
 /// again, and every write completes exactly once and reads back.

@@ -6,7 +6,6 @@ use super::CtrlQueue;
 use super::queue::{Data, DataPtr, Outcome, StorageIo};
 use crate::namespace::{BlockIo, Namespace};
 use crate::nvme::{Sqe, Status, io};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// Dataset Management range: context attributes, length in blocks, start.
@@ -31,23 +30,23 @@ impl CtrlQueue {
             io::FLUSH => return self.flush(sqe),
             _ => return Outcome::status(Status::INVALID_OPCODE),
         }
-        let Some(ns) = self.io_namespace(sqe.nsid) else {
+        let Some(ns) = self.namespace_index(sqe.nsid) else {
             return Outcome::status(Status::INVALID_NAMESPACE);
         };
         let (io, data, bytes) = match sqe.opcode {
-            io::READ => match self.read(sqe, &*ns, data) {
+            io::READ => match self.read(sqe, ns, data) {
                 Ok((io, data, len)) => (io, data, len),
                 Err(outcome) => return outcome,
             },
-            io::WRITE => match self.write(sqe, &*ns, data, durable) {
+            io::WRITE => match self.write(sqe, ns, data, durable) {
                 Ok((io, len)) => (io, None, len),
                 Err(outcome) => return outcome,
             },
-            io::WRITE_ZEROES => match block_range(&*ns, sqe.slba(), u64::from(sqe.nlb())) {
+            io::WRITE_ZEROES => match block_range(self.ns(ns), sqe.slba(), u64::from(sqe.nlb())) {
                 Ok((offset, len)) => (BlockIo::WriteZeroes { offset, len, durable }, None, 0),
                 Err(s) => return Outcome::status(s),
             },
-            _ => match self.dataset_management(sqe, &*ns, data) {
+            _ => match self.dataset_management(sqe, ns, data) {
                 Ok(Some(ranges)) => (BlockIo::Deallocate(ranges), None, 0),
                 Ok(None) => return Outcome::ok(),
                 Err(outcome) => return outcome,
@@ -56,27 +55,29 @@ impl CtrlQueue {
         self.hand_over(sqe, data, bytes, 1, [(ns, io)])
     }
 
-    fn io_namespace(&self, nsid: u32) -> Option<Arc<dyn Namespace>> {
+    /// Where namespace `nsid` is in the target's list. Commands carry the
+    /// index, not a clone of the namespace's `Arc`: its count is one every
+    /// poll group would write on every I/O.
+    fn namespace_index(&self, nsid: u32) -> Option<usize> {
         let i = usize::try_from(nsid).ok()?.checked_sub(1)?;
-        self.target.namespaces().get(i).cloned()
+        (i < self.target.namespaces().len()).then_some(i)
+    }
+
+    fn ns(&self, index: usize) -> &dyn Namespace {
+        &*self.target.namespaces()[index]
     }
 
     /// Bytes a Read or Write moves, after range and size checks.
-    fn transfer(&self, sqe: &Sqe, ns: &dyn Namespace) -> Result<(u64, usize), Outcome> {
+    fn transfer(&self, sqe: &Sqe, ns: usize) -> Result<(u64, usize), Outcome> {
         let (offset, len) =
-            block_range(ns, sqe.slba(), u64::from(sqe.nlb())).map_err(Outcome::status)?;
+            block_range(self.ns(ns), sqe.slba(), u64::from(sqe.nlb())).map_err(Outcome::status)?;
         if len > self.target.max_transfer() {
             return Err(Outcome::status(Status::INVALID_FIELD));
         }
         Ok((offset, len as usize))
     }
 
-    fn read(
-        &mut self,
-        sqe: &Sqe,
-        ns: &dyn Namespace,
-        data: Data,
-    ) -> Result<(BlockIo, Data, u64), Outcome> {
+    fn read(&mut self, sqe: &Sqe, ns: usize, data: Data) -> Result<(BlockIo, Data, u64), Outcome> {
         let (offset, len) = self.transfer(sqe, ns)?;
         match self.data_ptr(sqe) {
             DataPtr::Remote if data.is_none() => {}
@@ -95,7 +96,7 @@ impl CtrlQueue {
     fn write(
         &mut self,
         sqe: &Sqe,
-        ns: &dyn Namespace,
+        ns: usize,
         data: Data,
         durable: bool,
     ) -> Result<(BlockIo, u64), Outcome> {
@@ -109,14 +110,13 @@ impl CtrlQueue {
 
     fn flush(&mut self, sqe: &Sqe) -> Outcome {
         if sqe.nsid != 0xffff_ffff {
-            return match self.io_namespace(sqe.nsid) {
+            return match self.namespace_index(sqe.nsid) {
                 Some(ns) => self.hand_over(sqe, None, 0, 1, [(ns, BlockIo::Flush)]),
                 None => Outcome::status(Status::INVALID_NAMESPACE),
             };
         }
-        let target = self.target.clone();
-        let all = target.namespaces().iter().map(|ns| (ns.clone(), BlockIo::Flush));
-        self.hand_over(sqe, None, 0, target.namespaces().len(), all)
+        let n = self.target.namespaces().len();
+        self.hand_over(sqe, None, 0, n, (0..n).map(|ns| (ns, BlockIo::Flush)))
     }
 
     /// The ranges a Dataset Management command deallocates; None when it
@@ -124,7 +124,7 @@ impl CtrlQueue {
     fn dataset_management(
         &mut self,
         sqe: &Sqe,
-        ns: &dyn Namespace,
+        ns: usize,
         data: Data,
     ) -> Result<Option<Vec<(u64, u64)>>, Outcome> {
         let ranges = (sqe.cdw10 & 0xff) as usize + 1;
@@ -143,7 +143,7 @@ impl CtrlQueue {
         for r in list.chunks_exact(DSM_RANGE_LEN) {
             let nlb = u32::from_le_bytes([r[4], r[5], r[6], r[7]]);
             let slba = u64::from_le_bytes([r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]]);
-            extents.push(block_range(ns, slba, u64::from(nlb)).map_err(Outcome::status)?);
+            extents.push(block_range(self.ns(ns), slba, u64::from(nlb)).map_err(Outcome::status)?);
         }
         Ok(Some(extents))
     }
@@ -157,11 +157,12 @@ impl CtrlQueue {
         data: Data,
         bytes: u64,
         owed: usize,
-        ios: impl IntoIterator<Item = (Arc<dyn Namespace>, BlockIo)>,
+        ios: impl IntoIterator<Item = (usize, BlockIo)>,
     ) -> Outcome {
         let cid = sqe.cid;
         let mut io = StorageIo { sqe: *sqe, data, bytes, owed, failed: false };
         for (ns, block_io) in ios {
+            let ns = self.ns(ns);
             let done = self.answers.done(cid);
             if let Some(result) = self.answers.submitting(cid, || ns.submit(block_io, done)) {
                 io.take(result);
