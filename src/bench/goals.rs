@@ -342,20 +342,20 @@ mod tests {
     #[test]
     fn a_goal_compares_jobs_by_the_controller_cpu() {
         let at = |jobs, cpu| {
-            let p = tcp(Rw::Read, Caps::ALL, 10.0, 0.05);
+            let p = tcp(Rw::RandRead, Caps::ALL, 10.0, 0.05);
             let setting = Setting { bs: 4 << 10, jobs, ..p.setting };
             let median = Measures { controller_cpu_ns_per_io: cpu, ..p.median };
             Point { setting, median, controller_cpu_spread: 0.05, ..p }
         };
         let checks = Goals::parse(SHIPPED).unwrap().check(&[at(1, 1000.0), at(2, 1050.0)]);
-        let c = checks.iter().find(|c| c.what.starts_with("read controller CPU/IO")).unwrap();
+        let c = checks.iter().find(|c| c.what.starts_with("randread controller CPU/IO")).unwrap();
         assert_eq!(
             c.what,
-            "read controller CPU/IO with a poll group per job, all offloads, 2 jobs vs 1 (4k, data digest, qd 32, 2 jobs, mtu 9000)"
+            "randread controller CPU/IO with a poll group per job, all offloads, 2 jobs vs 1 (4k, data digest, qd 32, 2 jobs, mtu 9000)"
         );
         assert_eq!((c.measured, c.verdict), (1.05, Verdict::Met));
         let checks = Goals::parse(SHIPPED).unwrap().check(&[at(1, 1000.0), at(2, 1200.0)]);
-        let c = checks.iter().find(|c| c.what.starts_with("read controller CPU/IO")).unwrap();
+        let c = checks.iter().find(|c| c.what.starts_with("randread controller CPU/IO")).unwrap();
         assert_eq!(c.verdict, Verdict::Missed);
     }
 

@@ -297,7 +297,7 @@ fn run_once<M: Medium + Send + 'static>(
     let per_job = u64::from(p.bs) * u64::from(p.qd) * u64::from(o.queues) * 4;
     let size = (64u64 << 20).max(per_job * jobs);
     let ram = RamNamespace::new(size, 512)?;
-    if p.rw == Rw::Read {
+    if matches!(p.rw, Rw::Read | Rw::RandRead) {
         fill_namespace(&ram, PATTERN_SEED)?;
     }
     let ns: Arc<dyn Namespace> = Arc::new(ram);
