@@ -156,8 +156,9 @@ enum Axis {
 }
 
 /// A panel's place among the others: block size (against loss), queue
-/// depth, MTU, data digest, impairments (the loss only by block size).
-type PanelKey = (u32, u16, usize, bool, [u64; 3]);
+/// depth, jobs, MTU, data digest, impairments (the loss only by block
+/// size).
+type PanelKey = (u32, u16, u16, usize, bool, [u64; 3]);
 
 impl Axis {
     fn x(self, p: &Point) -> f64 {
@@ -197,7 +198,8 @@ impl Axis {
             Axis::BlockSize => (0, i.loss),
             Axis::Loss => (s.bs, 0.0),
         };
-        let key = (bs, s.qd, s.mtu, s.ddgst, [loss, i.reorder, i.duplicate].map(f64::to_bits));
+        let key =
+            (bs, s.qd, s.jobs, s.mtu, s.ddgst, [loss, i.reorder, i.duplicate].map(f64::to_bits));
         let mut title = format!(
             "qd {}, MTU {}, data digest {}",
             s.qd,
@@ -206,6 +208,9 @@ impl Axis {
         );
         if bs > 0 {
             title = format!("{}, {title}", size_label(bs));
+        }
+        if s.jobs > 1 {
+            title += &format!(", {} jobs", s.jobs);
         }
         for (what, chance) in [("loss", loss), ("reorder", i.reorder), ("duplicate", i.duplicate)] {
             if chance > 0.0 {
@@ -548,6 +553,23 @@ mod tests {
             let bars = svg.matches(&format!("<line opacity=\"1\" stroke=\"{color}\"")).count();
             assert_eq!(bars, 2 * 2 * 3, "{color}");
         }
+    }
+
+    #[test]
+    fn a_panel_per_job_count() {
+        let mut points = Vec::new();
+        for jobs in [1, 2] {
+            for bs in [4096, 131072] {
+                let p = point(32, bs, Caps::ALL, 10e3 * f64::from(jobs));
+                points.push(Point { setting: Setting { jobs, ..p.setting }, ..p });
+            }
+        }
+        let fig = Figure::new(&points, Rw::Read, Axis::BlockSize);
+        let titles: Vec<&str> = fig.panels.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(
+            titles,
+            ["qd 32, MTU 9000, data digest on", "qd 32, MTU 9000, data digest on, 2 jobs"]
+        );
     }
 
     #[test]
