@@ -283,6 +283,7 @@ impl Host {
             None => {
                 info!(parent: &self.span, cntlid = self.cntlid, queues = self.io_queues(), namespaces = self.namespaces.len(), "ready");
                 self.state = State::Ready;
+                self.association += 1;
                 self.timers.stop(Timer::BringUp);
                 if self.lost_at.take().is_some() {
                     self.recovery.reconnects += 1;

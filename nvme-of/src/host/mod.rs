@@ -16,13 +16,15 @@
 //! apart: `bring_up` (Connect to CC.SHN, discovery), `recovery` (abort,
 //! retry, reconnect, reset), `io` (what users submit), `timer` (the host's
 //! own deadlines), `queue` (what a binding's queue is, and the command
-//! table every binding keeps), `config` (what a user asks for).
+//! table every binding keeps), `config` (what a user asks for), `sets`
+//! (I/O queues lent to hosts of their own, each for a thread).
 
 mod bring_up;
 mod config;
 mod io;
 mod queue;
 mod recovery;
+mod sets;
 mod timer;
 
 pub use bring_up::Step;
@@ -43,7 +45,7 @@ use crate::nvme::{DISCOVERY_NQN, PropertySize, Sqe, Status, admin, property};
 use crate::stats::{TxStats, UlpStats};
 use crate::time::{Instant, earliest};
 use recovery::Retry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use timer::{Timer, TimerTable};
@@ -154,6 +156,14 @@ pub struct Host {
     /// Commands an Abort was sent for, by queue and CID.
     aborted: Vec<(u16, u16)>,
     recovery: Recovery,
+    /// Queues another host holds (lent to a set; in a set, those it was
+    /// not lent): inert stand-ins here.
+    lent: BTreeSet<u16>,
+    /// This host is a set of I/O queues lent by an association's host.
+    set: bool,
+    /// Associations made so far: which one is up (or was, while another
+    /// is being made).
+    association: u64,
     /// The latest time passed in.
     now: Instant,
     span: tracing::Span,
@@ -194,6 +204,9 @@ impl Host {
             tries: HashMap::new(),
             aborted: Vec::new(),
             recovery: Recovery::default(),
+            lent: BTreeSet::new(),
+            set: false,
+            association: 0,
             now: Instant::ZERO,
             span,
         }
@@ -213,6 +226,7 @@ impl Host {
             // replaces their transports, so no old byte reaches a new queue.
             let binding = self.transport.binding();
             self.queues = vec![self.transport.queue(0, ADMIN_QUEUE_SIZE, binding.admin_inline)];
+            self.lent.clear();
         }
         Some(qid)
     }
@@ -421,7 +435,8 @@ impl Host {
 
     /// Commands that may be outstanding on each I/O queue.
     pub fn queue_depth(&self) -> usize {
-        self.queues.get(1).map_or(0, |q| q.commands().depth())
+        let first = self.io_qids().first().copied();
+        first.map_or(0, |q| self.queues[usize::from(q)].commands().depth())
     }
 
     pub fn outstanding(&self, qid: u16) -> usize {

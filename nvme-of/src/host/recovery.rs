@@ -64,7 +64,10 @@ impl Host {
     /// aborted first and given another command timeout; anything else,
     /// or an I/O already aborted, resets the association.
     pub(super) fn timed_out(&mut self, qid: u16, cid: u16, owner: Owner, now: Instant) {
+        // A set has no admin queue to abort on: its trouble goes to the
+        // association's host.
         let abortable = qid > 0
+            && !self.set
             && matches!(owner, Owner::Io(_))
             && self.state == State::Ready
             && !self.aborted.contains(&(qid, cid));
@@ -113,10 +116,15 @@ impl Host {
 
     /// Submit waiting retries while their queues have room.
     pub(super) fn resubmit(&mut self, now: Instant) {
-        let io_queues = self.io_queues();
+        let qids = self.io_qids();
         while let Some(r) = self.retry.pop_front() {
             // The new association may have fewer I/O queues.
-            let qid = if r.qid == 0 || io_queues == 0 { 0 } else { (r.qid - 1) % io_queues + 1 };
+            let qid = match r.qid {
+                0 => 0,
+                _ if qids.is_empty() => 0,
+                q if qids.contains(&q) => q,
+                q => qids[usize::from(q - 1) % qids.len()],
+            };
             let Command { owner, sqe, data } = r.cmd;
             let q = &mut self.queues[usize::from(qid)];
             let deadline = now + self.cfg.command_timeout;
@@ -143,7 +151,8 @@ impl Host {
         if live_once && self.cfg.ctrl_loss_tmo != Some(Duration::ZERO) {
             if self.lost_at.is_none() {
                 warn!(parent: &self.span, error = %e, "association lost");
-                self.recovery.lost += 1;
+                // The association's host counts it, not each of its sets.
+                self.recovery.lost += u64::from(!self.set);
             } else {
                 debug!(parent: &self.span, error = %e, "reconnect attempt failed");
             }
@@ -162,7 +171,10 @@ impl Host {
         debug!(parent: &self.span, ?delay, "reconnecting");
         self.stop_queues();
         self.state = State::Resetting;
-        self.timers.set(Timer::Reconnect, now + delay);
+        // A set waits for the association's host to make a new one.
+        if !self.set {
+            self.timers.set(Timer::Reconnect, now + delay);
+        }
         self.events.push_back(HostEvent::Reconnecting { error, delay });
     }
 
@@ -175,6 +187,10 @@ impl Host {
             self.stop_queue(qid);
         }
         self.tries.clear();
+        if self.set {
+            // A set holds no queue until it adopts the new association's.
+            self.lent.extend(0..self.queues.len() as u16);
+        }
     }
 
     /// Abort queue `qid` and close its transport. I/O that did not

@@ -33,6 +33,9 @@ pub type Filter = Box<dyn FnMut(u16, &mut Vec<u8>)>;
 /// A host and a controller of one binding, joined in memory.
 pub struct Pair {
     pub host: Host,
+    /// Sets of I/O queues the host lent ([`Pair::lend`]), each with what
+    /// it reported; a queue's bytes go to whichever host holds it.
+    pub sets: Vec<(Host, Vec<HostEvent>)>,
     pub target: Arc<Target>,
     /// How the controller side makes its connections.
     pub acceptor: Arc<dyn controller::Transport>,
@@ -70,6 +73,7 @@ impl Pair {
     pub fn new(host: Host, acceptor: Arc<dyn controller::Transport>, target: Arc<Target>) -> Self {
         Self {
             host,
+            sets: Vec::new(),
             target,
             acceptor,
             conns: BTreeMap::new(),
@@ -126,12 +130,33 @@ impl Pair {
             self.events.push(ev);
             moved = true;
         }
+        for (set, events) in &mut self.sets {
+            while let Some(ev) = set.poll_event() {
+                events.push(ev);
+                moved = true;
+            }
+        }
         moved
+    }
+
+    /// The host that holds queue `qid`: a set it was lent to, or the host.
+    fn holder(&mut self, qid: u16) -> &mut Host {
+        match self.sets.iter().position(|(s, _)| s.holds(qid)) {
+            Some(i) => &mut self.sets[i].0,
+            None => &mut self.host,
+        }
+    }
+
+    /// Lend I/O queues `qids` to a new set; its index in [`Pair::sets`].
+    pub fn lend(&mut self, qids: &[u16]) -> usize {
+        let set = self.host.lend(qids).unwrap_or_else(|| panic!("cannot lend {qids:?}"));
+        self.sets.push((set, Vec::new()));
+        self.sets.len() - 1
     }
 
     /// What the host sends on `qid`, as far as its controller takes it.
     fn send_to_controller(&mut self, qid: u16, buf: &mut [u8]) -> bool {
-        let n = self.host.poll_transmit(qid, buf);
+        let n = self.holder(qid).poll_transmit(qid, buf);
         let backlog = self.backlog.entry(qid).or_default();
         if n > 0 {
             let mut bytes = buf[..n].to_vec();
@@ -158,8 +183,9 @@ impl Pair {
             f(qid, &mut bytes);
         }
         let mut at = 0;
+        let now = self.now;
         while at < bytes.len() {
-            let k = self.host.handle_input(qid, &bytes[at..], self.now);
+            let k = self.holder(qid).handle_input(qid, &bytes[at..], now);
             if k == 0 {
                 break;
             }
@@ -172,17 +198,19 @@ impl Pair {
     fn close_if_done(&mut self, qid: u16, buf: &mut [u8]) -> bool {
         let Some(conn) = self.conns.get_mut(&qid) else { return false };
         let closed_ctrl = conn.is_closed();
-        if !closed_ctrl && !self.host.is_closed(qid) {
+        if !closed_ctrl && !self.holder(qid).is_closed(qid) {
             return false;
         }
         // Flush what the host still had (a TermReq) before closing.
-        let n = self.host.poll_transmit(qid, buf);
+        let n = self.holder(qid).poll_transmit(qid, buf);
+        let Some(conn) = self.conns.get_mut(&qid) else { return false };
         if n > 0 && !closed_ctrl {
             conn.handle_input(&buf[..n], self.now);
         }
         let reason = conn.close_reason().filter(|_| closed_ctrl).cloned();
         conn.transport_closed();
-        self.host.transport_closed(qid, self.now);
+        let now = self.now;
+        self.holder(qid).transport_closed(qid, now);
         self.conns.remove(&qid);
         self.backlog.remove(&qid);
         self.closed.push((qid, reason));
@@ -192,12 +220,16 @@ impl Pair {
     /// The earliest deadline of either side.
     pub fn next_deadline(&self) -> Option<Instant> {
         let conns = self.conns.values().filter_map(|c| c.poll_timeout());
-        self.host.poll_timeout().into_iter().chain(conns).min()
+        let sets = self.sets.iter().filter_map(|(s, _)| s.poll_timeout());
+        self.host.poll_timeout().into_iter().chain(conns).chain(sets).min()
     }
 
     /// Fire every timer due at `now` on both sides.
     pub fn fire_timers(&mut self) {
         self.host.handle_timeout(self.now);
+        for (set, _) in &mut self.sets {
+            set.handle_timeout(self.now);
+        }
         for c in self.conns.values_mut() {
             c.handle_timeout(self.now);
         }
@@ -259,7 +291,8 @@ impl Pair {
     pub fn cut(&mut self, qid: u16) {
         self.conns.remove(&qid);
         self.backlog.remove(&qid);
-        self.host.transport_closed(qid, self.now);
+        let now = self.now;
+        self.holder(qid).transport_closed(qid, now);
     }
 
     /// Every completion of `tag` so far.
