@@ -36,20 +36,20 @@ pub trait HostApp {
 
 /// An app that is interrupted once `stop` is set (by Ctrl-C, on another
 /// thread); the flag is looked at on every turn of the driver's loop.
-pub struct Stoppable<'a> {
-    app: &'a mut dyn HostApp,
+pub struct Stoppable<'a, A: HostApp + ?Sized = dyn HostApp> {
+    app: &'a mut A,
     stop: &'a AtomicBool,
     /// The app was interrupted.
     pub stopped: bool,
 }
 
-impl<'a> Stoppable<'a> {
-    pub fn new(app: &'a mut dyn HostApp, stop: &'a AtomicBool) -> Self {
+impl<'a, A: HostApp + ?Sized> Stoppable<'a, A> {
+    pub fn new(app: &'a mut A, stop: &'a AtomicBool) -> Self {
         Self { app, stop, stopped: false }
     }
 }
 
-impl HostApp for Stoppable<'_> {
+impl<A: HostApp + ?Sized> HostApp for Stoppable<'_, A> {
     fn on_event(&mut self, host: &mut Host, event: HostEvent, now: Instant) {
         self.app.on_event(host, event, now);
     }

@@ -276,6 +276,7 @@ pub fn passes(o: &DemoOptions) -> Vec<WorkloadSpec> {
         verify: true,
         seed: o.seed,
         nsid: None,
+        part: (0, 1),
     };
     vec![spec(Rw::Write), spec(Rw::Read)]
 }

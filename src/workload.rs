@@ -82,6 +82,10 @@ pub struct WorkloadSpec {
     pub seed: u64,
     /// The namespace to use; `None` for the first one.
     pub nsid: Option<u32>,
+    /// This workload is part `i` of `n` of the pass (`(0, 1)`: all of it):
+    /// it moves its share of the bytes, and a sequential pass starts where
+    /// its share does (fio's jobs with `offset_increment`).
+    pub part: (u32, u32),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -149,7 +153,9 @@ pub struct IoStats {
 pub struct Workload {
     spec: WorkloadSpec,
     ns: NamespaceInfo,
-    queues: u16,
+    /// The I/O queues it submits on: the host's own (a set's, of those it
+    /// holds).
+    qids: Vec<u16>,
     blocks_per_io: u32,
     /// Blocks per command, and commands per I/O.
     blocks_per_part: u32,
@@ -166,6 +172,8 @@ pub struct Workload {
     partial: Vec<Option<usize>>,
     written: Vec<u64>,
     issued_bytes: u64,
+    /// The bytes to move, unless time limits it.
+    budget: Option<u64>,
     started: Option<Instant>,
     finished: Option<Instant>,
     /// Latencies of reads and of writes (all of them together when
@@ -216,16 +224,26 @@ impl Workload {
         let written = vec![if assume_written { u64::MAX } else { 0 }; units.div_ceil(64) as usize];
         let hist =
             Histogram::new(3).unwrap_or_else(|_| Histogram::new(2).expect("2 significant digits"));
+        let all = match spec.limit {
+            Limit::Bytes(bytes) => bytes / u64::from(spec.bs),
+            Limit::Namespace | Limit::Time(_) => units,
+        };
+        let (cursor, mine) = part_of(all, spec.part);
+        let budget = match spec.limit {
+            Limit::Time(_) => None,
+            _ => Some(mine * u64::from(spec.bs)),
+        };
         Ok(Self {
             rng: spec.seed | 1,
             spec,
             ns,
-            queues: host.io_queues(),
+            qids: host.io_qids(),
             blocks_per_io,
             blocks_per_part,
             parts,
             units,
-            cursor: 0,
+            cursor,
+            budget,
             slots: Vec::new(),
             free: Vec::new(),
             spare: Vec::new(),
@@ -271,11 +289,7 @@ impl Workload {
 
     /// The bytes to transfer, unless time limits the workload.
     fn byte_budget(&self) -> Option<u64> {
-        match self.spec.limit {
-            Limit::Bytes(n) => Some(n),
-            Limit::Namespace => Some(self.units * u64::from(self.spec.bs)),
-            Limit::Time(_) => None,
-        }
+        self.budget
     }
 
     fn more(&self, now: Instant) -> bool {
@@ -313,7 +327,8 @@ impl Workload {
             return Ok(());
         }
         let depth = self.spec.qd.max(1);
-        for qid in 1..=self.queues {
+        for i in 0..self.qids.len() {
+            let qid = self.qids[i];
             let q = usize::from(qid);
             if let Some(index) = self.partial[q] {
                 self.submit_parts(host, index, now)?;
@@ -579,6 +594,14 @@ impl IoStats {
     }
 }
 
+/// Part `i` of `n` of `units`: where it starts and how many it has (the
+/// last part takes what does not divide).
+fn part_of(units: u64, (i, n): (u32, u32)) -> (u64, u64) {
+    let (i, n) = (u64::from(i), u64::from(n.max(1)));
+    let per = units / n;
+    (i * per, if i + 1 >= n { units - i.min(n - 1) * per } else { per })
+}
+
 /// The counts of `stats` added up.
 fn added<'a>(stats: impl Iterator<Item = &'a IoStats>) -> IoStats {
     stats.fold(IoStats::default(), |t, s| IoStats {
@@ -680,5 +703,12 @@ mod tests {
         let (read, write) = (all.read.unwrap(), all.write.unwrap());
         assert_eq!((read.ios, read.lat_max_us, read.lat_p50_us), (200, 30, 30));
         assert_eq!((write.ios, write.lat_max_us), (200, 40));
+    }
+
+    #[test]
+    fn parts_of_a_pass_cover_it_once() {
+        assert_eq!(part_of(10, (0, 1)), (0, 10));
+        let parts: Vec<_> = (0..3).map(|i| part_of(10, (i, 3))).collect();
+        assert_eq!(parts, [(0, 3), (3, 3), (6, 4)]);
     }
 }

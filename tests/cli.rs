@@ -789,6 +789,38 @@ fn the_controller_serves_on_the_cpus_given() {
     assert!(groups[0].contains("group=0 on=CPU 0 connections=3 io_queues=1 cpu_s="), "{log}");
 }
 
+/// `io --cpus LIST` runs one association's I/O queues in sets, a thread
+/// each on its CPU, dealt round robin; the pass is shared out (each set
+/// writes its part, and the read back verifies all of it); the report is
+/// the phase as one and each set's share. Refused where it cannot run.
+#[test]
+fn io_queues_run_on_the_cpus_given() {
+    let two = std::thread::available_parallelism().map_or(1, usize::from) >= 2;
+    let cpus = if two { "0,1" } else { "0" };
+    let c = Controller::start(&[]);
+    let host = ["host", "--connect", &c.addr, "--queues", "4", "--json", "io", "--bs", "128k"];
+    let write = json(&[&host[..], &["--rw", "write", "--verify", "--cpus", cpus]].concat());
+    let read = json(&[&host[..], &["--rw", "read", "--verify", "--cpus", cpus]].concat());
+    let size = 64u64 << 20;
+    assert_eq!(write["phases"][0]["bytes"], size, "{write}");
+    assert_eq!(write["phases"][0]["queues"], 4, "{write}");
+    assert_eq!(read["phases"][0]["verified_bytes"], size, "{read}");
+    let sets = read["sets"].as_array().unwrap();
+    let qids: Vec<&serde_json::Value> = sets.iter().map(|s| &s["qids"]).collect();
+    match two {
+        true => assert_eq!(qids, [&serde_json::json!([1, 3]), &serde_json::json!([2, 4])]),
+        false => assert_eq!(qids, [&serde_json::json!([1, 2, 3, 4])]),
+    }
+    let ios: u64 = sets.iter().map(|s| s["ios"].as_u64().unwrap()).sum();
+    assert_eq!(ios, size / (128 << 10), "each set moved its part: {read}");
+    assert!(sets.iter().all(|s| s["host_cpu_ns_per_io"].as_f64().unwrap() > 0.0), "{read}");
+    let text =
+        ok(&[&host[..5], &["io", "--rw", "randread", "--time", "0.3", "--cpus", cpus]].concat());
+    assert!(text.contains("queues [1, 3] on CPU 0") || !two, "{text}");
+    refused(&[&host[..5], &["io", "--jobs", "2", "--cpus", "0"]].concat(), "with --jobs");
+    refused(&[&host[..5], &["io", "--cpus", "100000"]].concat(), "may not run on CPU 100000");
+}
+
 /// `io --jobs N` runs N hosts at once, a thread and an association each,
 /// and the controller's poll groups share their I/O queues out.
 #[test]

@@ -69,6 +69,7 @@ fn write_then_read_with(addr: SocketAddr, host: &mut Host, bs: u32, size: u64) -
         verify: true,
         seed: 42,
         nsid: None,
+        part: (0, 1),
     };
     let mut app = IoApp::new([spec(Rw::Write), spec(Rw::Read)]);
     run_host(addr, host, &mut app, LIMIT).unwrap();
@@ -212,6 +213,7 @@ fn poll_groups_share_the_connections_of_several_hosts() {
                     verify: true,
                     seed: 42,
                     nsid: None,
+                    part: (0, 1),
                 };
                 let mut host = nvme_tcp::host::new(host_cfg(Digests::NONE, 3, 16));
                 let mut app = IoApp::new([spec(Rw::Write), spec(Rw::Read)]);

@@ -211,6 +211,7 @@ fn offloads_toggle_at_run_time() {
         verify: true,
         seed: 5,
         nsid: None,
+        part: (0, 1),
     };
     let mut app = Toggler {
         inner: IoApp::new([spec(Rw::Write), spec(Rw::Read)]),

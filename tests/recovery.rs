@@ -159,6 +159,32 @@ fn a_killed_controller_comes_back_and_the_verified_write_finishes_over_kernel_tc
     });
 }
 
+/// The same with the host's two I/O queues in sets, a thread each
+/// (`io --cpus`): the sets lose their queues with the controller, the main
+/// thread makes the association again, and each set takes its new queue
+/// and submits again what did not complete.
+#[test]
+fn a_killed_controller_comes_back_to_queues_on_threads_of_their_own() {
+    let ns = Scratch::new("sets");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let listen = addr.to_string();
+    let ctrl = || {
+        let mut c = Command::new(EXE);
+        c.args(["controller", "--listen", &listen, "--ns", &ns.ns()]);
+        c
+    };
+    let ready = || std::net::TcpStream::connect(addr).is_ok();
+    let cpus = match std::thread::available_parallelism().map_or(1, usize::from) {
+        1 => "0",
+        _ => "0,1",
+    };
+    kill_mid_write(ctrl, &ready, |extra| {
+        let mut c = Command::new(EXE);
+        c.args(host_args(&listen, &[&["--queues", "2"], extra, &["--cpus", cpus]].concat()));
+        c
+    });
+}
+
 #[test]
 fn a_killed_controller_comes_back_and_the_verified_write_finishes_over_tap() {
     if !root() || Command::new("ip").arg("-V").output().is_err() {

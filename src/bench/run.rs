@@ -428,6 +428,7 @@ fn run_job<M: Medium + Send + 'static>(
         verify: false,
         seed: PATTERN_SEED,
         nsid: None,
+        part: (0, 1),
     };
     let app = |clocks| BenchApp {
         nic: hnic,

@@ -149,10 +149,12 @@ impl Host {
             State::ShuttingDown => false,
         };
         if live_once && self.cfg.ctrl_loss_tmo != Some(Duration::ZERO) {
-            if self.lost_at.is_none() {
+            if self.lost_at.is_none() && self.set {
+                // The association's host says so, and counts it.
+                debug!(parent: &self.span, error = %e, "a queue set lost its queues");
+            } else if self.lost_at.is_none() {
                 warn!(parent: &self.span, error = %e, "association lost");
-                // The association's host counts it, not each of its sets.
-                self.recovery.lost += u64::from(!self.set);
+                self.recovery.lost += 1;
             } else {
                 debug!(parent: &self.span, error = %e, "reconnect attempt failed");
             }

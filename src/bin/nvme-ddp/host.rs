@@ -7,17 +7,18 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use nvme_ddp::app::IoApp;
 use nvme_ddp::driver::cpus;
-use nvme_ddp::report::{PhaseReport, granted_notes, human_bytes, human_count};
+use nvme_ddp::report::{PhaseReport, RecoveryReport, granted_notes, human_bytes, human_count};
 use nvme_ddp::size::format_size;
-use nvme_ddp::workload::{Limit, Rw, WorkloadSpec};
+use nvme_ddp::workload::{IoStats, Limit, Rw, WorkloadSpec};
 use std::time::Duration;
 
 use crate::admin::{self, GetLogArgs, IdNsArgs, resolve_nqn};
 use crate::args::{
-    parse_bytes, parse_jobs, parse_nsid, parse_percent, parse_rw, parse_seconds, parse_whole,
+    List, parse_bytes, parse_cpus, parse_jobs, parse_nsid, parse_percent, parse_rw, parse_seconds,
+    parse_whole,
 };
 use crate::progress::{cpu_times, so_far, watch};
-use crate::session::{ConnectArgs, host_config, run_app};
+use crate::session::{ConnectArgs, host_config, run_app, run_sets};
 
 /// Options of `host`: how to connect, then the verb.
 #[derive(Args, Debug)]
@@ -80,6 +81,13 @@ struct IoArgs {
     /// come from seed + J.
     #[arg(long, default_value_t = 1, value_parser = parse_jobs)]
     jobs: u16,
+    /// Run the I/O queues in sets, a thread each pinned to one of these
+    /// CPUs (e.g. 0-3 or 0,2), as Linux runs each queue's work on its own
+    /// CPU; the admin queue and keep alive stay on the main thread. The
+    /// pass is shared out: each set moves its part of the bytes. Over
+    /// kernel TCP.
+    #[arg(long, value_parser = parse_cpus)]
+    cpus: Option<List<usize>>,
 }
 
 pub(crate) fn run(args: HostArgs) -> Result<()> {
@@ -140,6 +148,18 @@ fn io_run(a: &ConnectArgs, io: &IoArgs) -> Result<()> {
             "--jobs runs over kernel TCP: a TAP or interface takes one stack; run a process per job"
         );
     }
+    if let Some(List(cpus)) = &io.cpus {
+        if a.link_name().is_some() {
+            bail!("--cpus runs the queues over kernel TCP: a TAP or interface takes one stack");
+        }
+        if io.jobs > 1 {
+            bail!("--cpus spreads one association's queues; with --jobs, each job is one thread");
+        }
+        let allowed = cpus::allowed()?;
+        if let Some(c) = cpus.iter().find(|c| !allowed.contains(c)) {
+            bail!("--cpus: this process may not run on CPU {c} (it may on {allowed:?})");
+        }
+    }
     let bs = u32::try_from(io.bs).ok().filter(|&b| b > 0).context("--bs must be 1..4G")?;
     let limit = match (io.size, io.time) {
         (_, Some(t)) if !t.is_zero() => Limit::Time(t),
@@ -160,10 +180,14 @@ fn io_run(a: &ConnectArgs, io: &IoArgs) -> Result<()> {
         verify: io.verify,
         seed: io.seed,
         nsid: io.nsid,
+        part: (0, 1),
     };
     let nqn = resolve_nqn(a)?;
     if io.jobs > 1 {
         return jobs_run(a, io, spec, nqn);
+    }
+    if let Some(List(cpus)) = &io.cpus {
+        return sets_run(a, spec, nqn, cpus);
     }
     let mut app = IoApp::new([spec]);
     if let Some(w) = watch(a.eta) {
@@ -207,6 +231,98 @@ fn io_run(a: &ConnectArgs, io: &IoArgs) -> Result<()> {
     result?;
     if app.interrupted {
         bail!("interrupted; {}", so_far(app.abandoned));
+    }
+    Ok(())
+}
+
+/// `io --cpus LIST`: one association, its I/O queues dealt round robin
+/// into a set per CPU (as many as there are queues at most), each set's
+/// thread pinned to its CPU and moving its part of the pass; then the
+/// phase as one, and each set's share with its thread's CPU per I/O.
+fn sets_run(a: &ConnectArgs, spec: WorkloadSpec, nqn: String, cpus: &[usize]) -> Result<()> {
+    let n = cpus.len().min(usize::from(a.queues));
+    let qids: Vec<Vec<u16>> =
+        (0..n).map(|i| (1..=a.queues).filter(|q| usize::from(q - 1) % n == i).collect()).collect();
+    let mut apps: Vec<IoApp> = (0..n)
+        .map(|i| IoApp::new([WorkloadSpec { part: (i as u32, n as u32), ..spec.clone() }]))
+        .collect();
+    if let Some(w) = watch(a.eta) {
+        apps[0] = IoApp::new([WorkloadSpec { part: (0, n as u32), ..spec.clone() }]).with_watch(w);
+    }
+    let cpu0 = cpu_times();
+    let t0 = std::time::Instant::now();
+    let sets = apps.iter_mut().zip(&qids).zip(cpus);
+    let sets = sets.map(|((app, q), &cpu)| (q.clone(), app, Some(cpu))).collect();
+    let result = run_sets(a, host_config(a, nqn), sets, Duration::from_secs(30 * 24 * 3600));
+    let (cpu1, wall) = (cpu_times(), t0.elapsed().as_secs_f64().max(1e-9));
+    let share = |a: Duration, b: Duration| (b - a).as_secs_f64() / wall * 100.0;
+    let (user_pct, sys_pct) = (share(cpu0.0, cpu1.0), share(cpu0.1, cpu1.1));
+    let (mut recovery, runs) = match result {
+        Ok((r, runs)) => (RecoveryReport::from(r), runs),
+        Err(e) => (RecoveryReport::default(), Err(e)?),
+    };
+    for app in &apps {
+        recovery.retried += app.recovery.retried;
+    }
+    let parts: Vec<_> = apps
+        .iter()
+        .filter_map(|app| Some((&app.results.first()?.1, app.latencies.first()?)))
+        .collect();
+    let phase = apps[0].results.first().map(|(spec, _)| {
+        let all = IoStats::of_jobs(&parts);
+        PhaseReport::new(
+            &WorkloadSpec { part: (0, 1), ..spec.clone() },
+            all,
+            a.queues,
+            apps[0].queue_depth,
+        )
+    });
+    let each: Vec<_> = apps
+        .iter()
+        .zip(&runs)
+        .zip(cpus)
+        .zip(&qids)
+        .map(|(((app, run), cpu), qids)| {
+            let ios = app.results.first().map_or(0, |(_, s)| s.ios);
+            let iops = app.results.first().map_or(0.0, |(_, s)| s.iops);
+            let per_io = run.cpu.as_nanos() as f64 / ios.max(1) as f64;
+            (*cpu, qids.clone(), ios, iops, per_io)
+        })
+        .collect();
+    let interrupted = apps.iter().any(|a| a.interrupted);
+    let abandoned: u64 = apps.iter().map(|a| a.abandoned).sum();
+    if a.json {
+        let sets: Vec<_> = each
+            .iter()
+            .map(|(cpu, qids, ios, iops, per_io)| serde_json::json!({"cpu": cpu, "qids": qids, "ios": ios, "iops": iops, "host_cpu_ns_per_io": per_io}))
+            .collect();
+        let j = serde_json::json!({
+            "phases": phase.iter().collect::<Vec<_>>(), "sets": sets, "interrupted": interrupted,
+            "abandoned": abandoned, "recovery": recovery,
+            "cpu": { "user_pct": user_pct, "sys_pct": sys_pct },
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else if let Some(p) = &phase {
+        for note in granted_notes(a.qd, apps[0].queue_depth, a.queues, p.queues) {
+            println!("{note}");
+        }
+        for line in p.lines() {
+            println!("{line}");
+        }
+        for (cpu, qids, ios, iops, per_io) in &each {
+            println!(
+                "  queues {qids:?} on CPU {cpu}: {} IOPS, {ios} I/Os, {per_io:.0} ns of its thread's CPU per I/O",
+                human_count(*iops)
+            );
+        }
+        println!("  cpu: usr {user_pct:.1}%, sys {sys_pct:.1}% of one core");
+        println!("  {}", recovery.line());
+    }
+    if let Some(e) = apps.iter().find_map(nvme_ddp::app::HostApp::error) {
+        bail!("{e}");
+    }
+    if interrupted {
+        bail!("interrupted; {}", so_far(abandoned));
     }
     Ok(())
 }

@@ -1,10 +1,15 @@
 //! NVMe/TCP and NVMe/RDMA (iWARP) over the kernel's TCP: non-blocking
 //! sockets (mio) driving the sans-IO host and controller. A controller
 //! server spreads its connections over poll groups, a thread each; a host
-//! run drives every queue of one host.
+//! run drives every queue of one host, or (`sets`) its admin queue while
+//! sets of its I/O queues run on threads of their own.
 //!
 //! It moves bytes and time only; it must never interpret NVMe (that is
 //! the sans-IO host's and controller's) or decide what a run does.
+
+mod sets;
+
+pub use sets::{QueueSet, SetRun, run_host_sets};
 
 use crate::app::HostApp;
 use crate::driver::clock::Clock;
@@ -537,6 +542,8 @@ pub enum HostRunError {
     Io { qid: u16, error: io::Error },
     #[error("the run did not finish within its limit of {} s", .0.as_secs())]
     Timeout(Duration),
+    #[error("a queue set's thread panicked")]
+    Panicked,
 }
 
 /// A connection to the controller failed. While reconnecting it is one
@@ -556,30 +563,43 @@ fn connect_failed(
     Ok(())
 }
 
-/// Run `app` on `host` over kernel TCP connections to `addr` until the app
-/// is done (or `limit` passes).
-pub fn run_host(
-    addr: SocketAddr,
-    host: &mut Host,
-    app: &mut dyn HostApp,
-    limit: Duration,
-) -> Result<(), HostRunError> {
-    let clock = Clock::new();
-    let mut poll = Poll::new().map_err(|error| HostRunError::Io { qid: 0, error })?;
-    let mut events = Events::with_capacity(64);
-    let mut socks: HashMap<u16, (TcpStream, Pipe, bool)> = HashMap::new();
-    // Connections under way, and when each gives up. They never block the
-    // loop: an app may end the run (Ctrl-C) while one waits for an answer.
-    let mut connecting: HashMap<u16, (TcpStream, nvme_of::Instant)> = HashMap::new();
-    let start = clock.now();
-    loop {
-        let now = clock.now();
-        if now.saturating_since(start) > limit {
-            return Err(HostRunError::Timeout(limit));
-        }
+/// The sockets of a host's queues, by queue, each with its pipe, those
+/// still connecting, and the poll that watches them.
+pub(crate) struct HostSockets {
+    poll: Poll,
+    events: Events,
+    socks: HashMap<u16, (TcpStream, Pipe, bool)>,
+    /// Connections under way, and when each gives up. They never block the
+    /// loop: an app may end the run (Ctrl-C) while one waits for an answer.
+    connecting: HashMap<u16, (TcpStream, nvme_of::Instant)>,
+}
+
+impl HostSockets {
+    pub(crate) fn new() -> io::Result<Self> {
+        Ok(Self {
+            poll: Poll::new()?,
+            events: Events::with_capacity(64),
+            socks: HashMap::new(),
+            connecting: HashMap::new(),
+        })
+    }
+
+    /// A waker that ends the wait of this loop's poll from another thread.
+    pub(crate) fn waker(&self) -> io::Result<mio::Waker> {
+        mio::Waker::new(self.poll.registry(), WAKE)
+    }
+
+    /// Open a connection to `addr` for each queue the host names, and
+    /// settle the connections under way.
+    pub(crate) fn connect(
+        &mut self,
+        addr: SocketAddr,
+        host: &mut Host,
+        now: nvme_of::Instant,
+    ) -> Result<(), HostRunError> {
         while let Some(qid) = host.poll_connect() {
             // A socket left from a lost association goes (dropped, closed).
-            socks.remove(&qid);
+            self.socks.remove(&qid);
             let mut sock = match TcpStream::connect(addr) {
                 Ok(sock) => sock,
                 Err(error) => {
@@ -587,17 +607,18 @@ pub fn run_host(
                     continue;
                 }
             };
-            poll.registry()
+            self.poll
+                .registry()
                 .register(
                     &mut sock,
                     Token(usize::from(qid)),
                     Interest::READABLE | Interest::WRITABLE,
                 )
                 .map_err(|error| HostRunError::Io { qid, error })?;
-            connecting.insert(qid, (sock, now + CONNECT_TIMEOUT));
+            self.connecting.insert(qid, (sock, now + CONNECT_TIMEOUT));
         }
         let mut answered = Vec::new();
-        for (&qid, (sock, deadline)) in &connecting {
+        for (&qid, (sock, deadline)) in &self.connecting {
             let error = match (sock.take_error(), sock.peer_addr()) {
                 (Ok(Some(e)) | Err(e), _) => Some(e),
                 (Ok(None), Ok(_)) => None,
@@ -613,21 +634,24 @@ pub fn run_host(
             answered.push((qid, error));
         }
         for (qid, error) in answered {
-            let Some((mut sock, _)) = connecting.remove(&qid) else { continue };
+            let Some((mut sock, _)) = self.connecting.remove(&qid) else { continue };
             if let Some(error) = error {
-                let _ = poll.registry().deregister(&mut sock);
+                let _ = self.poll.registry().deregister(&mut sock);
                 connect_failed(host, addr, qid, error, now)?;
                 continue;
             }
             sock.set_nodelay(true).map_err(|error| HostRunError::Io { qid, error })?;
             host.connected(qid, now);
-            socks.insert(qid, (sock, Pipe::new(), true));
+            self.socks.insert(qid, (sock, Pipe::new(), true));
         }
-        if host.poll_timeout().is_some_and(|t| now >= t) {
-            host.handle_timeout(now);
-        }
+        Ok(())
+    }
+
+    /// Move bytes between each open socket and its queue; close those the
+    /// host is done with, or whose connection ended.
+    pub(crate) fn pump(&mut self, host: &mut Host, now: nvme_of::Instant) {
         let mut closed = Vec::new();
-        for (&qid, (sock, pipe, open)) in socks.iter_mut() {
+        for (&qid, (sock, pipe, open)) in self.socks.iter_mut() {
             if !*open {
                 continue;
             }
@@ -637,30 +661,36 @@ pub fn run_host(
             }
         }
         for qid in closed {
-            if let Some((sock, _, open)) = socks.get_mut(&qid) {
+            if let Some((sock, _, open)) = self.socks.get_mut(&qid) {
                 *open = false;
-                let _ = poll.registry().deregister(sock);
+                let _ = self.poll.registry().deregister(sock);
                 let _ = sock.shutdown(std::net::Shutdown::Both);
                 host.transport_closed(qid, now);
             }
         }
-        while let Some(ev) = host.poll_event() {
-            app.on_event(host, ev, now);
-        }
-        app.on_poll(host, now);
-        if app.is_done() && socks.values().all(|(_, p, open)| !*open || p.flushed()) {
-            // Connections still under way go, unanswered.
-            connecting.clear();
-            // Flush anything the app queued last (a shutdown), then stop.
-            for (&qid, (sock, pipe, open)) in socks.iter_mut() {
-                if *open {
-                    let _ = pipe.pump(sock, &mut HostEnd { host, qid, now });
-                }
+    }
+
+    /// Nothing is waiting to be sent on an open socket.
+    pub(crate) fn flushed(&self) -> bool {
+        self.socks.values().all(|(_, p, open)| !*open || p.flushed())
+    }
+
+    /// Flush what the host queued last (a shutdown), dropping connections
+    /// still under way.
+    pub(crate) fn finish(&mut self, host: &mut Host, now: nvme_of::Instant) {
+        self.connecting.clear();
+        for (&qid, (sock, pipe, open)) in self.socks.iter_mut() {
+            if *open {
+                let _ = pipe.pump(sock, &mut HostEnd { host, qid, now });
             }
-            return Ok(());
         }
-        // Output waiting on a socket that can take it: go round again now.
-        let busy = socks
+    }
+
+    /// Wait until a socket is ready, the host's next deadline, or a tick;
+    /// not at all while output waits on a socket that can take it.
+    pub(crate) fn wait(&mut self, host: &Host, clock: &Clock) -> Result<(), HostRunError> {
+        let busy = self
+            .socks
             .iter()
             .any(|(&q, (_, p, open))| *open && p.writable && host.pending_output(q) > 0);
         let timeout = if busy {
@@ -668,15 +698,73 @@ pub fn run_host(
         } else {
             host.poll_timeout().map_or(TICK, |t| t.saturating_since(clock.now()).min(TICK))
         };
-        match poll.poll(&mut events, Some(timeout)) {
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+        match self.poll.poll(&mut self.events, Some(timeout)) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(()),
             r => r.map_err(|error| HostRunError::Io { qid: 0, error })?,
         }
-        for ev in &events {
-            if let Some((_, pipe, _)) = socks.get_mut(&(ev.token().0 as u16)) {
+        for ev in &self.events {
+            if let Some((_, pipe, _)) = self.socks.get_mut(&(ev.token().0 as u16)) {
                 pipe.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
                 pipe.writable |= ev.is_writable();
             }
         }
+        Ok(())
+    }
+
+    /// Hand the open sockets of `qids` over, for another loop to drive.
+    pub(crate) fn take(&mut self, qids: &[u16]) -> Vec<(u16, TcpStream, Pipe)> {
+        let mut out = Vec::new();
+        for qid in qids {
+            if let Some((mut sock, pipe, true)) = self.socks.remove(qid) {
+                let _ = self.poll.registry().deregister(&mut sock);
+                out.push((*qid, sock, pipe));
+            }
+        }
+        out
+    }
+
+    /// Drive sockets another loop handed over.
+    pub(crate) fn adopt(&mut self, socks: Vec<(u16, TcpStream, Pipe)>) -> io::Result<()> {
+        for (qid, mut sock, mut pipe) in socks {
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            self.poll.registry().register(&mut sock, Token(usize::from(qid)), interest)?;
+            // Whatever came meanwhile is read on the next turn.
+            (pipe.readable, pipe.writable) = (true, true);
+            self.socks.insert(qid, (sock, pipe, true));
+        }
+        Ok(())
+    }
+}
+
+/// Run `app` on `host` over kernel TCP connections to `addr` until the app
+/// is done (or `limit` passes).
+pub fn run_host(
+    addr: SocketAddr,
+    host: &mut Host,
+    app: &mut dyn HostApp,
+    limit: Duration,
+) -> Result<(), HostRunError> {
+    let clock = Clock::new();
+    let mut socks = HostSockets::new().map_err(|error| HostRunError::Io { qid: 0, error })?;
+    let start = clock.now();
+    loop {
+        let now = clock.now();
+        if now.saturating_since(start) > limit {
+            return Err(HostRunError::Timeout(limit));
+        }
+        socks.connect(addr, host, now)?;
+        if host.poll_timeout().is_some_and(|t| now >= t) {
+            host.handle_timeout(now);
+        }
+        socks.pump(host, now);
+        while let Some(ev) = host.poll_event() {
+            app.on_event(host, ev, now);
+        }
+        app.on_poll(host, now);
+        if app.is_done() && socks.flushed() {
+            socks.finish(host, now);
+            return Ok(());
+        }
+        socks.wait(host, &clock)?;
     }
 }
