@@ -817,6 +817,13 @@ fn io_queues_run_on_the_cpus_given() {
     let text =
         ok(&[&host[..5], &["io", "--rw", "randread", "--time", "0.3", "--cpus", cpus]].concat());
     assert!(text.contains("queues [1, 3] on CPU 0") || !two, "{text}");
+    // NVMe/RDMA's queues go to their sets the same way.
+    let r = Controller::start(&["--transport", "rdma"]);
+    let rdma = ["host", "--connect", &r.addr, "--transport", "rdma", "--queues", "2", "--json"];
+    let v = json(
+        &[&rdma[..], &["io", "--rw", "write", "--size", "4M", "--verify", "--cpus", cpus]].concat(),
+    );
+    assert_eq!(v["phases"][0]["bytes"], 4 << 20, "{v}");
     refused(&[&host[..5], &["io", "--jobs", "2", "--cpus", "0"]].concat(), "with --jobs");
     refused(&[&host[..5], &["io", "--cpus", "100000"]].concat(), "may not run on CPU 100000");
 }
