@@ -197,6 +197,21 @@ pub struct PacketMeta {
     /// Ignored on transmit and by every socket but TCP.
     #[cfg(feature = "packetmeta-placed")]
     pub placed: PlacedRanges,
+
+    /// Payload the device supplies itself.
+    ///
+    /// Parts of a transmitted TCP payload the application queued by
+    /// reference (see `tcp::Socket::send_by_reference`): the stack never
+    /// wrote them, and the bytes the frame holds there are stale. The
+    /// device fills each range in from the buffer the application
+    /// registered with it under `token`, starting at `token_offset`, and
+    /// computes the checksums over what it filled in, as a NIC gathers the
+    /// pages of a zero-copy send by DMA. Every segment that carries part
+    /// of such bytes says so, retransmissions included.
+    ///
+    /// Ignored on receive and by every socket but TCP.
+    #[cfg(feature = "packetmeta-gather")]
+    pub gather: GatherRanges,
 }
 
 /// Byte ranges of a received TCP payload that a device placed itself; see
@@ -250,6 +265,64 @@ impl PlacedRanges {
         self.ranges[..usize::from(self.len)]
             .iter()
             .map(|&(start, end)| usize::from(start)..usize::from(end))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Parts of a transmitted TCP payload the device supplies; see
+/// [`PacketMeta::gather`].
+///
+/// Ranges are offsets into the TCP payload of the frame, in ascending
+/// order and not overlapping. A stack cuts a segment short rather than
+/// let it carry more ranges than fit.
+#[cfg(feature = "packetmeta-gather")]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[derive(Debug, PartialEq, Eq, Hash, Clone, Copy, Default)]
+pub struct GatherRanges {
+    ranges: [Gather; GatherRanges::CAPACITY],
+    len: u8,
+}
+
+/// Payload bytes `start..end` of a frame come from the buffer registered as
+/// `token`, from `token_offset` on.
+#[cfg(feature = "packetmeta-gather")]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[derive(Debug, PartialEq, Eq, Hash, Clone, Copy, Default)]
+pub struct Gather {
+    pub start: u16,
+    pub end: u16,
+    pub token: u64,
+    pub token_offset: u64,
+}
+
+#[cfg(feature = "packetmeta-gather")]
+impl GatherRanges {
+    /// Ranges one frame can carry.
+    pub const CAPACITY: usize = 4;
+
+    /// Record a range. Returns `false`, and records nothing, if it is
+    /// empty, not after the last one, or there is no room left.
+    pub fn push(&mut self, range: Gather) -> bool {
+        let len = usize::from(self.len);
+        if range.start >= range.end || len == Self::CAPACITY {
+            return false;
+        }
+        if let Some(last) = self.ranges[..len].last()
+            && range.start < last.end
+        {
+            return false;
+        }
+        self.ranges[len] = range;
+        self.len += 1;
+        true
+    }
+
+    /// The recorded ranges, in payload order.
+    pub fn iter(&self) -> impl Iterator<Item = &Gather> + '_ {
+        self.ranges[..usize::from(self.len)].iter()
     }
 
     pub fn is_empty(&self) -> bool {

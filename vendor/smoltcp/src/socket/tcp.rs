@@ -522,6 +522,17 @@ pub enum CongestionControl {
     Cubic,
 }
 
+/// Stream octets queued by reference: `start..end` of the sequence space
+/// come from the device's buffer `token`, from `token_offset` on.
+#[cfg(feature = "socket-tcp-by-reference")]
+#[derive(Debug, Clone, Copy)]
+struct Reference {
+    start: TcpSeqNumber,
+    end: TcpSeqNumber,
+    token: u64,
+    token_offset: u64,
+}
+
 /// A Transmission Control Protocol socket.
 ///
 /// A TCP socket may passively listen for connections or actively connect to another endpoint.
@@ -578,6 +589,10 @@ pub struct Socket<'a> {
     /// first; see [`Socket::end_record`].
     #[cfg(feature = "socket-tcp-records")]
     record_ends: alloc::collections::VecDeque<TcpSeqNumber>,
+    /// Stream octets queued by reference, oldest first, kept until
+    /// acknowledged; see [`Socket::send_by_reference`].
+    #[cfg(feature = "socket-tcp-by-reference")]
+    references: alloc::collections::VecDeque<Reference>,
     /// The timestamp of the last packet received.
     remote_last_ts: Option<Instant>,
     /// The sequence number of the last packet received, used for sACK
@@ -704,6 +719,8 @@ impl<'a> Socket<'a> {
             remote_mss: DEFAULT_MSS,
             #[cfg(feature = "socket-tcp-records")]
             record_ends: alloc::collections::VecDeque::new(),
+            #[cfg(feature = "socket-tcp-by-reference")]
+            references: alloc::collections::VecDeque::new(),
             remote_last_ts: None,
             local_rx_last_ack: None,
             local_rx_last_seq: None,
@@ -1078,6 +1095,8 @@ impl<'a> Socket<'a> {
         self.remote_mss = DEFAULT_MSS;
         #[cfg(feature = "socket-tcp-records")]
         self.record_ends.clear();
+        #[cfg(feature = "socket-tcp-by-reference")]
+        self.references.clear();
         self.remote_last_ts = None;
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
@@ -1608,6 +1627,101 @@ impl<'a> Socket<'a> {
             Some(e) => e - start,
             None => size,
         }
+    }
+
+    /// Queue up to `len` octets that the device supplies from the buffer
+    /// the application registered with it as `token`, from `token_offset`
+    /// on (a zero-copy send, as Linux's `MSG_SPLICE_PAGES`): they take
+    /// room in the transmit buffer but are never written there, and every
+    /// segment that carries part of them names them in its
+    /// [`PacketMeta::gather`](crate::phy::PacketMeta::gather), so that the
+    /// device can fill them in. Sequence numbers, windows, segmentation
+    /// and retransmission treat them as any octets; a segment is cut short
+    /// rather than carry more ranges than its metadata holds.
+    ///
+    /// Returns the octets queued, limited by the free space in the
+    /// transmit buffer. The buffer behind `token` must hold these octets
+    /// until the peer has acknowledged them (until [`Socket::send_queue`]
+    /// no longer counts them): a retransmission may need them again.
+    ///
+    /// This function returns `Err(Error::Illegal)` if the transmit half of
+    /// the connection is not open; see [may_send](#method.may_send).
+    #[cfg(feature = "socket-tcp-by-reference")]
+    pub fn send_by_reference(
+        &mut self,
+        len: usize,
+        token: u64,
+        token_offset: u64,
+    ) -> Result<usize, SendError> {
+        let queued = self.send_impl(|tx_buffer| {
+            let size = len.min(tx_buffer.window());
+            tx_buffer.enqueue_unallocated(size);
+            (size, size)
+        })?;
+        while self
+            .references
+            .front()
+            .is_some_and(|r| r.end <= self.local_seq_no)
+        {
+            self.references.pop_front();
+        }
+        if queued == 0 {
+            return Ok(0);
+        }
+        let end = self.local_seq_no + self.tx_buffer.len();
+        let start = end - queued;
+        match self.references.back_mut() {
+            // The rest of a reference that did not fit before.
+            Some(last)
+                if last.end == start
+                    && last.token == token
+                    && last.token_offset + (last.end - last.start) as u64 == token_offset =>
+            {
+                last.end = end;
+            }
+            _ => self.references.push_back(Reference { start, end, token, token_offset }),
+        }
+        Ok(queued)
+    }
+
+    /// `size` octets from `offset` in the send buffer, cut back so that
+    /// they hold no more queued-by-reference ranges than a segment's
+    /// metadata carries.
+    #[cfg(feature = "socket-tcp-by-reference")]
+    fn gather_aligned(&mut self, offset: usize, size: usize) -> usize {
+        while self
+            .references
+            .front()
+            .is_some_and(|r| r.end <= self.local_seq_no)
+        {
+            self.references.pop_front();
+        }
+        let (start, end) = (self.local_seq_no + offset, self.local_seq_no + offset + size);
+        let overlapping = self.references.iter().filter(|r| r.end > start && r.start < end);
+        match overlapping.clone().nth(crate::phy::GatherRanges::CAPACITY) {
+            // The first range that does not fit starts the next segment.
+            Some(r) => r.start - start,
+            None => size,
+        }
+    }
+
+    /// What a segment of `len` octets from `offset` in the send buffer
+    /// carries by reference, as its metadata says it.
+    #[cfg(feature = "socket-tcp-by-reference")]
+    fn gather_of(&self, offset: usize, len: usize) -> crate::phy::GatherRanges {
+        let mut gather = crate::phy::GatherRanges::default();
+        let (start, end) = (self.local_seq_no + offset, self.local_seq_no + offset + len);
+        for r in self.references.iter().filter(|r| r.end > start && r.start < end) {
+            let (from, to) = (r.start.max(start), r.end.min(end));
+            let pushed = gather.push(crate::phy::Gather {
+                start: (from - start) as u16,
+                end: (to - start) as u16,
+                token: r.token,
+                token_offset: r.token_offset + (from - r.start) as u64,
+            });
+            debug_assert!(pushed, "gather_aligned cut the segment to fit");
+        }
+        gather
     }
 
     fn flight_size(&self) -> usize {
@@ -3212,10 +3326,10 @@ impl<'a> Socket<'a> {
         let mut retransmitted_end = None;
 
         #[cfg_attr(
-            not(feature = "segmentation-offload"),
+            not(any(feature = "segmentation-offload", feature = "socket-tcp-by-reference")),
             expect(
                 unused_mut,
-                reason = "The default is not mutated if the segmentation offload feature is not enabled."
+                reason = "The default is not mutated without segmentation offload or sending by reference."
             )
         )]
         let mut packet_meta = PacketMeta::default();
@@ -3293,8 +3407,14 @@ impl<'a> Socket<'a> {
                         .min(self.tx_buffer.len().saturating_sub(offset));
                     #[cfg(feature = "socket-tcp-records")]
                     let size = self.record_aligned(offset, size);
+                    #[cfg(feature = "socket-tcp-by-reference")]
+                    let size = self.gather_aligned(offset, size);
                     repr.seq_number = self.local_seq_no + offset;
                     repr.payload = self.tx_buffer.get_allocated(offset, size);
+                    #[cfg(feature = "socket-tcp-by-reference")]
+                    {
+                        packet_meta.gather = self.gather_of(offset, repr.payload.len());
+                    }
                     #[cfg(feature = "socket-tcp-loss-recovery")]
                     {
                         retransmitted_end = Some((offset, repr.seq_number + repr.payload.len()));
@@ -3381,7 +3501,13 @@ impl<'a> Socket<'a> {
                     } else {
                         self.record_aligned(offset, size.min(self.tx_buffer.len().saturating_sub(offset)))
                     };
+                    #[cfg(feature = "socket-tcp-by-reference")]
+                    let size = self.gather_aligned(offset, size);
                     repr.payload = self.tx_buffer.get_allocated(offset, size);
+                    #[cfg(feature = "socket-tcp-by-reference")]
+                    {
+                        packet_meta.gather = self.gather_of(offset, repr.payload.len());
+                    }
 
                     #[cfg(feature = "segmentation-offload")]
                     if repr.payload.len() > effective_mss {
@@ -7530,6 +7656,111 @@ mod test {
             payload: &b"aaaaabbbb"[..],
             ..RECV_TEMPL
         }));
+    }
+
+    /// The segment `s` sends at `time_ms`: its sequence number, length and
+    /// what its metadata says the device supplies.
+    #[cfg(feature = "socket-tcp-by-reference")]
+    fn sent_with_gather(
+        s: &mut TestSocket,
+        time_ms: i64,
+    ) -> (TcpSeqNumber, usize, alloc::vec::Vec<crate::phy::Gather>) {
+        s.cx.set_now(Instant::from_millis(time_ms));
+        let mut sent = None;
+        s.socket
+            .dispatch(&mut s.cx, |_, meta, (_, repr)| {
+                let gather = meta.gather.iter().copied().collect();
+                sent = Some((repr.seq_number, repr.payload.len(), gather));
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        sent.expect("a segment")
+    }
+
+    #[cfg(feature = "socket-tcp-by-reference")]
+    fn gather(start: u16, end: u16, token: u64, token_offset: u64) -> crate::phy::Gather {
+        crate::phy::Gather { start, end, token, token_offset }
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-by-reference")]
+    fn test_send_by_reference_names_the_device_octets_on_every_segment() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.remote_mss = 10;
+        s.set_nagle_enabled(false);
+        // A header, 12 octets from the device's buffer 7 at 100, a trailer.
+        s.send_slice(b"hdr").unwrap();
+        assert_eq!(s.send_by_reference(12, 7, 100), Ok(12));
+        s.send_slice(b"dg").unwrap();
+        assert_eq!(s.send_queue(), 17);
+        let (seq, len, g) = sent_with_gather(&mut s, 0);
+        assert_eq!((seq, len), (LOCAL_SEQ + 1, 10));
+        assert_eq!(g, [gather(3, 10, 7, 100)]);
+        let (seq, len, g) = sent_with_gather(&mut s, 0);
+        assert_eq!((seq, len), (LOCAL_SEQ + 11, 7));
+        assert_eq!(g, [gather(0, 5, 7, 107)]);
+        // A retransmission names them as the first transmission did.
+        let (seq, len, g) = sent_with_gather(&mut s, 2000);
+        assert_eq!((seq, len), (LOCAL_SEQ + 1, 10));
+        assert_eq!(g, [gather(3, 10, 7, 100)]);
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-by-reference")]
+    fn test_send_by_reference_cuts_segments_to_what_the_metadata_holds() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.remote_mss = 40;
+        s.set_nagle_enabled(false);
+        // Five references of four octets, a plain octet before each.
+        for token in 0..5 {
+            s.send_slice(b"-").unwrap();
+            assert_eq!(s.send_by_reference(4, token, 0), Ok(4));
+        }
+        // 25 octets fit a segment; four ranges fit its metadata: it ends
+        // where the fifth range starts.
+        let (_, len, g) = sent_with_gather(&mut s, 0);
+        assert_eq!(len, 21);
+        let four = [
+            gather(1, 5, 0, 0),
+            gather(6, 10, 1, 0),
+            gather(11, 15, 2, 0),
+            gather(16, 20, 3, 0),
+        ];
+        assert_eq!(g, four);
+        let (seq, len, g) = sent_with_gather(&mut s, 0);
+        assert_eq!((seq, len), (LOCAL_SEQ + 22, 4));
+        assert_eq!(g, [gather(0, 4, 4, 0)]);
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-by-reference")]
+    fn test_send_by_reference_continues_and_forgets_what_was_acknowledged() {
+        let mut s = socket_established_with_buffer_sizes(16, 64);
+        s.remote_mss = 40;
+        s.set_nagle_enabled(false);
+        // 20 octets do not fit a 16-octet buffer: the rest goes later,
+        // continuing the same range.
+        assert_eq!(s.send_by_reference(20, 9, 0), Ok(16));
+        let (_, len, g) = sent_with_gather(&mut s, 0);
+        assert_eq!((len, g), (16, alloc::vec![gather(0, 16, 9, 0)]));
+        send!(s, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 12),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.send_by_reference(4, 9, 16), Ok(4));
+        assert_eq!(s.references.len(), 1, "one range, 12 of it acknowledged");
+        let (seq, len, g) = sent_with_gather(&mut s, 0);
+        assert_eq!((seq, len, g), (LOCAL_SEQ + 17, 4, alloc::vec![gather(0, 4, 9, 16)]));
+        send!(s, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 20),
+            ..SEND_TEMPL
+        });
+        s.send_slice(b"x").unwrap();
+        let (_, len, g) = sent_with_gather(&mut s, 0);
+        assert_eq!((len, g), (1, alloc::vec![]));
+        assert!(s.references.is_empty(), "acknowledged ranges are forgotten");
     }
 
     #[test]
