@@ -83,8 +83,9 @@ pub struct WorkloadSpec {
     /// The namespace to use; `None` for the first one.
     pub nsid: Option<u32>,
     /// This workload is part `i` of `n` of the pass (`(0, 1)`: all of it):
-    /// it moves its share of the bytes, and a sequential pass starts where
-    /// its share does (fio's jobs with `offset_increment`).
+    /// it moves its share of the bytes, a sequential pass starts where its
+    /// share does (fio's jobs with `offset_increment`), and random offsets
+    /// differ from part to part.
     pub part: (u32, u32),
 }
 
@@ -234,7 +235,12 @@ impl Workload {
             _ => Some(mine * u64::from(spec.bs)),
         };
         Ok(Self {
-            rng: spec.seed | 1,
+            // Parts of a pass pick their random offsets apart; the data
+            // pattern stays the seed's, so each verifies what another wrote.
+            rng: match spec.part.0 {
+                0 => spec.seed,
+                i => mix(spec.seed ^ u64::from(i) << 32),
+            } | 1,
             spec,
             ns,
             qids: host.io_qids(),

@@ -5,7 +5,9 @@
 //! command, keep alive expiry) with the controller serving on regardless.
 
 use nvme_ddp::app::{AdminApp, IoApp};
-use nvme_ddp::driver::kernel_tcp::{ControllerServer, run_host};
+use nvme_ddp::driver::kernel_tcp::{
+    ControllerServer, HostRunError, QueueSet, run_host, run_host_sets,
+};
 use nvme_ddp::driver::transport::{Listener, TransportType};
 use nvme_ddp::workload::{Limit, Rw, WorkloadSpec, check_pattern};
 use nvme_of::Digests;
@@ -152,6 +154,40 @@ fn nvme_rdma_queues_spread_over_poll_groups() {
     let groups = server.stop().unwrap();
     assert_eq!(groups.iter().map(|g| g.io_queues).sum::<u64>(), 4, "{groups:?}");
     assert!(groups.iter().all(|g| g.io_queues == 2), "two each: {groups:?}");
+}
+
+/// Queue sets need a queue each: a controller that grants fewer I/O
+/// queues than there are sets fails the run with a reason, and the
+/// association is closed, rather than leave a set with nothing to run on.
+#[test]
+fn more_sets_than_granted_queues_is_refused() {
+    let cfg = TargetConfig { max_io_queues: 1, ..TargetConfig::default() };
+    let (_server, addr) = serve(cfg, ram(1 << 20));
+    let mut host = nvme_tcp::host::new(host_cfg(Digests::NONE, 2, 8));
+    let spec = WorkloadSpec {
+        rw: Rw::Read,
+        bs: 4096,
+        limit: Limit::Bytes(1 << 20),
+        qd: 8,
+        rwmixread: 50,
+        verify: false,
+        seed: 1,
+        nsid: None,
+        part: (0, 1),
+    };
+    let mut apps = [IoApp::new([spec.clone()]), IoApp::new([spec])];
+    let sets = apps.iter_mut().map(|app| QueueSet { app, cpu: None }).collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    match run_host_sets(addr, &mut host, sets, &stop, LIMIT) {
+        Err(e @ HostRunError::TooFewQueues { granted: 1, sets: 2 }) => {
+            assert!(
+                e.to_string().contains("granted 1 I/O queues, fewer than the 2 threads"),
+                "{e}"
+            );
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("ran with a set on no queue"),
+    }
 }
 
 #[test]

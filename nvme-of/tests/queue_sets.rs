@@ -204,6 +204,31 @@ fn a_queue_lost_in_a_set_resets_the_association_and_the_sets_carry_on() {
     assert_eq!(p.target.stats().controllers, 1, "the old association is gone");
 }
 
+/// A set's report that comes late, while the association is being made
+/// again, does not start that over.
+#[test]
+fn a_late_report_does_not_undo_a_reconnect_under_way() {
+    let delay = Duration::from_millis(100);
+    let mut p = nvm(HostConfig { reconnect_delay: delay, ..Default::default() });
+    p.ready();
+    p.lend(&[1, 2, 3, 4]);
+    let which = p.host.association();
+    let e = HostError::Timeout("a command completion");
+    let now = p.now;
+    p.host.fail_association(e.clone(), which, now);
+    while p.step() {}
+    // The reconnect timer fires: the new association is on its way.
+    p.now = p.now + delay;
+    p.fire_timers();
+    p.step();
+    assert!(!p.host.is_ready() && p.host.is_reconnecting());
+    let now = p.now;
+    p.host.fail_association(e, which, now);
+    settle(&mut p, |p| p.events.iter().any(|e| matches!(e, HostEvent::Reconnected)));
+    let r = p.host.recovery();
+    assert_eq!((r.lost, r.attempts, r.reconnects), (1, 1, 1), "one attempt, not two");
+}
+
 /// A command a set's controller never answers: the set has no admin
 /// queue to abort it on, so it hands the association its trouble.
 #[test]

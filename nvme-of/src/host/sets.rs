@@ -170,7 +170,9 @@ impl Host {
                 self.begin_reconnect(None, std::time::Duration::ZERO);
             }
             true => {}
-            false => self.fail(error),
+            // Being made again already (a late report): let it be.
+            false if matches!(self.state, State::Ready | State::Disabling) => self.fail(error),
+            false => {}
         }
     }
 

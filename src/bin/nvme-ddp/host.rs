@@ -241,8 +241,6 @@ fn io_run(a: &ConnectArgs, io: &IoArgs) -> Result<()> {
 /// phase as one, and each set's share with its thread's CPU per I/O.
 fn sets_run(a: &ConnectArgs, spec: WorkloadSpec, nqn: String, cpus: &[usize]) -> Result<()> {
     let n = cpus.len().min(usize::from(a.queues));
-    let qids: Vec<Vec<u16>> =
-        (0..n).map(|i| (1..=a.queues).filter(|q| usize::from(q - 1) % n == i).collect()).collect();
     let mut apps: Vec<IoApp> = (0..n)
         .map(|i| IoApp::new([WorkloadSpec { part: (i as u32, n as u32), ..spec.clone() }]))
         .collect();
@@ -251,8 +249,7 @@ fn sets_run(a: &ConnectArgs, spec: WorkloadSpec, nqn: String, cpus: &[usize]) ->
     }
     let cpu0 = cpu_times();
     let t0 = std::time::Instant::now();
-    let sets = apps.iter_mut().zip(&qids).zip(cpus);
-    let sets = sets.map(|((app, q), &cpu)| (q.clone(), app, Some(cpu))).collect();
+    let sets = apps.iter_mut().zip(cpus).map(|(app, &cpu)| (app, Some(cpu))).collect();
     let result = run_sets(a, host_config(a, nqn), sets, Duration::from_secs(30 * 24 * 3600));
     let (cpu1, wall) = (cpu_times(), t0.elapsed().as_secs_f64().max(1e-9));
     let share = |a: Duration, b: Duration| (b - a).as_secs_f64() / wall * 100.0;
@@ -281,12 +278,11 @@ fn sets_run(a: &ConnectArgs, spec: WorkloadSpec, nqn: String, cpus: &[usize]) ->
         .iter()
         .zip(&runs)
         .zip(cpus)
-        .zip(&qids)
-        .map(|(((app, run), cpu), qids)| {
+        .map(|((app, run), cpu)| {
             let ios = app.results.first().map_or(0, |(_, s)| s.ios);
             let iops = app.results.first().map_or(0.0, |(_, s)| s.iops);
             let per_io = run.cpu.as_nanos() as f64 / ios.max(1) as f64;
-            (*cpu, qids.clone(), ios, iops, per_io)
+            (*cpu, run.qids.clone(), ios, iops, per_io)
         })
         .collect();
     let interrupted = apps.iter().any(|a| a.interrupted);

@@ -110,24 +110,23 @@ pub(crate) fn host_config(a: &ConnectArgs, subnqn: String) -> HostConfig {
 }
 
 /// Run `apps` on one association over kernel TCP, each on a set of its
-/// I/O queues on a thread of its own (pinned to its CPU, if given), until
-/// every one is done or interrupted (Ctrl-C). Returns the association's
-/// recovery and what each set's thread did; the apps hold their errors.
+/// I/O queues (dealt round robin) on a thread of its own, pinned to its
+/// CPU if given, until every one is done or interrupted (Ctrl-C). Returns
+/// the association's recovery and what each set's thread did; the apps
+/// hold their errors.
 pub(crate) fn run_sets<A: HostApp + Send>(
     a: &ConnectArgs,
     cfg: HostConfig,
-    apps: Vec<(Vec<u16>, &mut A, Option<usize>)>,
+    apps: Vec<(&mut A, Option<usize>)>,
     limit: Duration,
 ) -> Result<(nvme_of::host::Recovery, Vec<kernel_tcp::SetRun>)> {
     let stop = interrupt_flag()?;
     let oneshot = a.link.offload.unwrap_or(Caps::ALL).contains(Caps::ONESHOT);
     let mut host = a.transport.host(cfg, oneshot, KERNEL_TCP_MTU);
     let mut stoppable: Vec<_> =
-        apps.into_iter().map(|(qids, app, cpu)| (qids, Stoppable::new(app, &stop), cpu)).collect();
-    let sets = stoppable
-        .iter_mut()
-        .map(|(qids, app, cpu)| kernel_tcp::QueueSet { qids: qids.clone(), app, cpu: *cpu })
-        .collect();
+        apps.into_iter().map(|(app, cpu)| (Stoppable::new(app, &stop), cpu)).collect();
+    let sets =
+        stoppable.iter_mut().map(|(app, cpu)| kernel_tcp::QueueSet { app, cpu: *cpu }).collect();
     let runs = kernel_tcp::run_host_sets(a.connect()?, &mut host, sets, &stop, limit)?;
     Ok((host.recovery(), runs))
 }

@@ -544,6 +544,12 @@ pub enum HostRunError {
     Timeout(Duration),
     #[error("a queue set's thread panicked")]
     Panicked,
+    /// The controller granted fewer I/O queues than there are sets to
+    /// deal them to.
+    #[error(
+        "the controller granted {granted} I/O queues, fewer than the {sets} threads asked for; give as many CPUs as queues at most"
+    )]
+    TooFewQueues { granted: u16, sets: usize },
 }
 
 /// A connection to the controller failed. While reconnecting it is one

@@ -19,22 +19,22 @@ use nvme_of::host::{Host, HostError, HostEvent};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::time::Duration;
 use tracing::warn;
 
-/// One set: its I/O queues, the app that runs on them, and the CPU its
-/// thread is pinned to, if any.
+/// One set: the app that runs on its I/O queues, and the CPU its thread
+/// is pinned to, if any. The queues are dealt out at each association.
 pub struct QueueSet<'a> {
-    pub qids: Vec<u16>,
     pub app: &'a mut (dyn HostApp + Send),
     pub cpu: Option<usize>,
 }
 
-/// What a set's thread did: its host (its counters, its recovery) and the
-/// CPU time of its thread.
+/// What a set's thread did: its host (its counters, its recovery), the
+/// I/O queues it had last, and the CPU time of its thread.
 pub struct SetRun {
     pub host: Host,
+    pub qids: Vec<u16>,
     pub cpu: Duration,
 }
 
@@ -52,7 +52,7 @@ enum ToSet {
 enum FromSet {
     /// A set lost a queue of association `which`.
     Trouble(HostError, u64),
-    /// A set's app is done.
+    /// A set's thread is done (its app finished, or it failed).
     Done,
 }
 
@@ -73,11 +73,33 @@ impl Worker {
     }
 }
 
+/// Says a set's thread is done when it ends, however it ends (a panic
+/// too), so that the association's thread never waits for it in vain.
+struct DoneGuard {
+    tx: Sender<FromSet>,
+    waker: Arc<mio::Waker>,
+}
+
+impl Drop for DoneGuard {
+    fn drop(&mut self) {
+        let _ = self.tx.send(FromSet::Done);
+        let _ = self.waker.wake();
+    }
+}
+
+/// Deal `qids` round robin into `n` sets; None if some set would get none.
+fn deal(qids: &[u16], n: usize) -> Option<Vec<Vec<u16>>> {
+    (qids.len() >= n && n > 0)
+        .then(|| (0..n).map(|i| qids.iter().copied().skip(i).step_by(n).collect()).collect())
+}
+
 /// Run `host`'s association over kernel TCP connections to `addr`, its
-/// I/O queues in `sets`, each on a thread of its own running its app,
-/// until every app is done; then shut the association down. Returns what
-/// each set's thread did. Setting `stop` before the association is up
-/// interrupts the apps (once it is, they watch it themselves).
+/// I/O queues dealt round robin into `sets`, each on a thread of its own
+/// running its app, until every app is done; then shut the association
+/// down. Returns what each set's thread did. Setting `stop` before the
+/// association is up interrupts the apps (once it is, they watch it
+/// themselves). An association with fewer I/O queues than sets fails the
+/// run.
 pub fn run_host_sets(
     addr: SocketAddr,
     host: &mut Host,
@@ -91,24 +113,27 @@ pub fn run_host_sets(
     let waker = Arc::new(socks.waker().map_err(io)?);
     let (from_tx, from_rx) = mpsc::channel();
     let start = clock.now();
+    let n = sets.len();
     std::thread::scope(|scope| {
         let mut waiting: Vec<Option<QueueSet<'_>>> = sets.into_iter().map(Some).collect();
-        let qids: Vec<Vec<u16>> = waiting.iter().flatten().map(|s| s.qids.clone()).collect();
-        let mut workers: Vec<Worker> = Vec::new();
+        let mut workers: Vec<Option<Worker>> = (0..n).map(|_| None).collect();
         let mut threads = Vec::new();
         let (mut done, mut shut, mut over) = (0, false, false);
-        loop {
+        let mut failure = None;
+        let run = loop {
             let now = clock.now();
             if now.saturating_since(start) > limit {
-                return Err(HostRunError::Timeout(limit));
+                break Err(HostRunError::Timeout(limit));
             }
-            if stop.load(Ordering::Relaxed) && workers.is_empty() && !over {
+            if stop.load(Ordering::Relaxed) && threads.is_empty() && !over {
                 for set in waiting.iter_mut().flatten() {
                     set.app.interrupt(host, now);
                 }
                 host.close(now);
             }
-            socks.connect(addr, host, now)?;
+            if let Err(e) = socks.connect(addr, host, now) {
+                break Err(e);
+            }
             if host.poll_timeout().is_some_and(|t| now >= t) {
                 host.handle_timeout(now);
             }
@@ -116,42 +141,43 @@ pub fn run_host_sets(
             while let Some(ev) = host.poll_event() {
                 match ev {
                     HostEvent::Ready | HostEvent::Reconnected => {
-                        for (i, qids) in qids.iter().enumerate() {
+                        let Some(dealt) = deal(&host.io_qids(), n) else {
+                            let (granted, sets) = (host.io_queues(), n);
+                            let e = HostRunError::TooFewQueues { granted, sets };
+                            let why = HostError::Incompatible(e.to_string());
+                            workers
+                                .iter()
+                                .flatten()
+                                .for_each(|w| w.tell(ToSet::Abandon(why.clone())));
+                            failure = Some(e);
+                            host.close(now);
+                            continue;
+                        };
+                        for (i, qids) in dealt.iter().enumerate() {
                             let Some(lent) = host.lend(qids) else { continue };
                             let sockets = socks.take(qids);
-                            match workers.get(i) {
-                                Some(w) => w.tell(ToSet::Adopt(Box::new(lent), sockets)),
-                                None => {
-                                    let Some(set) = waiting[i].take() else { continue };
-                                    let (tx, rx) = mpsc::channel();
-                                    let mut own = HostSockets::new().map_err(io)?;
-                                    own.adopt(sockets).map_err(io)?;
-                                    let wake = Arc::new(own.waker().map_err(io)?);
-                                    workers.push(Worker { tx, waker: wake });
-                                    let (to_us, us) = (from_tx.clone(), waker.clone());
-                                    let run = move || {
-                                        let run = run_set(lent, own, set, rx, &to_us, &us);
-                                        // Done, however it ended.
-                                        let _ = to_us.send(FromSet::Done);
-                                        let _ = us.wake();
-                                        run
-                                    };
-                                    let name = format!("queue set {i}");
-                                    let thread = std::thread::Builder::new()
-                                        .name(name)
-                                        .spawn_scoped(scope, run)
-                                        .map_err(io)?;
+                            if let Some(w) = &workers[i] {
+                                w.tell(ToSet::Adopt(Box::new(lent), sockets));
+                                continue;
+                            }
+                            let Some(set) = waiting[i].take() else { continue };
+                            match start_set(scope, i, lent, sockets, set, clock, &from_tx, &waker) {
+                                Ok((worker, thread)) => {
+                                    workers[i] = Some(worker);
                                     threads.push(thread);
                                 }
+                                Err(e) => failure = Some(e),
                             }
                         }
                     }
                     HostEvent::Reconnecting { error: Some(e), .. } => {
                         let which = host.association();
-                        workers.iter().for_each(|w| w.tell(ToSet::Lost(e.clone(), which)));
+                        for w in workers.iter().flatten() {
+                            w.tell(ToSet::Lost(e.clone(), which));
+                        }
                     }
                     HostEvent::Failed(e) => {
-                        workers.iter().for_each(|w| w.tell(ToSet::Abandon(e.clone())));
+                        workers.iter().flatten().for_each(|w| w.tell(ToSet::Abandon(e.clone())));
                         // Sets that never started hear of it here.
                         for set in waiting.iter_mut().flatten() {
                             set.app.on_event(host, HostEvent::Failed(e.clone()), now);
@@ -175,22 +201,66 @@ pub fn run_host_sets(
             }
             // The I/O queues go first (the sets close them), then the
             // association, as Linux deletes its I/O queues before CC.SHN.
-            if !shut && !workers.is_empty() && done == workers.len() {
+            if !shut && !threads.is_empty() && done == threads.len() {
                 host.shutdown(now);
                 shut = true;
             }
-            if over && done == workers.len() && socks.flushed() {
+            if over && done == threads.len() && socks.flushed() {
                 socks.finish(host, now);
-                break;
+                break Ok(());
             }
-            socks.wait(host, &clock)?;
-        }
+            if let Err(e) = socks.wait(host, &clock) {
+                break Err(e);
+            }
+        };
+        // The sets' threads end when they hear nothing more (a failure
+        // here drops the channels) or their apps are done.
         drop(workers);
-        threads.into_iter().map(|t| t.join().unwrap_or(Err(HostRunError::Panicked))).collect()
+        let runs: Vec<_> =
+            threads.into_iter().map(|t| t.join().unwrap_or(Err(HostRunError::Panicked))).collect();
+        run?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        runs.into_iter().collect()
     })
 }
 
-/// A set's thread: drive its queues and its app until the app is done.
+/// Start set `i`'s thread on the queues `lent` and their sockets.
+#[allow(clippy::too_many_arguments)]
+fn start_set<'scope, 'env>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    i: usize,
+    lent: Host,
+    sockets: Vec<(u16, TcpStream, Pipe)>,
+    set: QueueSet<'env>,
+    clock: Clock,
+    tell: &Sender<FromSet>,
+    wake: &Arc<mio::Waker>,
+) -> Result<
+    (Worker, std::thread::ScopedJoinHandle<'scope, Result<SetRun, HostRunError>>),
+    HostRunError,
+> {
+    let io = |error| HostRunError::Io { qid: 0, error };
+    let (tx, rx) = mpsc::channel();
+    let mut own = HostSockets::new().map_err(io)?;
+    own.adopt(sockets).map_err(io)?;
+    let worker = Worker { tx, waker: Arc::new(own.waker().map_err(io)?) };
+    let guard = DoneGuard { tx: tell.clone(), waker: wake.clone() };
+    let (to_us, us) = (tell.clone(), wake.clone());
+    let run = move || {
+        let _done = guard;
+        run_set(lent, own, set, rx, &to_us, &us, clock)
+    };
+    let thread = std::thread::Builder::new()
+        .name(format!("queue set {i}"))
+        .spawn_scoped(scope, run)
+        .map_err(io)?;
+    Ok((worker, thread))
+}
+
+/// A set's thread: drive its queues and its app until the app is done, or
+/// the association's thread is gone.
 fn run_set(
     mut set: Host,
     mut socks: HostSockets,
@@ -198,6 +268,7 @@ fn run_set(
     news: Receiver<ToSet>,
     tell: &Sender<FromSet>,
     wake: &mio::Waker,
+    clock: Clock,
 ) -> Result<SetRun, HostRunError> {
     if let Some(cpu) = queues.cpu
         && let Err(e) = cpus::pin(cpu)
@@ -205,21 +276,32 @@ fn run_set(
         warn!(cpu, error = %e, "cannot pin a queue set's thread");
     }
     let app = queues.app;
-    let clock = Clock::new();
+    let mut qids = set.io_qids();
     let told = |msg| {
         let _ = tell.send(msg);
         let _ = wake.wake();
     };
+    let mut orphaned = false;
     loop {
         let now = clock.now();
-        while let Ok(msg) = news.try_recv() {
-            match msg {
-                ToSet::Adopt(new, sockets) => {
+        loop {
+            match news.try_recv() {
+                Ok(ToSet::Adopt(new, sockets)) => {
                     socks.adopt(sockets).map_err(|error| HostRunError::Io { qid: 0, error })?;
                     set.adopt(*new, now);
+                    qids = set.io_qids();
                 }
-                ToSet::Lost(e, which) => set.fail_association(e, which, now),
-                ToSet::Abandon(e) => set.abandon(e, now),
+                Ok(ToSet::Lost(e, which)) => set.fail_association(e, which, now),
+                Ok(ToSet::Abandon(e)) => set.abandon(e, now),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    // The association's thread ended: nothing more comes.
+                    if !orphaned {
+                        orphaned = true;
+                        set.close(now);
+                    }
+                    break;
+                }
             }
         }
         if set.poll_timeout().is_some_and(|t| now >= t) {
@@ -236,8 +318,21 @@ fn run_set(
         if app.is_done() && socks.flushed() {
             socks.finish(&mut set, now);
             let cpu = Duration::from_nanos(cpus::cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID));
-            return Ok(SetRun { host: set, cpu });
+            return Ok(SetRun { host: set, qids, cpu });
         }
         socks.wait(&set, &clock)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deal;
+
+    #[test]
+    fn queues_are_dealt_round_robin_and_never_to_no_set() {
+        assert_eq!(deal(&[1, 2, 3, 4, 5], 2), Some(vec![vec![1, 3, 5], vec![2, 4]]));
+        assert_eq!(deal(&[1, 2], 2), Some(vec![vec![1], vec![2]]));
+        assert_eq!(deal(&[1], 2), None, "a set with no queue cannot do its part");
+        assert_eq!(deal(&[1, 2], 0), None);
     }
 }
