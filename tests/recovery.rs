@@ -141,9 +141,10 @@ fn host_args<'a>(connect: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     v
 }
 
-#[test]
-fn a_killed_controller_comes_back_and_the_verified_write_finishes_over_kernel_tcp() {
-    let ns = Scratch::new("ktcp");
+/// [`kill_mid_write`] over kernel TCP on loopback, the host's `io` verbs
+/// given `io_extra` after their own options.
+fn kill_mid_write_over_kernel_tcp(name: &str, host_extra: &[&str], io_extra: &[&str]) {
+    let ns = Scratch::new(name);
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let listen = addr.to_string();
     let ctrl = || {
@@ -154,9 +155,14 @@ fn a_killed_controller_comes_back_and_the_verified_write_finishes_over_kernel_tc
     let ready = || std::net::TcpStream::connect(addr).is_ok();
     kill_mid_write(ctrl, &ready, |extra| {
         let mut c = Command::new(EXE);
-        c.args(host_args(&listen, extra));
+        c.args(host_args(&listen, &[host_extra, extra, io_extra].concat()));
         c
     });
+}
+
+#[test]
+fn a_killed_controller_comes_back_and_the_verified_write_finishes_over_kernel_tcp() {
+    kill_mid_write_over_kernel_tcp("ktcp", &[], &[]);
 }
 
 /// The same with the host's two I/O queues in sets, a thread each
@@ -165,24 +171,11 @@ fn a_killed_controller_comes_back_and_the_verified_write_finishes_over_kernel_tc
 /// and submits again what did not complete.
 #[test]
 fn a_killed_controller_comes_back_to_queues_on_threads_of_their_own() {
-    let ns = Scratch::new("sets");
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let listen = addr.to_string();
-    let ctrl = || {
-        let mut c = Command::new(EXE);
-        c.args(["controller", "--listen", &listen, "--ns", &ns.ns()]);
-        c
-    };
-    let ready = || std::net::TcpStream::connect(addr).is_ok();
     let cpus = match std::thread::available_parallelism().map_or(1, usize::from) {
         1 => "0",
         _ => "0,1",
     };
-    kill_mid_write(ctrl, &ready, |extra| {
-        let mut c = Command::new(EXE);
-        c.args(host_args(&listen, &[&["--queues", "2"], extra, &["--cpus", cpus]].concat()));
-        c
-    });
+    kill_mid_write_over_kernel_tcp("sets", &["--queues", "2"], &["--cpus", cpus]);
 }
 
 #[test]

@@ -51,6 +51,22 @@ fn completed(n: usize) -> impl Fn(&Pair) -> bool {
     move |p| p.sets.iter().map(|(_, ev)| completions(ev).len()).sum::<usize>() >= n
 }
 
+/// Read the blocks `written` holds (block `i` at LBA `8 i`) through set
+/// `set`'s queue `qid`, one after another, and compare.
+fn read_back(p: &mut Pair, (set, qid): (usize, u16), written: &[Vec<u8>]) {
+    for (tag, data) in written.iter().enumerate() {
+        let buf = IoBuf::new(4096);
+        let slba = tag as u64 * 8;
+        let read =
+            Io { kind: IoKind::Read, nsid: 1, slba, nlb: 8, buf: Some(buf.clone()), tag: 99 };
+        let before = completions(&p.sets[set].1).len();
+        let now = p.now;
+        p.sets[set].0.submit(qid, read, now).unwrap();
+        settle(p, |p| completions(&p.sets[set].1).len() > before);
+        assert_eq!(&buf.to_vec(), data, "LBA {slba}");
+    }
+}
+
 fn completions(events: &[HostEvent]) -> Vec<(u64, Status)> {
     events
         .iter()
@@ -94,21 +110,7 @@ fn sets_run_io_on_the_queues_they_were_lent_and_no_others() {
     assert_eq!(completions(&p.sets[b].1), [(2, Status::SUCCESS), (3, Status::SUCCESS)]);
     assert!(completions(&p.events).is_empty(), "no I/O completes on the host");
     // What one set wrote, the other reads back.
-    for (tag, data) in written.iter().enumerate() {
-        let buf = IoBuf::new(4096);
-        let read = Io {
-            kind: IoKind::Read,
-            nsid: 1,
-            slba: tag as u64 * 8,
-            nlb: 8,
-            buf: Some(buf.clone()),
-            tag: 50,
-        };
-        let now = p.now;
-        p.sets[b].0.submit(3, read, now).unwrap();
-        settle(&mut p, completed(5 + tag));
-        assert_eq!(&buf.to_vec(), data, "LBA {}", tag * 8);
-    }
+    read_back(&mut p, (b, 3), &written);
 }
 
 /// A queue lost in one set resets the association: the set reports the
@@ -186,21 +188,7 @@ fn a_queue_lost_in_a_set_resets_the_association_and_the_sets_carry_on() {
     assert_eq!((r.lost, r.reconnects), (1, 1), "the association's host counts the loss");
     let retried: u64 = p.sets.iter().map(|(s, _)| s.recovery().retried).sum();
     assert!(retried > 0, "the sets submitted again what did not complete");
-    for (tag, data) in written.iter().enumerate() {
-        let buf = IoBuf::new(4096);
-        let read = Io {
-            kind: IoKind::Read,
-            nsid: 1,
-            slba: tag as u64 * 8,
-            nlb: 8,
-            buf: Some(buf.clone()),
-            tag: 99,
-        };
-        let now = p.now;
-        p.sets[0].0.submit(1, read, now).unwrap();
-        settle(&mut p, completed(9 + tag));
-        assert_eq!(&buf.to_vec(), data, "LBA {}", tag * 8);
-    }
+    read_back(&mut p, (0, 1), &written);
     assert_eq!(p.target.stats().controllers, 1, "the old association is gone");
 }
 
