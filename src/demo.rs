@@ -453,28 +453,23 @@ fn report(o: &DemoOptions, runs: Vec<JobRun>) -> DemoReport {
         abandoned += app.abandoned;
         error = error.or_else(|| app.error().map(|e| format!("job {job}: {e}")));
     }
-    let phases = match apps.is_empty() {
-        true => first_phases,
-        false => (0..first
-            .results
-            .len()
-            .max(apps.iter().map(|(_, a)| a.results.len()).max().unwrap_or(0)))
-            .filter_map(|i| {
-                let each = std::iter::once(first).chain(apps.iter().map(|(_, a)| a));
-                let stats: Vec<_> = each
-                    .filter_map(|a| Some((&a.results.get(i)?.1, a.latencies.get(i)?)))
-                    .collect();
-                let spec = std::iter::once(first)
-                    .chain(apps.iter().map(|(_, a)| a))
-                    .find_map(|a| a.results.get(i).map(|(spec, _)| spec))?;
-                Some(PhaseReport::new(
-                    spec,
-                    IoStats::of_jobs(&stats),
-                    first.io_queues,
-                    first.queue_depth,
-                ))
-            })
-            .collect(),
+    let every: Vec<&IoApp> = std::iter::once(first).chain(apps.iter().map(|(_, a)| a)).collect();
+    let phases = match every.len() {
+        1 => first_phases,
+        _ => {
+            let n = every.iter().map(|a| a.results.len()).max().unwrap_or(0);
+            (0..n)
+                .filter_map(|i| {
+                    let stats: Vec<_> = every
+                        .iter()
+                        .filter_map(|a| Some((&a.results.get(i)?.1, a.latencies.get(i)?)))
+                        .collect();
+                    let spec = every.iter().find_map(|a| a.results.get(i).map(|(s, _)| s))?;
+                    let all = IoStats::of_jobs(&stats);
+                    Some(PhaseReport::new(spec, all, first.io_queues, first.queue_depth))
+                })
+                .collect()
+        }
     };
     let jobs = per_job.len() as u16;
     DemoReport {

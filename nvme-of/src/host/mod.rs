@@ -435,8 +435,9 @@ impl Host {
 
     /// Commands that may be outstanding on each I/O queue.
     pub fn queue_depth(&self) -> usize {
-        let first = self.io_qids().first().copied();
-        first.map_or(0, |q| self.queues[usize::from(q)].commands().depth())
+        // Asked on every submission: no list of queues made for it.
+        let first = (1..self.queues.len()).find(|&q| !self.lent.contains(&(q as u16)));
+        first.map_or(0, |q| self.queues[q].commands().depth())
     }
 
     pub fn outstanding(&self, qid: u16) -> usize {

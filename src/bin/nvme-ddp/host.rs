@@ -241,12 +241,17 @@ fn io_run(a: &ConnectArgs, io: &IoArgs) -> Result<()> {
 /// phase as one, and each set's share with its thread's CPU per I/O.
 fn sets_run(a: &ConnectArgs, spec: WorkloadSpec, nqn: String, cpus: &[usize]) -> Result<()> {
     let n = cpus.len().min(usize::from(a.queues));
+    let mut watch = watch(a.eta);
     let mut apps: Vec<IoApp> = (0..n)
-        .map(|i| IoApp::new([WorkloadSpec { part: (i as u32, n as u32), ..spec.clone() }]))
+        .map(|i| {
+            let app = IoApp::new([WorkloadSpec { part: (i as u32, n as u32), ..spec.clone() }]);
+            // The progress line follows the first set.
+            match watch.take() {
+                Some(w) => app.with_watch(w),
+                None => app,
+            }
+        })
         .collect();
-    if let Some(w) = watch(a.eta) {
-        apps[0] = IoApp::new([WorkloadSpec { part: (0, n as u32), ..spec.clone() }]).with_watch(w);
-    }
     let cpu0 = cpu_times();
     let t0 = std::time::Instant::now();
     let sets = apps.iter_mut().zip(cpus).map(|(app, &cpu)| (app, Some(cpu))).collect();

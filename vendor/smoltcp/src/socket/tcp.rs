@@ -1697,12 +1697,22 @@ impl<'a> Socket<'a> {
             self.references.pop_front();
         }
         let (start, end) = (self.local_seq_no + offset, self.local_seq_no + offset + size);
-        let overlapping = self.references.iter().filter(|r| r.end > start && r.start < end);
-        match overlapping.clone().nth(crate::phy::GatherRanges::CAPACITY) {
+        match self.overlapping(start, end).nth(crate::phy::GatherRanges::CAPACITY) {
             // The first range that does not fit starts the next segment.
             Some(r) => r.start - start,
             None => size,
         }
+    }
+
+    /// The references that overlap `start..end` of the sequence space; the
+    /// list is in sequence order, so the walk stops at the first past it.
+    #[cfg(feature = "socket-tcp-by-reference")]
+    fn overlapping(
+        &self,
+        start: TcpSeqNumber,
+        end: TcpSeqNumber,
+    ) -> impl Iterator<Item = &Reference> + '_ {
+        self.references.iter().skip_while(move |r| r.end <= start).take_while(move |r| r.start < end)
     }
 
     /// What a segment of `len` octets from `offset` in the send buffer
@@ -1711,7 +1721,7 @@ impl<'a> Socket<'a> {
     fn gather_of(&self, offset: usize, len: usize) -> crate::phy::GatherRanges {
         let mut gather = crate::phy::GatherRanges::default();
         let (start, end) = (self.local_seq_no + offset, self.local_seq_no + offset + len);
-        for r in self.references.iter().filter(|r| r.end > start && r.start < end) {
+        for r in self.overlapping(start, end) {
             let (from, to) = (r.start.max(start), r.end.min(end));
             let pushed = gather.push(crate::phy::Gather {
                 start: (from - start) as u16,
