@@ -163,6 +163,13 @@ pub struct OffloadReport {
     pub nic_placed_bytes: u64,
     pub nic_crc_bytes: u64,
     pub tx_crc_offloaded_bytes: u64,
+    /// Data bytes the upper layer sent by reference, and payload bytes
+    /// the NIC gathered for them (retransmissions too); transmit mappings
+    /// made, and segments dropped for naming bytes of none.
+    pub tx_zero_copy_bytes: u64,
+    pub tx_gathered_bytes: u64,
+    pub tx_setup: u64,
+    pub tx_gather_refused: u64,
     pub fallback_pdus: u64,
     pub control_calls: u64,
     pub ddp_ios: u64,
@@ -215,6 +222,10 @@ impl OffloadReport {
             nic_placed_bytes: nic.nic_placed_bytes,
             nic_crc_bytes: nic.nic_crc_bytes,
             tx_crc_offloaded_bytes: nic.tx_crc_offloaded_bytes,
+            tx_zero_copy_bytes: tx.zero_copy_bytes,
+            tx_gathered_bytes: nic.tx_gathered_bytes,
+            tx_setup: nic.tx_setup,
+            tx_gather_refused: nic.tx_gather_refused,
             fallback_pdus: ulp.fallback_pdus,
             control_calls: ulp.control_calls,
             ddp_ios: ulp.ddp_ios,
@@ -286,10 +297,11 @@ impl OffloadReport {
                 self.rx_csum_bad
             ),
             format!(
-                "{side}   NIC placed {} and digested {} rx / {} tx; {software}; {} fallback PDUs; {:.2} control calls per mapped I/O",
+                "{side}   NIC placed {} and digested {} rx / {} tx, gathered {} tx; {software}; {} fallback PDUs; {:.2} control calls per mapped I/O",
                 human_bytes(self.nic_placed_bytes as f64),
                 human_bytes(self.nic_crc_bytes as f64),
                 human_bytes(self.tx_crc_offloaded_bytes as f64),
+                human_bytes(self.tx_gathered_bytes as f64),
                 self.fallback_pdus,
                 self.control_calls_per_io
             ),

@@ -376,7 +376,10 @@ impl Workload {
         let lba = unit * u64::from(self.blocks_per_io);
         let base = lba * u64::from(self.ns.block_size);
         let (seed, fill) = (self.spec.seed, kind == IoKind::Write && self.spec.verify);
-        let bufs = match self.spare.pop() {
+        // A buffer is free again once nothing else holds it: a NIC's
+        // transmit mapping lets go when the peer has acknowledged the data.
+        let free = self.spare.iter().rposition(|b| b.iter().all(|x| !x.is_shared()));
+        let bufs = match free.map(|i| self.spare.swap_remove(i)) {
             Some(bufs) => {
                 for (i, b) in bufs.iter().enumerate().filter(|_| fill) {
                     fill_pattern(&mut b.lock(), seed, base + self.part(i).0 as u64);

@@ -140,7 +140,7 @@ impl Bench {
             let end = (at + chunk).min(bytes.len());
             // The closure is called until it writes nothing.
             let mut put = at;
-            self.peer.send(&mut conn, |free| {
+            self.peer.send_with(&mut conn, |free| {
                 let n = free.len().min(end - put);
                 free[..n].copy_from_slice(&bytes[put..put + n]);
                 put += n;
@@ -326,7 +326,7 @@ fn connections_that_never_connect_are_closed_in_time() {
         assert!(b.run(Duration::from_secs(5), |b| b.peer.is_established(&conn)));
         if i % 2 == 0 {
             let mut ic = icreq();
-            b.peer.send(&mut conn, |free| {
+            b.peer.send_with(&mut conn, |free| {
                 let n = ic.len().min(free.len());
                 free[..n].copy_from_slice(&ic[..n]);
                 ic.drain(..n);

@@ -90,6 +90,67 @@ fn all_offloads_on_the_host_copies_and_digests_no_read_payload() {
     assert_eq!(cu.copy_bytes, 2048, "only the Connect data");
 }
 
+/// Zero-copy transmit: the payload of every write (H2CData and in-capsule
+/// data) and of every read (C2HData) leaves its buffer once, gathered by
+/// the sender's NIC; the upper layers copy none of it. Without the
+/// offload, all of it is copied.
+#[test]
+fn transmitted_payload_is_gathered_by_the_nic_never_copied() {
+    for (offload, by_reference) in [(Caps::ALL, true), (Caps::ALL.without(Caps::ZC_TX), false)] {
+        let o = opts(offload, true);
+        let d = run(&o);
+        let (_, host_tx) = d.host.host.stats();
+        let (_, ctrl_tx) = d.ctrl.stats();
+        let (host_nic, ctrl_nic) = (d.host_nic.stats(), d.ctrl_nic.stats());
+        let connect = 2 * 1024;
+        if by_reference {
+            assert_eq!(host_tx.data_bytes, connect, "{offload}: only the Connect data copied");
+            assert_eq!(host_tx.zero_copy_bytes, o.size);
+            assert_eq!(ctrl_tx.data_bytes, 0, "{offload}: no read data copied by the controller");
+            assert_eq!(ctrl_tx.zero_copy_bytes, o.size);
+            assert_eq!(host_nic.tx_gathered_bytes, o.size, "{offload}: a clean wire sends once");
+            assert_eq!(ctrl_nic.tx_gathered_bytes, o.size);
+            // One mapping per data PDU, each torn down once acknowledged.
+            for nic in [&host_nic, &ctrl_nic] {
+                assert!(nic.tx_setup > 0 && nic.tx_setup_fail == 0, "{nic:?}");
+                assert!(nic.tx_setup - nic.tx_teardown <= 2 * 8, "{nic:?}");
+                assert_eq!(nic.tx_gather_refused, 0);
+            }
+        } else {
+            assert_eq!(host_tx.data_bytes, o.size + connect, "{offload}");
+            assert_eq!(ctrl_tx.data_bytes, o.size, "{offload}");
+            assert_eq!(host_tx.zero_copy_bytes + ctrl_tx.zero_copy_bytes, 0);
+            assert_eq!(host_nic.tx_gathered_bytes + ctrl_nic.tx_gathered_bytes, 0);
+            assert_eq!(host_nic.tx_setup + ctrl_nic.tx_setup, 0);
+        }
+    }
+}
+
+/// A buffer sent by reference stays the sender's until the peer has
+/// acknowledged it: under loss, segments are sent again after their
+/// command completed (a read's C2HData lost behind its response), and the
+/// NIC gathers them again from buffers neither the controller's pool nor
+/// the host's workload has reused.
+#[test]
+fn retransmissions_after_completion_gather_the_same_bytes() {
+    let o = DemoOptions {
+        impair: Profile { loss: 0.02, ..Profile::default() },
+        seed: 37,
+        kato: DemoOptions::IMPAIRED_KATO,
+        io_timeout: DemoOptions::IMPAIRED_IO_TIMEOUT,
+        ..opts(Caps::ALL, true)
+    };
+    let d = run(&o);
+    let (_, host_tx) = d.host.host.stats();
+    let (_, ctrl_tx) = d.ctrl.stats();
+    let (host_nic, ctrl_nic) = (d.host_nic.stats(), d.ctrl_nic.stats());
+    assert_eq!((host_tx.zero_copy_bytes, ctrl_tx.zero_copy_bytes), (o.size, o.size));
+    for (side, nic) in [("host", &host_nic), ("controller", &ctrl_nic)] {
+        assert!(nic.tx_gathered_bytes > o.size, "{side}: retransmissions gathered: {nic:?}");
+        assert_eq!(nic.tx_gather_refused, 0, "{side}: nothing sent from a mapping torn down");
+    }
+}
+
 #[test]
 fn without_header_data_split_placed_bytes_also_reach_the_ring() {
     let o = opts(Caps::ALL, true);
@@ -583,7 +644,7 @@ impl<D: smoltcp_glue::Medium> Peer for Hostile<D> {
                 c.pending_out = out;
             }
             let mut at = 0;
-            let sent = self.stack.send(&mut c.conn, |free| {
+            let sent = self.stack.send_with(&mut c.conn, |free| {
                 let k = free.len().min(c.pending_out.len() - at);
                 free[..k].copy_from_slice(&c.pending_out[at..at + k]);
                 at += k;

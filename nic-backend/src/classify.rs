@@ -9,6 +9,7 @@
 use crate::config::NicConfig;
 use crate::flow::{Env, Socket};
 use crate::frame;
+use crate::gather::{Gathers, TxMaps};
 use crate::place::Placed;
 use smoltcp::phy;
 use std::collections::HashMap;
@@ -38,6 +39,7 @@ pub(crate) struct State {
     /// Offloaded sockets, by `SkHandle::id`.
     pub flows: slab::Slab<Box<dyn Socket>>,
     pub by_key: HashMap<(SocketAddrV4, SocketAddrV4), usize>,
+    pub tx_maps: TxMaps,
     pub stats: Stats,
 }
 
@@ -62,9 +64,24 @@ impl Shared {
         st.rx(frame, &mut placed).then_some(placed)
     }
 
-    /// A frame the stack is sending, already written.
-    pub fn on_tx(&self, frame: &mut [u8]) {
-        self.lock().tx(frame);
+    /// Where the payload a frame's metadata names comes from; `None` if
+    /// it names bytes of no mapping (the frame must not go out).
+    pub fn resolve(&self, gather: &smoltcp::phy::GatherRanges) -> Option<Gathers> {
+        let mut st = self.lock();
+        let found = st.tx_maps.resolve(gather);
+        if found.is_none() {
+            st.stats.tx_gather_refused += 1;
+        }
+        found
+    }
+
+    /// A frame the stack is sending, already written; `gathered` payload
+    /// bytes of it the NIC filled in (checksummed here, as they were not
+    /// by the stack).
+    pub fn on_tx(&self, frame: &mut [u8], gathered: u64) {
+        let mut st = self.lock();
+        st.stats.tx_gathered_bytes += gathered;
+        st.tx(frame, gathered > 0);
     }
 
     /// After a change of sockets or capabilities.
@@ -130,10 +147,10 @@ impl State {
         true
     }
 
-    fn tx(&mut self, frame: &mut [u8]) {
+    fn tx(&mut self, frame: &mut [u8], gathered: bool) {
         let Some(seg) = frame::parse_headers(frame) else { return };
         let wrote = self.tx_digests(frame, &seg);
-        if (wrote || self.cfg.checksum) && !self.csum_below {
+        if (wrote || gathered || self.cfg.checksum) && !self.csum_below {
             seg.fix_checksum(frame);
         }
     }

@@ -9,7 +9,7 @@
 use crate::classify::{Shared, State};
 use crate::config::NicConfig;
 use crate::handle::NicHandle;
-use smoltcp::phy::{self, Device, DeviceCapabilities, PacketMeta};
+use smoltcp::phy::{self, Device, DeviceCapabilities, GatherRanges, PacketMeta};
 use smoltcp::time::Instant;
 use smoltcp_glue::{Medium, WireEnd};
 use std::cell::RefCell;
@@ -44,6 +44,7 @@ impl<D> OffloadNic<D> {
             handshakes: HashMap::new(),
             flows: slab::Slab::new(),
             by_key: HashMap::new(),
+            tx_maps: Default::default(),
             stats: Stats::default(),
         };
         Self {
@@ -96,6 +97,14 @@ enum Rx<'a, T> {
 pub struct TxToken<'a, T> {
     inner: T,
     shared: &'a Shared,
+    /// Payload the stack left for the NIC to gather.
+    gather: GatherRanges,
+}
+
+impl<'a, T> TxToken<'a, T> {
+    fn new(inner: T, shared: &'a Shared) -> Self {
+        Self { inner, shared, gather: GatherRanges::default() }
+    }
 }
 
 impl<T: phy::RxToken> phy::RxToken for RxToken<'_, T> {
@@ -127,15 +136,26 @@ impl<T: phy::RxToken> phy::RxToken for RxToken<'_, T> {
 }
 
 impl<T: phy::TxToken> phy::TxToken for TxToken<'_, T> {
-    fn set_meta(&mut self, meta: PacketMeta) {
+    fn set_meta(&mut self, mut meta: PacketMeta) {
+        // The NIC gathers; the medium below gets a whole frame.
+        self.gather = std::mem::take(&mut meta.gather);
         self.inner.set_meta(meta)
     }
 
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         let shared = self.shared;
+        let gathers = match self.gather.is_empty() {
+            true => None,
+            false => match shared.resolve(&self.gather) {
+                Some(g) => Some(g),
+                // Bytes of no mapping: the frame is dropped, not sent stale.
+                None => return f(&mut vec![0; len]),
+            },
+        };
         self.inner.consume(len, |frame| {
             let r = f(frame);
-            shared.on_tx(frame);
+            let gathered = gathers.as_ref().map_or(0, |g| g.fill(frame));
+            shared.on_tx(frame, gathered);
             r
         })
     }
@@ -160,7 +180,7 @@ impl<D: Device> Device for OffloadNic<D> {
             let (rx, tx) = self.inner.receive(now)?;
             return Some((
                 RxToken(Rx::Through { inner: rx, shared }),
-                TxToken { inner: tx, shared },
+                TxToken::new(tx, shared),
             ));
         }
         let OffloadNic { inner, shared, ring, .. } = self;
@@ -178,12 +198,12 @@ impl<D: Device> Device for OffloadNic<D> {
             }
             None => (0, PacketMeta::default()),
         });
-        Some((RxToken(Rx::Ring { frame, len, meta, ring }), TxToken { inner: tx, shared }))
+        Some((RxToken(Rx::Ring { frame, len, meta, ring }), TxToken::new(tx, shared)))
     }
 
     fn transmit(&mut self, now: Instant) -> Option<Self::TxToken<'_>> {
         let shared = &*self.shared;
-        self.inner.transmit(now).map(|tx| TxToken { inner: tx, shared })
+        self.inner.transmit(now).map(|tx| TxToken::new(tx, shared))
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
@@ -226,18 +246,29 @@ mod tests {
         Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
     };
     use smoltcp_glue::VirtualWire;
-    use ulp_ddp::DdpDevice as _;
+    use ulp_ddp::{DdpDevice as _, DdpError};
 
     const A: Ipv4Address = Ipv4Address::new(198, 18, 0, 2);
     const B: Ipv4Address = Ipv4Address::new(198, 18, 0, 3);
 
-    /// An Ethernet/IPv4/TCP frame carrying `payload`, its TCP checksum
-    /// filled in when `checksum` is set and zero otherwise.
+    /// An Ethernet/IPv4/TCP frame from A:4420 to B:50000 carrying
+    /// `payload`, its TCP checksum filled in when `checksum` is set and
+    /// zero otherwise.
     fn frame(payload: &[u8], checksum: bool) -> Vec<u8> {
+        segment((A, 4420), (B, 50000), TcpControl::Psh, payload, checksum)
+    }
+
+    fn segment(
+        (src, src_port): (Ipv4Address, u16),
+        (dst, dst_port): (Ipv4Address, u16),
+        control: TcpControl,
+        payload: &[u8],
+        checksum: bool,
+    ) -> Vec<u8> {
         let tcp = TcpRepr {
-            src_port: 4420,
-            dst_port: 50000,
-            control: TcpControl::Psh,
+            src_port,
+            dst_port,
+            control,
             seq_number: TcpSeqNumber(1000),
             ack_number: Some(TcpSeqNumber(2000)),
             window_len: 1024,
@@ -249,8 +280,8 @@ mod tests {
             payload,
         };
         let ip = Ipv4Repr {
-            src_addr: A,
-            dst_addr: B,
+            src_addr: src,
+            dst_addr: dst,
             next_header: IpProtocol::Tcp,
             payload_len: tcp.header_len() + payload.len(),
             hop_limit: 64,
@@ -270,8 +301,96 @@ mod tests {
         let mut p = Ipv4Packet::new_unchecked(f.payload_mut());
         ip.emit(&mut p, &caps);
         let mut t = TcpPacket::new_unchecked(p.payload_mut());
-        tcp.emit(&mut t, &IpAddress::Ipv4(A), &IpAddress::Ipv4(B), &caps);
+        tcp.emit(&mut t, &IpAddress::Ipv4(src), &IpAddress::Ipv4(dst), &caps);
         buf
+    }
+
+    /// The payload of the frame `peer` received next, if one came.
+    fn payload_at(peer: &mut VirtualWire, now: Instant) -> Option<(Vec<u8>, bool)> {
+        let (rx, _) = peer.receive(now)?;
+        let f = rx.consume(|f| f.to_vec());
+        let eth = EthernetFrame::new_checked(&f[..]).unwrap();
+        let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+        let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+        Some((tcp.payload().to_vec(), tcp_checksum_ok(&f)))
+    }
+
+    /// Send `frame` through the NIC with the metadata `meta`.
+    fn send(nic: &mut OffloadNic<VirtualWire>, now: Instant, frame: &[u8], meta: PacketMeta) {
+        let mut tx = nic.transmit(now).unwrap();
+        tx.set_meta(meta);
+        tx.consume(frame.len(), |b| b.copy_from_slice(frame));
+    }
+
+    #[test]
+    fn gathered_payload_comes_from_the_mapping_and_nothing_goes_out_stale() {
+        use smoltcp::phy::Gather;
+        use ulp_ddp::{Config, FlowId, IoBuf, NvmeTcpConfig, Role, SgEntry};
+        let now = Instant::from_millis(0);
+        let (mut peer, end) = VirtualWire::pair(1514, 8);
+        let mut nic = OffloadNic::new(end, NicConfig::default());
+        let dev = nic.handle();
+        // The handshake, both ways, so the NIC takes the socket.
+        let syn = segment((A, 4420), (B, 50000), TcpControl::Syn, &[], true);
+        send(&mut nic, now, &syn, PacketMeta::default());
+        let _ = payload_at(&mut peer, now);
+        let syn = segment((B, 50000), (A, 4420), TcpControl::Syn, &[], true);
+        peer.transmit(now).unwrap().consume(syn.len(), |b| b.copy_from_slice(&syn));
+        let (rx, _) = nic.receive(now).unwrap();
+        rx.consume(|_| ());
+        let flow = FlowId {
+            local: std::net::SocketAddrV4::new(A, 4420),
+            remote: std::net::SocketAddrV4::new(B, 50000),
+        };
+        let config = NvmeTcpConfig {
+            role: Role::Controller,
+            pfv: 0,
+            cpda: 0,
+            hpda: 0,
+            dgst: 0,
+            queue_size: 32,
+            rx_start: 0,
+            tx_start: 0,
+        };
+        let sk = dev.sk_add(flow, &Config::NvmeTcp(config)).unwrap();
+        assert!(sk.offloads.contains(ulp_ddp::Caps::ZC_TX));
+
+        let buf = IoBuf::from_vec(b"0123456789".to_vec());
+        let token = dev.tx_setup(&sk, SgEntry { buf: buf.clone(), offset: 2, len: 6 }).unwrap();
+        assert!(buf.is_shared(), "the mapping holds the buffer");
+        // The stack wrote the header bytes around six it left stale.
+        let stale = frame(b"hello-......-end", false);
+        let mut meta = PacketMeta::default();
+        let g = Gather { start: 6, end: 11, token, token_offset: 1 };
+        assert!(meta.gather.push(g));
+        send(&mut nic, now, &stale, meta);
+        let (payload, summed) = payload_at(&mut peer, now).unwrap();
+        assert_eq!(payload, b"hello-34567.-end", "bytes 3..8 of the buffer, at token offset 1");
+        assert!(summed, "the NIC summed what it gathered");
+        assert_eq!(dev.stats().tx_gathered_bytes, 5);
+        assert!(!meta.gather.push(g), "ranges go in order");
+        let mut past = PacketMeta::default();
+        assert!(past.gather.push(Gather { token_offset: 2, ..g }));
+        send(&mut nic, now, &stale, past);
+        assert_eq!(payload_at(&mut peer, now), None, "a range past the mapping goes nowhere");
+
+        // Torn down (acknowledged): a segment naming it is dropped, not
+        // sent with what the frame held.
+        dev.tx_teardown(&sk, token);
+        assert!(!buf.is_shared());
+        send(&mut nic, now, &stale, meta);
+        assert_eq!(payload_at(&mut peer, now), None);
+        // The socket gone: so are its mappings.
+        let token = dev.tx_setup(&sk, SgEntry { buf: buf.clone(), offset: 0, len: 10 }).unwrap();
+        dev.sk_del(&sk);
+        assert!(!buf.is_shared());
+        let mut meta = PacketMeta::default();
+        assert!(meta.gather.push(Gather { token, ..g }));
+        send(&mut nic, now, &stale, meta);
+        assert_eq!(payload_at(&mut peer, now), None);
+        let st = dev.stats();
+        assert_eq!((st.tx_setup, st.tx_teardown, st.tx_gather_refused), (2, 1, 3));
+        assert_eq!(dev.tx_setup(&sk, SgEntry { buf, offset: 0, len: 1 }), Err(DdpError::NoSocket));
     }
 
     fn tcp_checksum_ok(frame: &[u8]) -> bool {

@@ -123,6 +123,7 @@ impl DdpDevice for NicHandle {
         let mut st = self.shared.lock();
         if st.flows.contains(sk.id as usize) {
             st.flows.remove(sk.id as usize);
+            st.tx_maps.remove_socket(sk.id);
             st.by_key.retain(|_, v| *v != sk.id as usize);
             st.stats.sk_del += 1;
             self.shared.update_placing(&st);
@@ -191,6 +192,27 @@ impl DdpDevice for NicHandle {
             && f.remove_stag(stag)
         {
             st.stats.stag_invalidate += 1;
+        }
+    }
+
+    fn tx_setup(&self, sk: &SkHandle, sg: SgEntry) -> Result<u64, DdpError> {
+        let mut st = self.shared.lock();
+        let result = match () {
+            _ if !st.cfg.active.contains(Caps::ZC_TX) => Err(DdpError::NotActive(Caps::ZC_TX)),
+            _ if !st.flows.contains(sk.id as usize) => Err(DdpError::NoSocket),
+            _ => st.tx_maps.insert(sk.id, sg),
+        };
+        match &result {
+            Ok(_) => st.stats.tx_setup += 1,
+            Err(_) => st.stats.tx_setup_fail += 1,
+        }
+        result
+    }
+
+    fn tx_teardown(&self, sk: &SkHandle, token: u64) {
+        let mut st = self.shared.lock();
+        if st.tx_maps.remove(sk.id, token) {
+            st.stats.tx_teardown += 1;
         }
     }
 

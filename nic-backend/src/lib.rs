@@ -34,6 +34,7 @@ mod flow;
 mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
+mod gather;
 mod handle;
 mod mpa;
 mod pdu;

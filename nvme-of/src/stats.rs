@@ -88,6 +88,9 @@ pub struct TxStats {
     pub crc_bytes: u64,
     /// Data bytes whose digest was left to the NIC.
     pub crc_offloaded_bytes: u64,
+    /// Data bytes queued by reference: gathered from the command's
+    /// buffer by the NIC, never copied here.
+    pub zero_copy_bytes: u64,
 }
 
 impl TxStats {
@@ -95,6 +98,7 @@ impl TxStats {
         self.data_bytes += o.data_bytes;
         self.crc_bytes += o.crc_bytes;
         self.crc_offloaded_bytes += o.crc_offloaded_bytes;
+        self.zero_copy_bytes += o.zero_copy_bytes;
     }
 }
 

@@ -15,7 +15,7 @@ use nvme_of::nvme::{Cqe, SglType, Sqe, Status};
 use nvme_of::{Binding, Instant, TxStats, UlpStats};
 use std::net::IpAddr;
 use std::sync::Arc;
-use ulp_ddp::{DdpDevice, FlowId, IoBuf, SgEntry};
+use ulp_ddp::{DdpDevice, FlowId, IoBuf, SgEntry, TxSink};
 
 /// Most entries an admin queue may have (Linux's NVME_AQ_DEPTH).
 const ADMIN_QUEUE_SIZE: u32 = 32;
@@ -311,8 +311,8 @@ impl ControllerQueue for Connection {
         data.len()
     }
 
-    fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
-        self.qp.poll_transmit(out)
+    fn poll_send(&mut self, out: &mut dyn TxSink) -> usize {
+        self.qp.poll_send(out)
     }
 
     fn pending_output(&self) -> usize {

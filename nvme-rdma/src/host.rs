@@ -21,7 +21,7 @@ use nvme_of::nvme::{Cqe, SglDescriptor, Sqe, Status};
 use nvme_of::{Binding, Instant, TxStats, UlpStats};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use ulp_ddp::{DdpDevice, FlowId, IoBuf, SgEntry};
+use ulp_ddp::{DdpDevice, FlowId, IoBuf, SgEntry, TxSink};
 
 use crate::cm::{CmAccept, CmRequest, RECFMT, parse_reject};
 
@@ -352,8 +352,8 @@ impl HostQueue for Queue {
         data.len()
     }
 
-    fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
-        let n = self.qp.as_mut().map_or(0, |qp| qp.poll_transmit(out));
+    fn poll_send(&mut self, out: &mut dyn TxSink) -> usize {
+        let n = self.qp.as_mut().map_or(0, |qp| qp.poll_send(out));
         self.process();
         n
     }

@@ -84,6 +84,7 @@ pub fn work(s: &QpStats) -> (UlpStats, TxStats) {
         data_bytes: s.tx_bytes,
         crc_bytes: s.tx_crc_bytes,
         crc_offloaded_bytes: s.tx_nic_crc_bytes,
+        ..TxStats::default()
     };
     (rx, tx)
 }

@@ -20,7 +20,7 @@ use nvme_of::{Binding, Instant, UlpStats};
 use std::net::IpAddr;
 use std::sync::Arc;
 use tracing::{debug, trace};
-use ulp_ddp::{DdpDevice, FlowId, IoBuf, NvmeTcpConfig, Role};
+use ulp_ddp::{DdpDevice, FlowId, IoBuf, NvmeTcpConfig, Role, TxSink};
 
 /// Stop taking new PDUs while this much is waiting to be sent: a host that
 /// does not read its completions is slowed by TCP, not by our memory.
@@ -571,9 +571,9 @@ impl ControllerQueue for Connection {
         taken
     }
 
-    /// Write pending output into `out`; returns the number of bytes.
-    fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
-        let n = self.tx.poll(out);
+    /// Queue pending output in `out`; returns the number of bytes.
+    fn poll_send(&mut self, out: &mut dyn TxSink) -> usize {
+        let n = self.tx.poll_send(out, self.ddp.as_mut().and_then(|d| d.zc.as_mut()));
         self.tx_offset += n as u64;
         n
     }

@@ -19,7 +19,7 @@ use nvme_of::UlpStats;
 use std::sync::Arc;
 use ulp_ddp::{
     Caps, Config, DdpDevice, DdpIo, FlowId, HintFlags, IoBuf, Limits, NvmeTcpConfig, SgEntry,
-    SkHandle,
+    SkHandle, ZeroCopyTx,
 };
 
 /// Scatter-gather entries are pages, as a block layer would hand them over.
@@ -54,6 +54,8 @@ pub(crate) struct DdpSocket {
     pub dev: Arc<dyn DdpDevice>,
     pub sk: SkHandle,
     pub limits: Limits,
+    /// Data goes out by reference, gathered by the device.
+    pub zc: Option<ZeroCopyTx>,
 }
 
 impl DdpSocket {
@@ -62,7 +64,7 @@ impl DdpSocket {
     pub fn add(dev: Arc<dyn DdpDevice>, flow: FlowId, config: &NvmeTcpConfig) -> Option<Self> {
         let limits = dev.limits();
         match dev.sk_add(flow, &Config::NvmeTcp(*config)) {
-            Ok(sk) => Some(Self { dev, sk, limits }),
+            Ok(sk) => Some(Self { zc: ZeroCopyTx::new(dev.clone(), &sk), dev, sk, limits }),
             Err(e) => {
                 tracing::debug!(error = %e, "offload refused; software only");
                 None

@@ -21,7 +21,7 @@ use nvme_of::nvme::{Cqe, SglDescriptor, Sqe, Status};
 use nvme_of::{Binding, Instant, UlpStats};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use ulp_ddp::{DdpDevice, FlowId, NvmeTcpConfig, Role};
+use ulp_ddp::{DdpDevice, FlowId, NvmeTcpConfig, Role, TxSink};
 
 /// The NVMe/TCP binding for a host: queues that ask for `digests` and
 /// allow the controller `maxr2t + 1` R2Ts per command.
@@ -496,8 +496,8 @@ impl HostQueue for Queue {
         taken
     }
 
-    fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
-        let n = self.tx.poll(out);
+    fn poll_send(&mut self, out: &mut dyn TxSink) -> usize {
+        let n = self.tx.poll_send(out, self.ddp.as_mut().and_then(|d| d.zc.as_mut()));
         self.tx_offset += n as u64;
         n
     }

@@ -2,9 +2,10 @@
 //! it, with the calls a driver makes on each turn of its loop.
 //!
 //! [`TcpConn`] hands a socket's receive ring to the upper layer with
-//! `recv(|bytes| taken)` and lets it write straight into the send ring with
-//! `send(|free| written)`, counting stream offsets on the way (the offsets
-//! NIC receive hints are keyed by).
+//! `recv(|bytes| taken)` and its send ring with `send(|sink| queued)`, a
+//! [`TxSink`] that takes bytes by copy or, for a NIC that gathers, by
+//! reference; stream offsets are counted on the way (the offsets NIC
+//! receive hints are keyed by).
 
 use crate::Medium;
 use crate::medium::tap::steered_queue;
@@ -13,6 +14,7 @@ use smoltcp::socket::tcp::{self, CongestionControl, State};
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr, IpEndpoint, Ipv4Cidr};
 use std::net::{Ipv4Addr, SocketAddrV4};
+use ulp_ddp::TxSink;
 
 /// How a stack presents itself.
 #[derive(Debug, Clone)]
@@ -78,6 +80,46 @@ impl TcpConn {
     /// Stream offset of the next byte `send` will queue.
     pub fn tx_offset(&self) -> u64 {
         self.tx_offset
+    }
+}
+
+/// A socket's send ring as a [`TxSink`].
+struct Sink<'s> {
+    sock: &'s mut tcp::Socket<'static>,
+    /// Stream offset of the next byte queued.
+    offset: u64,
+}
+
+impl TxSink for Sink<'_> {
+    fn room(&self) -> usize {
+        match self.sock.may_send() {
+            true => self.sock.send_capacity() - self.sock.send_queue(),
+            false => 0,
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> usize {
+        let n = self.sock.send_slice(bytes).unwrap_or(0);
+        self.offset += n as u64;
+        n
+    }
+
+    fn write_by_reference(&mut self, len: usize, token: u64, token_offset: u64) -> usize {
+        let n = self.sock.send_by_reference(len, token, token_offset).unwrap_or(0);
+        self.offset += n as u64;
+        n
+    }
+
+    fn end_record(&mut self) {
+        self.sock.end_record();
+    }
+
+    fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    fn acked(&self) -> u64 {
+        self.offset - self.sock.send_queue() as u64
     }
 }
 
@@ -224,22 +266,35 @@ impl<D: Medium> Stack<D> {
         total
     }
 
-    /// Let `f` write into the free part of the send ring; repeats while
-    /// there is room and `f` writes. Returns the total.
+    /// Let `f` queue bytes to send through a [`TxSink`] over the send
+    /// ring. Returns how many it queued.
     ///
-    /// A write that stops short of the room it was given ends a record
-    /// (a PDU, an FPDU): segments start where records start, as an
-    /// MPA-aware TCP sends them, so a NIC can take each one whole.
-    pub fn send(&mut self, conn: &mut TcpConn, mut f: impl FnMut(&mut [u8]) -> usize) -> usize {
+    /// Queueing that stops short of the room there was ends a record (a
+    /// PDU, an FPDU): segments start where records start, as an MPA-aware
+    /// TCP sends them, so a NIC can take each one whole.
+    pub fn send(&mut self, conn: &mut TcpConn, f: impl FnOnce(&mut dyn TxSink) -> usize) -> usize {
+        let sock = self.sockets.get_mut::<tcp::Socket>(conn.handle);
+        let mut sink = Sink { sock, offset: conn.tx_offset };
+        let n = f(&mut sink);
+        debug_assert_eq!(sink.offset - conn.tx_offset, n as u64, "queued {n} bytes");
+        if n > 0 && sink.room() > 0 {
+            sink.sock.end_record();
+        }
+        conn.tx_offset = sink.offset;
+        n
+    }
+
+    /// Let `f` write into the free part of the send ring; repeats while
+    /// there is room and `f` writes. Returns the total. A write that stops
+    /// short of the room it was given ends a record.
+    pub fn send_with(&mut self, conn: &mut TcpConn, mut f: impl FnMut(&mut [u8]) -> usize) -> usize {
         let s = self.sockets.get_mut::<tcp::Socket>(conn.handle);
         let mut total = 0;
         while s.can_send() {
             let mut short = false;
             let n = s
                 .send(|buf| {
-                    let n = f(buf);
-                    debug_assert!(n <= buf.len(), "wrote {n} of {} bytes", buf.len());
-                    let n = n.min(buf.len());
+                    let n = f(buf).min(buf.len());
                     short = n < buf.len();
                     (n, n)
                 })

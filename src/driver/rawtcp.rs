@@ -93,7 +93,7 @@ impl<T: Medium> Sender<T> {
             if self.started.is_none() {
                 self.started = Some((t, self.acked()));
             }
-            let n = self.stack.send(&mut self.conn, |free| free.len());
+            let n = self.stack.send_with(&mut self.conn, |free| free.len());
             self.sent += n as u64;
             progress |= n > 0;
         }

@@ -199,7 +199,7 @@ impl<D: Medium> HostSide<D> {
                 }
             }
             progress |= stack.recv(&mut q.conn, |b| host.handle_input(qid, b, t)) > 0;
-            progress |= stack.send(&mut q.conn, |out| host.poll_transmit(qid, out)) > 0;
+            progress |= stack.send(&mut q.conn, |out| host.poll_send(qid, out)) > 0;
             if host.is_closed(qid) && host.pending_output(qid) == 0 {
                 stack.close(&q.conn);
                 q.closed = true;
@@ -333,7 +333,7 @@ impl<D: Medium> ControllerSide<D> {
                 c.ep.handle_timeout(t);
             }
             progress |= stack.recv(&mut c.conn, |b| c.ep.handle_input(b, t)) > 0;
-            progress |= stack.send(&mut c.conn, |out| c.ep.poll_transmit(out)) > 0;
+            progress |= stack.send(&mut c.conn, |out| c.ep.poll_send(out)) > 0;
             // Input refused for want of output room may go in now.
             progress |= stack.recv(&mut c.conn, |b| c.ep.handle_input(b, t)) > 0;
             if c.ep.is_closed() {

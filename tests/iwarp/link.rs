@@ -205,7 +205,7 @@ impl Link for Smol {
             moved |= stack.poll(now);
             // Zero-copy both ways: FPDUs are built in the send ring and
             // parsed from the receive ring.
-            moved |= stack.send(conn, |free| qp.poll_transmit(free)) > 0;
+            moved |= stack.send(conn, |out| qp.poll_send(out)) > 0;
             moved |= stack.recv(conn, |bytes| {
                 qp.handle_input(bytes);
                 bytes.len()

@@ -20,6 +20,13 @@
 //!   when it next runs, instead of being called from softirq context.
 //! - Besides Linux's receive capabilities there are two more: transmit data
 //!   digest offload (from the v4/v5 series) and one-shot mappings.
+//! - Transmit by reference ([`Caps::ZC_TX`]): the ULP maps a buffer with
+//!   [`DdpDevice::tx_setup`], queues its bytes in the stack by the token
+//!   it got, and the device gathers them into each segment that carries
+//!   them, first transmission and retransmissions alike, until the ULP
+//!   calls [`DdpDevice::tx_teardown`] once the peer acknowledged them.
+//!   Linux needs no such call: an skb's fragments are the pages, which
+//!   the driver maps as it posts them.
 //! - Beside Linux's one ULP type there is a second, iWARP
 //!   ([`Config::Iwarp`]), whose mappings are tagged buffers ([`StagIo`]).
 //!   The capabilities keep their meanings on it: placement of tagged
@@ -29,10 +36,12 @@
 mod iobuf;
 mod sk;
 mod stag;
+mod tx;
 
 pub use iobuf::IoBuf;
 pub use sk::{Freed, HintFlags, RxHint, SkCtx, TaggedRun};
 pub use stag::{Access, Stag, StagIo};
+pub use tx::{SliceSink, TxSink, ZeroCopyTx};
 
 use std::fmt;
 use std::net::SocketAddrV4;
@@ -58,9 +67,14 @@ impl Caps {
     /// the response coming in; on an iWARP socket, STags armed by the Send
     /// that advertises them and freed by the peer's Send that closes them.
     pub const ONESHOT: Caps = Caps(1 << 3);
+    /// Zero-copy transmit: payload the ULP queued by reference is gathered
+    /// by the device from the buffer it mapped (`tx_setup`), as a NIC
+    /// gathers the pages of an `MSG_SPLICE_PAGES` send by DMA.
+    #[doc(alias = "MSG_ZEROCOPY")]
+    pub const ZC_TX: Caps = Caps(1 << 4);
 
     pub const NONE: Caps = Caps(0);
-    pub const ALL: Caps = Caps(0xf);
+    pub const ALL: Caps = Caps(0x1f);
 
     /// Every offload but one-shot: mappings set up and torn down (RDMA:
     /// STags registered and invalidated) by calls of their own.
@@ -72,12 +86,13 @@ impl Caps {
     /// their own name, then the parts other sets print as, joined by `+`.
     const SETS: [(Caps, &'static str); 3] =
         [(Caps::NONE, "none"), (Caps::ALL, "all"), (Caps::CLASSIC, "classic")];
-    const PARTS: [(Caps, &'static str); 5] = [
+    const PARTS: [(Caps, &'static str); 6] = [
         (Caps::DDP, "ddp"),
         (Caps::CRC, "crc"),
         (Caps::CRC_RX, "crc-rx"),
         (Caps::CRC_TX, "crc-tx"),
         (Caps::ONESHOT, "oneshot"),
+        (Caps::ZC_TX, "zc-tx"),
     ];
 
     fn names() -> impl Iterator<Item = &'static (Caps, &'static str)> {
@@ -128,7 +143,7 @@ impl Caps {
             let one = Caps::names().find(|(_, n)| *n == word).map(|(c, _)| *c);
             one.map(|c| caps.union(c)).ok_or_else(|| {
                 format!(
-                    "unknown offload {word:?} (use none, all, classic, crc, ddp, crc-rx, crc-tx, oneshot, joined by '+')"
+                    "unknown offload {word:?} (use none, all, classic, crc, ddp, crc-rx, crc-tx, oneshot, zc-tx, joined by '+')"
                 )
             })
         })
@@ -324,6 +339,8 @@ pub enum DdpError {
     TooManyStags(u32),
     #[error("the socket does not carry that protocol")]
     WrongUlp,
+    #[error("too many transmit mappings on the socket ({0})")]
+    TooManyTxMaps(usize),
 }
 
 /// Device counters: Linux's ten `rx_nvmeotcp_*` stats, then the work the
@@ -386,6 +403,17 @@ pub struct Stats {
     /// RDMA Write FPDUs the device consumed whole, header to CRC, and
     /// handed to the ULP as runs ([`TaggedRun`]) it need not parse.
     pub whole_fpdus: u64,
+    /// Transmit mappings made, refused, and torn down (zero-copy transmit).
+    pub tx_setup: u64,
+    pub tx_setup_fail: u64,
+    pub tx_teardown: u64,
+    /// Payload bytes the device gathered into outgoing segments from
+    /// transmit mappings, retransmissions included.
+    pub tx_gathered_bytes: u64,
+    /// Outgoing segments the device dropped because they named bytes of
+    /// no transmit mapping (one torn down before the peer acknowledged
+    /// it): sending whatever the frame held would corrupt the stream.
+    pub tx_gather_refused: u64,
 }
 
 impl std::ops::AddAssign<&Stats> for Stats {
@@ -422,6 +450,11 @@ impl std::ops::AddAssign<&Stats> for Stats {
             recv_setup,
             recv_refused,
             whole_fpdus,
+            tx_setup,
+            tx_setup_fail,
+            tx_teardown,
+            tx_gathered_bytes,
+            tx_gather_refused,
         } = *o;
         self.sk_add += sk_add;
         self.sk_add_fail += sk_add_fail;
@@ -451,6 +484,11 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.recv_setup += recv_setup;
         self.recv_refused += recv_refused;
         self.whole_fpdus += whole_fpdus;
+        self.tx_setup += tx_setup;
+        self.tx_setup_fail += tx_setup_fail;
+        self.tx_teardown += tx_teardown;
+        self.tx_gathered_bytes += tx_gathered_bytes;
+        self.tx_gather_refused += tx_gather_refused;
     }
 }
 
@@ -503,6 +541,22 @@ pub trait DdpDevice: Send + Sync {
         let _ = (sk, msn, sgl);
         Err(DdpError::WrongUlp)
     }
+
+    /// Map `sg` for transmit by reference: returns the token under which
+    /// the stack names its bytes (`PacketMeta::gather`), with offsets
+    /// into `sg` as the token offsets. The device gathers from it every
+    /// segment that carries them until `tx_teardown`; the buffer must
+    /// stay as it is until then.
+    fn tx_setup(&self, sk: &SkHandle, sg: SgEntry) -> Result<u64, DdpError> {
+        let _ = (sk, sg);
+        Err(DdpError::Unsupported(Caps::ZC_TX))
+    }
+
+    /// Unmap the transmit mapping `token`: the peer acknowledged its
+    /// bytes, and no segment will carry them again.
+    fn tx_teardown(&self, sk: &SkHandle, token: u64) {
+        let _ = (sk, token);
+    }
 }
 
 #[cfg(test)]
@@ -519,12 +573,13 @@ mod tests {
             ("ddp+crc-rx", Caps::DDP.union(Caps::CRC_RX)),
             ("ddp+oneshot", Caps::DDP.union(Caps::ONESHOT)),
             ("crc+oneshot", Caps::CRC.union(Caps::ONESHOT)),
-            ("ddp+crc-tx+oneshot", Caps::ALL.without(Caps::CRC_RX)),
+            ("ddp+crc-tx+oneshot+zc-tx", Caps::ALL.without(Caps::CRC_RX)),
+            ("ddp+zc-tx", Caps::DDP.union(Caps::ZC_TX)),
         ] {
             assert_eq!(Caps::parse(name), Ok(caps), "{name}");
             assert_eq!(caps.to_string(), name);
         }
-        assert_eq!(Caps::parse("ddp+crc-rx+crc-tx"), Ok(Caps::CLASSIC));
+        assert_eq!(Caps::parse("ddp+crc-rx+crc-tx+zc-tx"), Ok(Caps::CLASSIC));
         assert!(Caps::parse("ddp,crc").unwrap_err().contains("join offloads with '+'"));
         assert!(Caps::parse("dpp").unwrap_err().contains("unknown offload \"dpp\""));
         assert!(Caps::parse("").is_err());

@@ -7,6 +7,7 @@
 
 use super::{Hold, Outbound, Qp, QpState, Rtr, SendOp, SendWr, Wc, WcOpcode, WcStatus};
 use crate::mr::{Access, Stag, sgl_len, walk};
+use ulp_ddp::{SliceSink, TxSink};
 use crate::wire::marker::{self, Markers};
 use crate::wire::{
     Ctrl, DdpHeader, Opcode, ReadRequest, ReadRequestPacket, TermLayer, Terminate, TerminatePacket,
@@ -128,9 +129,13 @@ impl TxState {
         self.sent[q]
     }
 
-    fn drain(&mut self, out: &mut [u8]) -> usize {
-        let n = (self.buf.len() - self.at).min(out.len());
-        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+    /// Nothing is left in the buffer to drain.
+    fn drained_all(&self) -> bool {
+        self.at == self.buf.len()
+    }
+
+    fn drain(&mut self, out: &mut dyn TxSink) -> usize {
+        let n = out.write(&self.buf[self.at..]);
         self.at += n;
         self.drained += n as u64;
         if self.at == self.buf.len() {
@@ -141,16 +146,28 @@ impl TxState {
 }
 
 impl Qp {
-    /// Fill `out` with stream bytes to send, up to the end of an FPDU;
-    /// how many. Stopping there lets the transport start its next segment
-    /// with the next FPDU (RFC 5044 Section 8.1).
-    pub fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
-        let mut n = self.tx.drain(out);
-        if n == 0 && self.next_fpdu() {
-            n = self.tx.drain(out);
+    /// Queue stream bytes to send in `out`; how many. Each FPDU ends a
+    /// record, so that the transport starts its segments with FPDUs
+    /// (RFC 5044 Section 8.1).
+    pub fn poll_send(&mut self, out: &mut dyn TxSink) -> usize {
+        let mut n = 0;
+        loop {
+            n += self.tx.drain(out);
+            if !self.tx.drained_all() {
+                break;
+            }
+            out.end_record();
+            if out.room() == 0 || !self.next_fpdu() {
+                break;
+            }
         }
         self.maybe_closed_clean();
         n
+    }
+
+    /// [`poll_send`](Self::poll_send) into a plain buffer, by copy.
+    pub fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
+        self.poll_send(&mut SliceSink::new(out))
     }
 
     /// Whether `poll_transmit` has something to give.

@@ -17,7 +17,7 @@ use crate::stats::{TxStats, UlpStats};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::task::Waker;
-use ulp_ddp::{DdpDevice, FlowId};
+use ulp_ddp::{DdpDevice, FlowId, SliceSink, TxSink};
 
 /// Why a controller connection closed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -85,8 +85,12 @@ pub trait ControllerQueue: Send {
     /// than offered while too much output waits: offer the rest again
     /// after transmitting.
     fn handle_input(&mut self, data: &[u8], now: Instant) -> usize;
-    /// Write pending output into `out`; returns the number of bytes.
-    fn poll_transmit(&mut self, out: &mut [u8]) -> usize;
+    /// Queue pending output in `out`; returns the number of bytes.
+    fn poll_send(&mut self, out: &mut dyn TxSink) -> usize;
+    /// Pending output, copied into `out`; the number of bytes.
+    fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
+        self.poll_send(&mut SliceSink::new(out))
+    }
     /// Bytes (or, where the binding cannot count them, messages) waiting
     /// to be sent.
     fn pending_output(&self) -> usize;

@@ -50,7 +50,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use timer::{Timer, TimerTable};
 use tracing::{debug, warn};
-use ulp_ddp::IoBuf;
+use ulp_ddp::{IoBuf, SliceSink, TxSink};
 
 /// Why an association failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -277,15 +277,20 @@ impl Host {
     /// Bytes for queue `qid`'s transport. Sending may complete local work
     /// (an RDMA binding's registrations and invalidations), whose results
     /// are acted on at the time last passed in.
-    pub fn poll_transmit(&mut self, qid: u16, out: &mut [u8]) -> usize {
+    pub fn poll_send(&mut self, qid: u16, out: &mut dyn TxSink) -> usize {
         let Some(q) = self.queues.get_mut(usize::from(qid)) else { return 0 };
-        let n = q.poll_transmit(out);
+        let n = q.poll_send(out);
         let now = self.now;
         self.drain(qid, now);
         match self.queues.get_mut(usize::from(qid)) {
-            Some(q) if n == 0 => q.poll_transmit(out),
+            Some(q) if n == 0 => q.poll_send(out),
             _ => n,
         }
+    }
+
+    /// [`poll_send`](Self::poll_send) into a plain buffer, by copy.
+    pub fn poll_transmit(&mut self, qid: u16, out: &mut [u8]) -> usize {
+        self.poll_send(qid, &mut SliceSink::new(out))
     }
 
     pub fn pending_output(&self, qid: u16) -> usize {

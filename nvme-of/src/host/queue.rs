@@ -11,7 +11,7 @@ use crate::Instant;
 use crate::nvme::{Cqe, Sqe, Status};
 use crate::stats::{TxStats, UlpStats};
 use std::sync::Arc;
-use ulp_ddp::{DdpDevice, FlowId, IoBuf};
+use ulp_ddp::{DdpDevice, FlowId, IoBuf, SliceSink, TxSink};
 
 /// Which way a command's data moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +113,12 @@ pub trait HostQueue: Send {
     fn submit(&mut self, owner: Owner, sqe: Sqe, data: CmdData, deadline: Instant) -> Option<u16>;
     /// Bytes received; returns how many were taken.
     fn handle_input(&mut self, data: &[u8], now: Instant) -> usize;
-    fn poll_transmit(&mut self, out: &mut [u8]) -> usize;
+    /// Queue bytes to send in `out`; returns how many.
+    fn poll_send(&mut self, out: &mut dyn TxSink) -> usize;
+    /// Bytes to send, copied into `out`; how many.
+    fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
+        self.poll_send(&mut SliceSink::new(out))
+    }
     fn pending_output(&self) -> usize;
     /// When the binding itself wants `handle_timeout` (connection setup).
     fn poll_timeout(&self) -> Option<Instant> {

@@ -20,7 +20,7 @@ use crate::nvme::{Cqe, Sqe, Status};
 use crate::stats::{TxStats, UlpStats};
 use crate::time::Instant;
 use std::sync::Arc;
-use ulp_ddp::{DdpDevice, FlowId};
+use ulp_ddp::{DdpDevice, FlowId, TxSink};
 
 /// What stands in a host's place of a queue another host holds: it holds
 /// nothing, sends nothing and is never live.
@@ -50,7 +50,7 @@ impl HostQueue for Lent {
     fn handle_input(&mut self, data: &[u8], _now: Instant) -> usize {
         data.len()
     }
-    fn poll_transmit(&mut self, _out: &mut [u8]) -> usize {
+    fn poll_send(&mut self, _out: &mut dyn TxSink) -> usize {
         0
     }
     fn pending_output(&self) -> usize {

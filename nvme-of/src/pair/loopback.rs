@@ -24,6 +24,7 @@ use crate::time::Instant;
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::Arc;
+use ulp_ddp::TxSink;
 
 /// The intra-host transport's facts.
 pub const LOOPBACK: Binding = Binding {
@@ -63,9 +64,8 @@ fn push(out: &mut Vec<u8>, kind: u8, cid: u16, body: &[&[u8]]) {
 }
 
 /// Move what `tx` holds into `out`, as much as fits.
-fn send(tx: &mut Vec<u8>, out: &mut [u8]) -> usize {
-    let n = out.len().min(tx.len());
-    out[..n].copy_from_slice(&tx[..n]);
+fn send(tx: &mut Vec<u8>, out: &mut dyn TxSink) -> usize {
+    let n = out.write(tx);
     tx.drain(..n);
     n
 }
@@ -251,7 +251,7 @@ impl HostQueue for LoopHostQueue {
         data.len()
     }
 
-    fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
+    fn poll_send(&mut self, out: &mut dyn TxSink) -> usize {
         send(&mut self.tx, out)
     }
 
@@ -384,7 +384,7 @@ impl ControllerQueue for LoopCtrlQueue {
         data.len()
     }
 
-    fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
+    fn poll_send(&mut self, out: &mut dyn TxSink) -> usize {
         send(&mut self.tx, out)
     }
 

@@ -1,15 +1,16 @@
 //! The transmit side of a connection: PDUs queued whole, written out in
 //! whatever pieces the transport has room for.
 //!
-//! Headers are emitted once into the queue entry; data is copied straight
-//! from the command's buffer into the caller's output (the transport's send
-//! ring), and its data digest is computed over the bytes as they are copied,
-//! or left as zeros for a NIC with transmit digest offload to fill in.
+//! Headers are emitted once into the queue entry; data goes from the
+//! command's buffer into the transport's send ring, copied, or queued by
+//! reference for the NIC to gather ([`ZeroCopyTx`]). Its data digest is
+//! computed here over the buffer, or left as zeros for a NIC with transmit
+//! digest offload to fill in.
 
 use super::{DIGEST_LEN, Framing, Header, PduRepr, crc32c_append};
 use nvme_of::TxStats;
 use std::collections::VecDeque;
-use ulp_ddp::IoBuf;
+use ulp_ddp::{IoBuf, SliceSink, TxSink, ZeroCopyTx};
 
 /// Room for the longest header with digest and padding (128 bytes) plus
 /// inline data such as a TermReq's quoted header (128 bytes).
@@ -23,6 +24,8 @@ struct TxPdu {
     /// Running CRC32C over the data sent so far.
     crc: u32,
     sent: usize,
+    /// The data goes by copy (the NIC would not map it).
+    copy: bool,
 }
 
 impl TxPdu {
@@ -111,6 +114,7 @@ impl TxQueue {
             ddgst: repr.ddgst,
             crc: 0,
             sent: 0,
+            copy: false,
         };
         self.queued += pdu.len();
         self.pdus.push_back(pdu);
@@ -133,15 +137,31 @@ impl TxQueue {
             ddgst: false,
             crc: 0,
             sent: 0,
+            copy: true,
         });
     }
 
-    /// Write queued bytes into `out`; returns how many were written.
+    /// Copy queued bytes into `out`; returns how many.
     pub fn poll(&mut self, out: &mut [u8]) -> usize {
+        self.poll_send(&mut SliceSink::new(out), None)
+    }
+
+    /// Queue bytes in `out`, data by reference where `zc` maps it; returns
+    /// how many. Mappings the peer has acknowledged are released first.
+    pub fn poll_send(&mut self, out: &mut dyn TxSink, mut zc: Option<&mut ZeroCopyTx>) -> usize {
+        if let Some(zc) = zc.as_deref_mut() {
+            zc.release(out.acked());
+        }
         let mut n = 0;
-        while n < out.len() {
+        while out.room() > 0 {
             let Some(pdu) = self.pdus.front_mut() else { break };
-            let wrote = Self::write_pdu(pdu, &mut out[n..], self.ddgst_offload, &mut self.stats);
+            let wrote = Self::write_pdu(
+                pdu,
+                out,
+                zc.as_deref_mut(),
+                self.ddgst_offload,
+                &mut self.stats,
+            );
             n += wrote;
             if pdu.sent == pdu.len() {
                 self.pdus.pop_front();
@@ -153,40 +173,58 @@ impl TxQueue {
         n
     }
 
-    fn write_pdu(pdu: &mut TxPdu, out: &mut [u8], offload: bool, stats: &mut TxStats) -> usize {
+    fn write_pdu(
+        pdu: &mut TxPdu,
+        out: &mut dyn TxSink,
+        zc: Option<&mut ZeroCopyTx>,
+        offload: bool,
+        stats: &mut TxStats,
+    ) -> usize {
         let mut n = 0;
         if pdu.sent < pdu.head_len {
-            let k = (pdu.head_len - pdu.sent).min(out.len());
-            out[..k].copy_from_slice(&pdu.head[pdu.sent..pdu.sent + k]);
+            let k = out.write(&pdu.head[pdu.sent..pdu.head_len]);
             pdu.sent += k;
             n += k;
         }
         let data_len = pdu.data.as_ref().map_or(0, |d| d.2);
         let data_end = pdu.head_len + data_len;
-        if n < out.len()
+        if pdu.sent >= pdu.head_len
             && pdu.sent < data_end
-            && let Some((buf, offset, _)) = &pdu.data
+            && out.room() > 0
+            && let Some((buf, offset, len)) = &pdu.data
         {
-            let at = offset + pdu.sent - pdu.head_len;
-            let k = (data_end - pdu.sent).min(out.len() - n);
-            let dst = &mut out[n..n + k];
+            let done = pdu.sent - pdu.head_len;
+            let by_ref = match zc {
+                Some(zc) if !pdu.copy => zc.send(out, buf, *offset, *len, done),
+                _ => None,
+            };
+            pdu.copy |= by_ref.is_none();
+            let data = buf.lock();
             // In range: `push` clamped the span to the buffer, whose length never changes.
-            dst.copy_from_slice(&buf.lock()[at..at + k]);
-            stats.data_bytes += k as u64;
+            let rest = &data[offset + done..offset + len];
+            let k = match by_ref {
+                Some(k) => {
+                    stats.zero_copy_bytes += k as u64;
+                    k
+                }
+                None => {
+                    let k = out.write(rest);
+                    stats.data_bytes += k as u64;
+                    k
+                }
+            };
             if pdu.ddgst && offload {
                 stats.crc_offloaded_bytes += k as u64;
             } else if pdu.ddgst {
-                pdu.crc = crc32c_append(pdu.crc, dst);
+                pdu.crc = crc32c_append(pdu.crc, &rest[..k]);
                 stats.crc_bytes += k as u64;
             }
             pdu.sent += k;
             n += k;
         }
-        if pdu.ddgst && n < out.len() && pdu.sent >= data_end {
+        if pdu.ddgst && pdu.sent >= data_end && out.room() > 0 {
             let digest = if offload { [0; DIGEST_LEN] } else { pdu.crc.to_le_bytes() };
-            let at = pdu.sent - data_end;
-            let k = (DIGEST_LEN - at).min(out.len() - n);
-            out[n..n + k].copy_from_slice(&digest[at..at + k]);
+            let k = out.write(&digest[pdu.sent - data_end..]);
             pdu.sent += k;
             n += k;
         }
@@ -264,6 +302,9 @@ mod tests {
         let n = q.poll(&mut out);
         assert_eq!(n, 24 + 10 + 4);
         assert_eq!(&out[34..38], &[0, 0, 0, 0]);
-        assert_eq!(q.stats(), TxStats { data_bytes: 10, crc_bytes: 0, crc_offloaded_bytes: 10 });
+        assert_eq!(
+            q.stats(),
+            TxStats { data_bytes: 10, crc_offloaded_bytes: 10, ..TxStats::default() }
+        );
     }
 }

@@ -75,6 +75,7 @@ impl<'p> Packet<'p> {
         _ip_repr: &IpRepr,
         payload: &mut [u8],
         caps: &DeviceCapabilities,
+        #[cfg(feature = "packetmeta-gather")] gather: &crate::phy::GatherRanges,
     ) {
         match self.payload() {
             #[cfg(feature = "proto-ipv4")]
@@ -161,6 +162,32 @@ impl<'p> Packet<'p> {
                     if tcp_repr.window_len as usize > max_window_size {
                         tcp_repr.window_len = max_window_size as u16;
                     }
+                }
+
+                #[cfg(feature = "packetmeta-gather")]
+                if !gather.is_empty() {
+                    // The device fills in the ranges it gathers, and the
+                    // checksum over them: copy only the rest.
+                    let whole = tcp_repr.payload;
+                    tcp_repr.payload = &[];
+                    let mut checksum = caps.checksum.clone();
+                    checksum.tcp = crate::phy::Checksum::None;
+                    let mut packet = TcpPacket::new_unchecked(payload);
+                    tcp_repr.emit(
+                        &mut packet,
+                        &_ip_repr.src_addr(),
+                        &_ip_repr.dst_addr(),
+                        &checksum,
+                    );
+                    let out = packet.payload_mut();
+                    let mut at = 0;
+                    for g in gather.iter() {
+                        let start = usize::from(g.start);
+                        out[at..start].copy_from_slice(&whole[at..start]);
+                        at = usize::from(g.end);
+                    }
+                    out[at..whole.len()].copy_from_slice(&whole[at..]);
+                    return;
                 }
 
                 tcp_repr.emit(
@@ -261,4 +288,64 @@ pub(crate) fn icmp_reply_payload_len(len: usize, mtu: usize, header_len: usize) 
     //
     // <min mtu> - IP Header Size * 2 - ICMPv4 DstUnreachable hdr size
     len.min(mtu - header_len * 2 - 8)
+}
+
+#[cfg(all(test, feature = "packetmeta-gather", feature = "proto-ipv4", feature = "socket-tcp"))]
+mod test {
+    use super::*;
+    use crate::phy::{Gather, GatherRanges};
+
+    #[test]
+    fn test_gathered_tcp_payload_is_left_to_the_device() {
+        let src = Ipv4Address::new(192, 168, 1, 1);
+        let dst = Ipv4Address::new(192, 168, 1, 2);
+        let payload: [u8; 16] = core::array::from_fn(|i| i as u8);
+        let tcp = TcpRepr {
+            src_port: 4420,
+            dst_port: 50000,
+            control: TcpControl::Psh,
+            seq_number: TcpSeqNumber(1000),
+            ack_number: Some(TcpSeqNumber(2000)),
+            window_len: 1024,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: &payload,
+        };
+        let ip = Ipv4Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp.buffer_len(),
+            hop_limit: 64,
+        };
+        let packet = Packet::new_ipv4(ip, IpPayload::Tcp(tcp));
+        let caps = DeviceCapabilities::default();
+        assert!(caps.checksum.tcp.tx(), "the stack would checksum");
+
+        let mut gather = GatherRanges::default();
+        for (start, end, token) in [(2, 6, 7), (10, 12, 8)] {
+            assert!(gather.push(Gather { start, end, token, token_offset: 0 }));
+        }
+        let mut out = [0xaa; 64];
+        let out = &mut out[..tcp.buffer_len()];
+        packet.emit_payload(&IpRepr::Ipv4(ip), out, &caps, &gather);
+        let sent = TcpPacket::new_checked(&*out).unwrap();
+        assert_eq!(sent.seq_number(), TcpSeqNumber(1000));
+        assert_eq!(sent.checksum(), 0, "the device sums what it gathers");
+        let mut want = payload;
+        want[2..6].fill(0xaa);
+        want[10..12].fill(0xaa);
+        assert_eq!(sent.payload(), &want, "gathered ranges untouched, the rest copied");
+
+        // Nothing to gather: the payload and the checksum as ever.
+        let mut whole = [0xaa; 64];
+        let whole = &mut whole[..tcp.buffer_len()];
+        packet.emit_payload(&IpRepr::Ipv4(ip), whole, &caps, &GatherRanges::default());
+        let sent = TcpPacket::new_checked(&*whole).unwrap();
+        assert_eq!(sent.payload(), &payload);
+        assert!(sent.verify_checksum(&src.into(), &dst.into()));
+    }
 }

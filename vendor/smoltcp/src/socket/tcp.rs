@@ -1720,6 +1720,10 @@ impl<'a> Socket<'a> {
     #[cfg(feature = "socket-tcp-by-reference")]
     fn gather_of(&self, offset: usize, len: usize) -> crate::phy::GatherRanges {
         let mut gather = crate::phy::GatherRanges::default();
+        if len == 0 {
+            // An ACK, a FIN or a window probe: no payload to gather.
+            return gather;
+        }
         let (start, end) = (self.local_seq_no + offset, self.local_seq_no + offset + len);
         for r in self.overlapping(start, end) {
             let (from, to) = (r.start.max(start), r.end.min(end));
@@ -7740,6 +7744,29 @@ mod test {
         let (seq, len, g) = sent_with_gather(&mut s, 0);
         assert_eq!((seq, len), (LOCAL_SEQ + 22, 4));
         assert_eq!(g, [gather(0, 4, 4, 0)]);
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-by-reference")]
+    fn test_send_by_reference_acks_inside_a_reference_gather_nothing() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.remote_mss = 10;
+        s.remote_win_len = 10;
+        s.set_nagle_enabled(false);
+        assert_eq!(s.send_by_reference(30, 5, 0), Ok(30));
+        let (_, len, g) = sent_with_gather(&mut s, 0);
+        assert_eq!((len, g), (10, alloc::vec![gather(0, 10, 5, 0)]));
+        // The window is full; data from the peer wants an ACK, sent from
+        // the middle of the reference with no payload.
+        send!(s, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: 0,
+            payload: &b"abc"[..],
+            ..SEND_TEMPL
+        });
+        let (seq, len, g) = sent_with_gather(&mut s, 0);
+        assert_eq!((seq, len, g), (LOCAL_SEQ + 11, 0, alloc::vec![]));
     }
 
     #[test]

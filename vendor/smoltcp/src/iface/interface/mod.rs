@@ -1290,7 +1290,13 @@ impl InterfaceInner {
             repr.emit(&mut *tx_buffer, &self.caps.checksum);
 
             let payload = &mut tx_buffer[repr.header_len()..];
-            packet.emit_payload(repr, payload, &caps)
+            packet.emit_payload(
+                repr,
+                payload,
+                &caps,
+                #[cfg(feature = "packetmeta-gather")]
+                &meta.gather,
+            )
         };
 
         let total_ip_len = ip_repr.buffer_len();
@@ -1415,6 +1421,7 @@ impl InterfaceInner {
                     net_debug!("IPv6 fragmentation support is unimplemented. Dropping.");
                     Ok(())
                 } else {
+                    tx_token.set_meta(meta);
                     tx_token.consume(total_len, |mut tx_buffer| {
                         #[cfg(feature = "medium-ethernet")]
                         if matches!(self.caps.medium, Medium::Ethernet) {
