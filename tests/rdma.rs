@@ -68,3 +68,27 @@ fn data_survives_loss_and_reordering_with_offload_on() {
     let r = run(Caps::ALL, true, impair);
     assert!(r.impaired_c2h.dropped + r.impaired_c2h.reordered > 0, "{:?}", r.impaired_c2h);
 }
+
+/// Zero-copy transmit over iWARP: the host's Read Responses (the data of
+/// its writes) and the controller's RDMA Writes (of reads) leave their
+/// buffers once, gathered by the NIC; under loss the NIC gathers the
+/// retransmissions again from buffers still held.
+#[test]
+fn payload_leaves_its_buffer_once_gathered_by_the_nic() {
+    for impair in [Profile::default(), Profile { loss: 0.01, ..Profile::default() }] {
+        let r = run(Caps::ALL, true, impair);
+        for (side, o) in [("host", &r.offload), ("controller", &r.controller_offload)] {
+            assert!(o.tx_zero_copy_bytes >= 8 << 20, "{side}: {o:?}");
+            assert!(o.host_tx_copy_bytes < 64 << 10, "{side} copies only Sends: {o:?}");
+            assert!(o.tx_gathered_bytes >= o.tx_zero_copy_bytes, "{side}: {o:?}");
+            assert_eq!(o.tx_gather_refused, 0, "{side}: {o:?}");
+        }
+        if impair.loss > 0.0 {
+            let o = &r.controller_offload;
+            assert!(o.tx_gathered_bytes > o.tx_zero_copy_bytes, "retransmissions: {o:?}");
+        }
+    }
+    let r = run(Caps::ALL.without(Caps::ZC_TX), true, Profile::default());
+    assert_eq!(r.offload.tx_zero_copy_bytes + r.controller_offload.tx_gathered_bytes, 0);
+    assert!(r.controller_offload.host_tx_copy_bytes >= 8 << 20, "{:?}", r.controller_offload);
+}

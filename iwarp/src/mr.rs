@@ -272,6 +272,23 @@ impl Device {
         self.visit(pd, stag, to, len, right, |b| out.extend_from_slice(b))
     }
 
+    /// Give `f` each piece of the `len` bytes from `to` of `stag` in
+    /// order, as (entry, offset in its buffer, length), after the check.
+    pub fn pieces(
+        &self,
+        pd: Pd,
+        stag: Stag,
+        to: u64,
+        len: usize,
+        right: Access,
+        f: impl FnMut(&SgEntry, usize, usize),
+    ) -> Result<(), MrError> {
+        let t = self.table();
+        let r = lookup(&t, pd, stag, to, len as u64, right)?;
+        walk(&r.sgl, to - r.iova, len, f);
+        Ok(())
+    }
+
     /// Give `f` the `len` bytes from `to` of `stag` in order, after the
     /// check.
     fn visit(
@@ -283,10 +300,7 @@ impl Device {
         right: Access,
         mut f: impl FnMut(&[u8]),
     ) -> Result<(), MrError> {
-        let t = self.table();
-        let r = lookup(&t, pd, stag, to, len as u64, right)?;
-        walk(&r.sgl, to - r.iova, len, |e, off, n| f(&e.buf.lock()[off..off + n]));
-        Ok(())
+        self.pieces(pd, stag, to, len, right, |e, off, n| f(&e.buf.lock()[off..off + n]))
     }
 }
 

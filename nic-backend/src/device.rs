@@ -178,10 +178,7 @@ impl<D: Device> Device for OffloadNic<D> {
         if !self.shared.placing.load(Ordering::Relaxed) {
             let shared = &*self.shared;
             let (rx, tx) = self.inner.receive(now)?;
-            return Some((
-                RxToken(Rx::Through { inner: rx, shared }),
-                TxToken::new(tx, shared),
-            ));
+            return Some((RxToken(Rx::Through { inner: rx, shared }), TxToken::new(tx, shared)));
         }
         let OffloadNic { inner, shared, ring, .. } = self;
         let shared = &**shared;
@@ -306,7 +303,7 @@ mod tests {
     }
 
     /// The payload of the frame `peer` received next, if one came.
-    fn payload_at(peer: &mut VirtualWire, now: Instant) -> Option<(Vec<u8>, bool)> {
+    fn payload_at(peer: &mut WireEnd, now: Instant) -> Option<(Vec<u8>, bool)> {
         let (rx, _) = peer.receive(now)?;
         let f = rx.consume(|f| f.to_vec());
         let eth = EthernetFrame::new_checked(&f[..]).unwrap();
@@ -316,7 +313,7 @@ mod tests {
     }
 
     /// Send `frame` through the NIC with the metadata `meta`.
-    fn send(nic: &mut OffloadNic<VirtualWire>, now: Instant, frame: &[u8], meta: PacketMeta) {
+    fn send(nic: &mut OffloadNic<WireEnd>, now: Instant, frame: &[u8], meta: PacketMeta) {
         let mut tx = nic.transmit(now).unwrap();
         tx.set_meta(meta);
         tx.consume(frame.len(), |b| b.copy_from_slice(frame));

@@ -81,10 +81,10 @@ pub fn work(s: &QpStats) -> (UlpStats, TxStats) {
         ..UlpStats::default()
     };
     let tx = TxStats {
-        data_bytes: s.tx_bytes,
+        data_bytes: s.tx_bytes - s.tx_zero_copy_bytes,
         crc_bytes: s.tx_crc_bytes,
         crc_offloaded_bytes: s.tx_nic_crc_bytes,
-        ..TxStats::default()
+        zero_copy_bytes: s.tx_zero_copy_bytes,
     };
     (rx, tx)
 }

@@ -287,7 +287,11 @@ impl<D: Medium> Stack<D> {
     /// Let `f` write into the free part of the send ring; repeats while
     /// there is room and `f` writes. Returns the total. A write that stops
     /// short of the room it was given ends a record.
-    pub fn send_with(&mut self, conn: &mut TcpConn, mut f: impl FnMut(&mut [u8]) -> usize) -> usize {
+    pub fn send_with(
+        &mut self,
+        conn: &mut TcpConn,
+        mut f: impl FnMut(&mut [u8]) -> usize,
+    ) -> usize {
         let s = self.sockets.get_mut::<tcp::Socket>(conn.handle);
         let mut total = 0;
         while s.can_send() {

@@ -97,9 +97,11 @@ pub struct ZeroCopyTx {
 impl ZeroCopyTx {
     /// Zero-copy transmit on `sk`, if the device granted it.
     pub fn new(dev: Arc<dyn DdpDevice>, sk: &SkHandle) -> Option<Self> {
-        sk.offloads
-            .contains(Caps::ZC_TX)
-            .then(|| Self { dev, sk: sk.clone(), maps: VecDeque::new() })
+        sk.offloads.contains(Caps::ZC_TX).then(|| Self {
+            dev,
+            sk: sk.clone(),
+            maps: VecDeque::new(),
+        })
     }
 
     /// Queue bytes `done..len` of the `len` at `offset` in `buf` by

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use ulp_ddp::{
     Caps, Config, DdpDevice, FlowId, HintFlags, IwarpConfig, RxHint, SgEntry, SkHandle, Stag,
+    ZeroCopyTx,
 };
 
 use super::Qp;
@@ -31,12 +32,15 @@ pub struct QpStats {
     /// NIC vouched for instead.
     pub crc_bytes: u64,
     pub nic_crc_bytes: u64,
-    /// Payload bytes sent (Sends, Writes, Read Responses), copied from
-    /// their buffers into the stream; of those, the bytes whose MPA CRC
-    /// this side computed, and those it left to the NIC.
+    /// Payload bytes sent (Sends, Writes, Read Responses); of those, the
+    /// bytes whose MPA CRC this side computed, and those it left to the
+    /// NIC.
     pub tx_bytes: u64,
     pub tx_crc_bytes: u64,
     pub tx_nic_crc_bytes: u64,
+    /// Of the payload bytes sent, those queued by reference: gathered from
+    /// their buffers by the NIC, never copied here.
+    pub tx_zero_copy_bytes: u64,
     /// Calls into the device per I/O path: registrations, posted Sends,
     /// local invalidates, one-shot advertisements, mapped receives.
     pub control_calls: u64,
@@ -58,6 +62,8 @@ pub(super) struct Active {
     pub sk: SkHandle,
     /// The NIC writes our MPA CRCs.
     pub tx_crc: bool,
+    /// The NIC gathers our payload.
+    pub zc: Option<ZeroCopyTx>,
     /// A resync the NIC asked to confirm: an FPDU starting there.
     pub resync: Option<u64>,
 }
@@ -110,7 +116,14 @@ impl Qp {
         match dev.sk_add(flow, &config) {
             Ok(sk) => {
                 let tx_crc = self.crc && sk.offloads.contains(Caps::CRC_TX);
-                self.offload = Offload::On(Active { dev, sk, tx_crc, resync: None });
+                // Markers interleave with payload every 512 octets: such
+                // FPDUs are copied whole.
+                let zc = match self.tx.markers() {
+                    Some(_) => None,
+                    None => ZeroCopyTx::new(dev.clone(), &sk),
+                };
+                self.tx.by_reference = zc.is_some();
+                self.offload = Offload::On(Active { dev, sk, tx_crc, zc, resync: None });
             }
             Err(e) => return tracing::debug!(error = %e, "offload refused; software only"),
         }

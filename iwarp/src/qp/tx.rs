@@ -1,18 +1,25 @@
 //! The transmit path: work requests become FPDUs, one at a time, cut at
 //! MULPDU (RFC 5044 §8.1.2), when the caller has room for them.
 //!
+//! An FPDU's framing is built here; its payload goes from the work
+//! request's buffers to the transport by reference when the NIC gathers
+//! (zero-copy transmit, without markers), else copied once, into the
+//! FPDU. The MPA CRC is computed over the buffers, or left to the NIC.
+//!
 //! Between messages, Read Responses go first (the peer waits on them),
 //! then the send queue in order. Outbound Reads stop at the ORD; local
 //! work requests (fast register, local invalidate) run when reached.
 
+use super::offload::{Active, Offload, QpStats};
 use super::{Hold, Outbound, Qp, QpState, Rtr, SendOp, SendWr, Wc, WcOpcode, WcStatus};
 use crate::mr::{Access, Stag, sgl_len, walk};
-use ulp_ddp::{SliceSink, TxSink};
 use crate::wire::marker::{self, Markers};
 use crate::wire::{
     Ctrl, DdpHeader, Opcode, ReadRequest, ReadRequestPacket, TermLayer, Terminate, TerminatePacket,
-    append_with, emit_fpdu_with, mulpdu,
+    append_with, crc32c_append, emit_fpdu_with, fpdu_pad, mulpdu,
 };
+use std::collections::VecDeque;
+use ulp_ddp::{IoBuf, SliceSink, TxSink, ZeroCopyTx};
 
 /// The STag siw puts in RTRs (tagged STag 0 upsets some NICs).
 const RTR_STAG: u32 = 1;
@@ -30,11 +37,28 @@ enum Msg {
     ReadResponse,
 }
 
+/// Payload queued by reference: `len` bytes of `buf` from `offset`, in
+/// the stream where byte `at` of the framing buffer is; `done` of them
+/// handed to the transport.
+#[derive(Debug)]
+struct Ref {
+    at: usize,
+    buf: IoBuf,
+    offset: usize,
+    len: usize,
+    done: usize,
+}
+
 #[derive(Debug)]
 pub(super) struct TxState {
     pub(super) mulpdu: usize,
+    /// Framing (and copied payload) to send, from `at` on, with the
+    /// payload queued by reference among it.
     buf: Vec<u8>,
     at: usize,
+    refs: VecDeque<Ref>,
+    /// Payload goes by reference (the NIC gathers, and no markers).
+    pub(super) by_reference: bool,
     /// Messages sent per untagged queue; the next MSN is one more.
     sent: [u32; 3],
     cur: Option<Msg>,
@@ -55,6 +79,8 @@ impl TxState {
             mulpdu,
             buf: Vec::new(),
             at: 0,
+            refs: VecDeque::new(),
+            by_reference: false,
             sent: [0; 3],
             cur: None,
             scratch: Vec::new(),
@@ -96,6 +122,48 @@ impl TxState {
         Ok(())
     }
 
+    /// Append the FPDU of `header` carrying the `payload_len` bytes whose
+    /// pieces (buffer, offset, length) `pieces` names in order, with its
+    /// CRC when `crc`: by reference where it can, else copied.
+    fn put_payload<E>(
+        &mut self,
+        header: &DdpHeader,
+        payload_len: usize,
+        crc: bool,
+        pieces: impl FnOnce(&mut dyn FnMut(&IoBuf, usize, usize)) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if !self.by_reference || payload_len == 0 {
+            let fill = |out: &mut Vec<u8>| {
+                pieces(&mut |b, off, k| out.extend_from_slice(&b.lock()[off..off + k]))
+            };
+            return self.put(header, payload_len, crc, fill);
+        }
+        let (start, refs) = (self.buf.len(), self.refs.len());
+        let ulpdu = header.buffer_len() + payload_len;
+        self.buf.extend_from_slice(&(ulpdu as u16).to_be_bytes());
+        let at = self.buf.len();
+        self.buf.resize(at + header.buffer_len(), 0);
+        header.emit(&mut self.buf[at..]);
+        let mut sum = crc32c_append(0, &self.buf[start..]);
+        let got = pieces(&mut |b, offset, len| {
+            if crc {
+                sum = crc32c_append(sum, &b.lock()[offset..offset + len]);
+            }
+            let at = self.buf.len();
+            self.refs.push_back(Ref { at, buf: b.clone(), offset, len, done: 0 });
+        });
+        if let Err(e) = got {
+            self.buf.truncate(start);
+            self.refs.truncate(refs);
+            return Err(e);
+        }
+        let trailer = self.buf.len();
+        self.buf.resize(trailer + fpdu_pad(ulpdu), 0);
+        let sum = if crc { crc32c_append(sum, &self.buf[trailer..]) } else { 0 };
+        self.buf.extend_from_slice(&sum.to_le_bytes());
+        Ok(())
+    }
+
     /// Where setup frames go: straight out, ahead of any FPDU.
     pub(super) fn setup_bytes(&mut self) -> &mut Vec<u8> {
         &mut self.buf
@@ -103,17 +171,19 @@ impl TxState {
 
     /// The stream offset the next byte put in the buffer will have.
     pub(super) fn stream_end(&self) -> u64 {
-        self.drained + (self.buf.len() - self.at) as u64
+        let refs = self.refs.iter().map(|r| (r.len - r.done) as u64).sum::<u64>();
+        self.drained + (self.buf.len() - self.at) as u64 + refs
     }
 
     /// Nothing buffered and no message half sent.
     pub(super) fn idle(&self) -> bool {
-        self.at == self.buf.len() && self.cur.is_none()
+        self.drained_all() && self.cur.is_none()
     }
 
     pub(super) fn clear(&mut self) {
         self.buf.clear();
         self.at = 0;
+        self.refs.clear();
     }
 
     /// The send-queue request half sent, given up.
@@ -131,14 +201,48 @@ impl TxState {
 
     /// Nothing is left in the buffer to drain.
     fn drained_all(&self) -> bool {
-        self.at == self.buf.len()
+        self.at == self.buf.len() && self.refs.is_empty()
     }
 
-    fn drain(&mut self, out: &mut dyn TxSink) -> usize {
-        let n = out.write(&self.buf[self.at..]);
-        self.at += n;
+    /// Hand what is buffered to `out`, payload by reference through `zc`
+    /// where it was queued so; how many bytes.
+    fn drain(
+        &mut self,
+        out: &mut dyn TxSink,
+        mut zc: Option<&mut ZeroCopyTx>,
+        stats: &mut QpStats,
+    ) -> usize {
+        let mut n = 0;
+        loop {
+            let copied_to = self.refs.front().map_or(self.buf.len(), |r| r.at);
+            if self.at < copied_to {
+                let k = out.write(&self.buf[self.at..copied_to]);
+                self.at += k;
+                n += k;
+                if self.at < copied_to {
+                    break;
+                }
+            }
+            let Some(r) = self.refs.front_mut() else { break };
+            let k = match zc
+                .as_deref_mut()
+                .and_then(|z| z.send(out, &r.buf, r.offset, r.len, r.done))
+            {
+                Some(k) => {
+                    stats.tx_zero_copy_bytes += k as u64;
+                    k
+                }
+                None => out.write(&r.buf.lock()[r.offset + r.done..r.offset + r.len]),
+            };
+            r.done += k;
+            n += k;
+            if r.done < r.len {
+                break;
+            }
+            self.refs.pop_front();
+        }
         self.drained += n as u64;
-        if self.at == self.buf.len() {
+        if self.drained_all() {
             self.clear();
         }
         n
@@ -150,9 +254,16 @@ impl Qp {
     /// record, so that the transport starts its segments with FPDUs
     /// (RFC 5044 Section 8.1).
     pub fn poll_send(&mut self, out: &mut dyn TxSink) -> usize {
+        if let Offload::On(Active { zc: Some(zc), .. }) = &mut self.offload {
+            zc.release(out.acked());
+        }
         let mut n = 0;
         loop {
-            n += self.tx.drain(out);
+            let zc = match &mut self.offload {
+                Offload::On(a) => a.zc.as_mut(),
+                _ => None,
+            };
+            n += self.tx.drain(out, zc, &mut self.stats);
             if !self.tx.drained_all() {
                 break;
             }
@@ -172,7 +283,7 @@ impl Qp {
 
     /// Whether `poll_transmit` has something to give.
     pub fn has_output(&self) -> bool {
-        if self.tx.at < self.tx.buf.len() || self.terminate.is_some() {
+        if !self.tx.drained_all() || self.terminate.is_some() {
             return true;
         }
         if !matches!(self.state, QpState::Rts | QpState::Closing) || self.hold != Hold::Off {
@@ -387,15 +498,12 @@ impl Qp {
             }
             SendOp::FastReg { .. } | SendOp::LocalInv { .. } => unreachable!("run when reached"),
         };
-        // The payload goes from the SGL straight into the FPDU.
-        let fill = |out: &mut Vec<u8>| {
-            walk(sgl, u64::from(sent), n as usize, |e, off, k| {
-                out.extend_from_slice(&e.buf.lock()[off..off + k])
-            });
+        let pieces = |f: &mut dyn FnMut(&IoBuf, usize, usize)| {
+            walk(sgl, u64::from(sent), n as usize, |e, off, k| f(&e.buf, off, k));
             Ok::<_, std::convert::Infallible>(())
         };
         let crc = self.our_crc();
-        let Ok(()) = self.tx.put(&header, n as usize, crc, fill);
+        let Ok(()) = self.tx.put_payload(&header, n as usize, crc, pieces);
         self.count_tx(n);
         let sent = sent + n;
         if sent == len {
@@ -420,21 +528,20 @@ impl Qp {
         let ctrl = Ctrl { last, opcode: Opcode::ReadResponse };
         let header =
             DdpHeader::Tagged { ctrl, stag: r.sink, to: r.sink_to.wrapping_add(u64::from(r.sent)) };
-        // The source bytes go from the region straight into the FPDU.
         let (dev, pd) = (&self.dev, self.cfg.pd);
-        let fill = |out: &mut Vec<u8>| match n {
+        let pieces = |f: &mut dyn FnMut(&IoBuf, usize, usize)| match n {
             0 => Ok(()),
-            _ => dev.read(
+            _ => dev.pieces(
                 pd,
                 r.src,
                 r.src_to + u64::from(r.sent),
                 n as usize,
                 Access::REMOTE_READ,
-                out,
+                |e, off, k| f(&e.buf, off, k),
             ),
         };
         let crc = self.our_crc();
-        if let Err(e) = self.tx.put(&header, n as usize, crc, fill) {
+        if let Err(e) = self.tx.put_payload(&header, n as usize, crc, pieces) {
             // The source went away after the request was accepted.
             self.fail(Terminate::new(TermLayer::Rdmap, 1, e.rdmap_code()));
             return true;

@@ -24,7 +24,8 @@ pub(super) const CRC: usize = 4;
 
 /// PAD bytes after a ULPDU of `ulpdu` bytes: the FPDU's length field,
 /// ULPDU and PAD end on a 4-byte boundary.
-pub(super) fn pad(ulpdu: usize) -> usize {
+/// PAD after a ULPDU of `ulpdu` bytes: the FPDU ends on a 4-byte boundary.
+pub fn pad(ulpdu: usize) -> usize {
     (4 - (LEN + ulpdu) % 4) % 4
 }
 

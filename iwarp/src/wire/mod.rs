@@ -110,7 +110,9 @@ mod rdmap;
 mod tests;
 
 pub use ddp::{Ctrl, CtrlPacket, DdpHeader, Opcode, TaggedPacket, UntaggedPacket};
-pub use fpdu::{FpduPacket, FpduRepr, emit_fpdu, emit_fpdu_with, fpdu_len, mulpdu};
+pub use fpdu::{
+    FpduPacket, FpduRepr, emit_fpdu, emit_fpdu_with, fpdu_len, mulpdu, pad as fpdu_pad,
+};
 pub use framer::{Event, FpduFramer};
 pub use mpa::{IrdOrd, IrdOrdPacket, MpaFrame, MpaKind, MpaPacket};
 pub use rdmap::{

@@ -155,13 +155,8 @@ impl TxQueue {
         let mut n = 0;
         while out.room() > 0 {
             let Some(pdu) = self.pdus.front_mut() else { break };
-            let wrote = Self::write_pdu(
-                pdu,
-                out,
-                zc.as_deref_mut(),
-                self.ddgst_offload,
-                &mut self.stats,
-            );
+            let wrote =
+                Self::write_pdu(pdu, out, zc.as_deref_mut(), self.ddgst_offload, &mut self.stats);
             n += wrote;
             if pdu.sent == pdu.len() {
                 self.pdus.pop_front();
