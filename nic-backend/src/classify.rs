@@ -3,8 +3,9 @@
 //! an offloaded socket, anything else), and hand the segment to its flow.
 //!
 //! It must never edit a received frame, nor withhold one other than a
-//! segment whose checksum is wrong; on transmit it only fills in digests
-//! and the checksum.
+//! segment whose checksum is wrong; on transmit it only fills in payload
+//! the stack left to it (from a transmit mapping), digests and the
+//! checksum, and withholds only a frame that names bytes of no mapping.
 
 use crate::config::NicConfig;
 use crate::flow::{Env, Socket};

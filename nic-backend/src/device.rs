@@ -1,7 +1,9 @@
 //! The NIC as a smoltcp `Device` decorator, [`OffloadNic`]: it wraps any
 //! medium, takes each frame through the NIC on its way up and down, and
 //! copies received frames into a ring of its own while some socket may be
-//! placed into, leaving placed payload out (header/data split).
+//! placed into, leaving placed payload out (header/data split). On the way
+//! down it gathers the payload a frame's metadata names from the transmit
+//! mappings ([`crate::gather`]) into the frame.
 //!
 //! It must never reorder frames, and never do protocol work itself: that is
 //! the state's and the flows' ([`crate::classify`], [`crate::flow`]).
@@ -377,16 +379,21 @@ mod tests {
         assert!(!buf.is_shared());
         send(&mut nic, now, &stale, meta);
         assert_eq!(payload_at(&mut peer, now), None);
-        // The socket gone: so are its mappings.
+        // The socket gone, its mappings stay until torn down: the stack
+        // may still be sending (a close after the last data).
         let token = dev.tx_setup(&sk, SgEntry { buf: buf.clone(), offset: 0, len: 10 }).unwrap();
         dev.sk_del(&sk);
-        assert!(!buf.is_shared());
         let mut meta = PacketMeta::default();
         assert!(meta.gather.push(Gather { token, ..g }));
         send(&mut nic, now, &stale, meta);
+        let (payload, _) = payload_at(&mut peer, now).unwrap();
+        assert_eq!(payload, b"hello-12345.-end");
+        dev.tx_teardown(&sk, token);
+        assert!(!buf.is_shared());
+        send(&mut nic, now, &stale, meta);
         assert_eq!(payload_at(&mut peer, now), None);
         let st = dev.stats();
-        assert_eq!((st.tx_setup, st.tx_teardown, st.tx_gather_refused), (2, 1, 3));
+        assert_eq!((st.tx_setup, st.tx_teardown, st.tx_gather_refused), (2, 2, 3));
         assert_eq!(dev.tx_setup(&sk, SgEntry { buf, offset: 0, len: 1 }), Err(DdpError::NoSocket));
     }
 

@@ -49,11 +49,6 @@ impl TxMaps {
         }
     }
 
-    /// Unmap everything of socket `sk` (it is going away).
-    pub fn remove_socket(&mut self, sk: u32) {
-        self.maps.retain(|_, (owner, _)| *owner != sk);
-    }
-
     /// Where each of `gather`'s ranges comes from, or `None` if one names
     /// bytes of no mapping.
     pub fn resolve(&self, gather: &GatherRanges) -> Option<Gathers> {

@@ -122,8 +122,9 @@ impl DdpDevice for NicHandle {
     fn sk_del(&self, sk: &SkHandle) {
         let mut st = self.shared.lock();
         if st.flows.contains(sk.id as usize) {
+            // Transmit mappings stay until torn down: the stack may
+            // still be sending their bytes.
             st.flows.remove(sk.id as usize);
-            st.tx_maps.remove_socket(sk.id);
             st.by_key.retain(|_, v| *v != sk.id as usize);
             st.stats.sk_del += 1;
             self.shared.update_placing(&st);

@@ -20,7 +20,7 @@ use nvme_of::{Binding, Instant, UlpStats};
 use std::net::IpAddr;
 use std::sync::Arc;
 use tracing::{debug, trace};
-use ulp_ddp::{DdpDevice, FlowId, IoBuf, NvmeTcpConfig, Role, TxSink};
+use ulp_ddp::{DdpDevice, FlowId, IoBuf, NvmeTcpConfig, Role, TxSink, ZeroCopyTx};
 
 /// Stop taking new PDUs while this much is waiting to be sent: a host that
 /// does not read its completions is slowed by TCP, not by our memory.
@@ -135,6 +135,10 @@ pub struct Connection {
     /// A device that may offload this connection once it is an I/O queue.
     attach: Option<(Arc<dyn DdpDevice>, FlowId)>,
     ddp: Option<DdpSocket>,
+    /// Data goes out by reference, gathered by the device; kept past the
+    /// socket's removal until the connection is dropped (its transport
+    /// done sending).
+    zc: Option<ZeroCopyTx>,
     stats: UlpStats,
     span: tracing::Span,
 }
@@ -158,6 +162,7 @@ impl Connection {
             tx_offset: 0,
             attach: None,
             ddp: None,
+            zc: None,
             stats: UlpStats::default(),
             span,
         }
@@ -186,6 +191,7 @@ impl Connection {
         self.ddp = DdpSocket::add(dev, flow, &config);
         if let Some(d) = &self.ddp {
             self.tx.set_ddgst_offload(d.tx_offload());
+            self.zc = d.zero_copy_tx();
         }
     }
 
@@ -573,7 +579,7 @@ impl ControllerQueue for Connection {
 
     /// Queue pending output in `out`; returns the number of bytes.
     fn poll_send(&mut self, out: &mut dyn TxSink) -> usize {
-        let n = self.tx.poll_send(out, self.ddp.as_mut().and_then(|d| d.zc.as_mut()));
+        let n = self.tx.poll_send(out, self.zc.as_mut());
         self.tx_offset += n as u64;
         n
     }

@@ -54,8 +54,6 @@ pub(crate) struct DdpSocket {
     pub dev: Arc<dyn DdpDevice>,
     pub sk: SkHandle,
     pub limits: Limits,
-    /// Data goes out by reference, gathered by the device.
-    pub zc: Option<ZeroCopyTx>,
 }
 
 impl DdpSocket {
@@ -64,7 +62,7 @@ impl DdpSocket {
     pub fn add(dev: Arc<dyn DdpDevice>, flow: FlowId, config: &NvmeTcpConfig) -> Option<Self> {
         let limits = dev.limits();
         match dev.sk_add(flow, &Config::NvmeTcp(*config)) {
-            Ok(sk) => Some(Self { zc: ZeroCopyTx::new(dev.clone(), &sk), dev, sk, limits }),
+            Ok(sk) => Some(Self { dev, sk, limits }),
             Err(e) => {
                 tracing::debug!(error = %e, "offload refused; software only");
                 None
@@ -76,6 +74,12 @@ impl DdpSocket {
     pub fn max_transfer(&self) -> Option<u64> {
         let n = u64::from(self.limits.max_ddp_sgl_len);
         (n > 0).then_some(n * PAGE as u64)
+    }
+
+    /// Zero-copy transmit on this socket, if the device granted it. Kept
+    /// by the connection, past `remove`, until it is done sending.
+    pub fn zero_copy_tx(&self) -> Option<ZeroCopyTx> {
+        ZeroCopyTx::new(self.dev.clone(), &self.sk)
     }
 
     /// The device writes this socket's data digests.

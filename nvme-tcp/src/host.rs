@@ -21,7 +21,7 @@ use nvme_of::nvme::{Cqe, SglDescriptor, Sqe, Status};
 use nvme_of::{Binding, Instant, UlpStats};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use ulp_ddp::{DdpDevice, FlowId, NvmeTcpConfig, Role, TxSink};
+use ulp_ddp::{DdpDevice, FlowId, NvmeTcpConfig, Role, TxSink, ZeroCopyTx};
 
 /// The NVMe/TCP binding for a host: queues that ask for `digests` and
 /// allow the controller `maxr2t + 1` R2Ts per command.
@@ -105,6 +105,9 @@ struct Queue {
     tx_offset: u64,
     pdu_start: u64,
     ddp: Option<DdpSocket>,
+    /// Data goes out by reference, gathered by the device; kept past the
+    /// socket's removal until the queue is dropped (its transport done).
+    zc: Option<ZeroCopyTx>,
     ddp_threshold: Option<u32>,
     /// A device to hand the socket to once the queue's Connect completes,
     /// when the digests and alignment are settled and the queue is idle.
@@ -134,6 +137,7 @@ impl Queue {
             tx_offset: 0,
             pdu_start: 0,
             ddp: None,
+            zc: None,
             ddp_threshold: None,
             attach: None,
             connect_done: false,
@@ -389,6 +393,7 @@ impl Queue {
         self.ddp = DdpSocket::add(dev, flow, &config);
         if let Some(d) = &self.ddp {
             self.tx.set_ddgst_offload(d.tx_offload());
+            self.zc = d.zero_copy_tx();
         }
     }
 }
@@ -497,7 +502,7 @@ impl HostQueue for Queue {
     }
 
     fn poll_send(&mut self, out: &mut dyn TxSink) -> usize {
-        let n = self.tx.poll_send(out, self.ddp.as_mut().and_then(|d| d.zc.as_mut()));
+        let n = self.tx.poll_send(out, self.zc.as_mut());
         self.tx_offset += n as u64;
         n
     }

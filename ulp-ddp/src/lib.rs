@@ -41,7 +41,7 @@ mod tx;
 pub use iobuf::IoBuf;
 pub use sk::{Freed, HintFlags, RxHint, SkCtx, TaggedRun};
 pub use stag::{Access, Stag, StagIo};
-pub use tx::{SliceSink, TxSink, ZeroCopyTx};
+pub use tx::{SliceSink, TxMode, TxSink, ZeroCopyTx};
 
 use std::fmt;
 use std::net::SocketAddrV4;
@@ -545,8 +545,9 @@ pub trait DdpDevice: Send + Sync {
     /// Map `sg` for transmit by reference: returns the token under which
     /// the stack names its bytes (`PacketMeta::gather`), with offsets
     /// into `sg` as the token offsets. The device gathers from it every
-    /// segment that carries them until `tx_teardown`; the buffer must
-    /// stay as it is until then.
+    /// segment that carries them until `tx_teardown`, `sk_del` or not
+    /// (the stack may still be sending when the ULP lets the socket go);
+    /// the buffer must stay as it is until then.
     fn tx_setup(&self, sk: &SkHandle, sg: SgEntry) -> Result<u64, DdpError> {
         let _ = (sk, sg);
         Err(DdpError::Unsupported(Caps::ZC_TX))

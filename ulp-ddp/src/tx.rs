@@ -84,8 +84,23 @@ impl TxSink for SliceSink<'_> {
     }
 }
 
+/// How a run of payload goes out.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum TxMode {
+    /// Nothing of it queued yet.
+    #[default]
+    Unsent,
+    /// By reference, through the transmit mapping `token`.
+    Reference(u64),
+    /// By copy.
+    Copy,
+}
+
 /// One socket's transmit mappings, from the ULP's side: made as payload is
-/// queued by reference, torn down as the peer acknowledges it.
+/// queued by reference, torn down as the peer acknowledges it, and the
+/// rest when dropped (keep it until the transport is done sending: the
+/// device keeps a mapping past `sk_del`, and a segment naming a torn-down
+/// one is dropped).
 pub struct ZeroCopyTx {
     dev: Arc<dyn DdpDevice>,
     sk: SkHandle,
@@ -105,36 +120,44 @@ impl ZeroCopyTx {
     }
 
     /// Queue bytes `done..len` of the `len` at `offset` in `buf` by
-    /// reference, the first `done` having been queued by earlier calls
-    /// (mapped by the first). Returns how many were queued now, or `None`
-    /// if they must go by copy: the device refused the mapping, or the
-    /// transport cannot queue by reference.
+    /// reference, the first `done` having gone out as `mode` says (the
+    /// run is mapped when the first of it is queued). Returns how many
+    /// were queued now, or `None` if the run goes by copy: the device
+    /// refused the mapping, or the transport cannot queue by reference.
     pub fn send(
         &mut self,
         out: &mut dyn TxSink,
+        mode: &mut TxMode,
         buf: &IoBuf,
         offset: usize,
         len: usize,
         done: usize,
     ) -> Option<usize> {
-        let token = match (done, self.maps.back()) {
-            (0, _) => {
+        let token = match *mode {
+            TxMode::Copy => return None,
+            TxMode::Reference(token) => token,
+            // Nothing to map for yet.
+            TxMode::Unsent if out.room() == 0 => return Some(0),
+            TxMode::Unsent => {
                 let sg = SgEntry { buf: buf.clone(), offset, len };
                 // A refusal is counted by the device (`tx_setup_fail`).
-                let token = self.dev.tx_setup(&self.sk, sg).ok()?;
-                self.maps.push_back((out.offset() + len as u64, token));
+                let Ok(token) = self.dev.tx_setup(&self.sk, sg) else {
+                    *mode = TxMode::Copy;
+                    return None;
+                };
+                self.maps.push_back((out.offset() + (len - done) as u64, token));
                 token
             }
-            (_, Some(&(_, token))) => token,
-            (_, None) => return None,
         };
         let n = out.write_by_reference(len - done, token, done as u64);
-        if n == 0 && done == 0 && out.room() > 0 {
-            // Not a transport that queues by reference.
+        if n == 0 && *mode == TxMode::Unsent {
+            // There was room: not a transport that queues by reference.
             self.maps.pop_back();
             self.dev.tx_teardown(&self.sk, token);
+            *mode = TxMode::Copy;
             return None;
         }
+        *mode = TxMode::Reference(token);
         Some(n)
     }
 
@@ -151,5 +174,140 @@ impl ZeroCopyTx {
     /// Mappings still held.
     pub fn mapped(&self) -> usize {
         self.maps.len()
+    }
+}
+
+impl Drop for ZeroCopyTx {
+    fn drop(&mut self) {
+        for (_, token) in self.maps.drain(..) {
+            self.dev.tx_teardown(&self.sk, token);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Config, DdpError, DdpIo, FlowId, Limits, SkCtx, Stats};
+    use std::sync::Mutex;
+
+    /// A device that maps until `refuse` is set, and says which tokens
+    /// it holds.
+    #[derive(Default)]
+    struct Dev {
+        maps: Mutex<Vec<u64>>,
+        next: Mutex<u64>,
+        refuse: Mutex<bool>,
+    }
+
+    impl DdpDevice for Dev {
+        fn limits(&self) -> Limits {
+            unimplemented!()
+        }
+        fn caps(&self) -> (Caps, Caps) {
+            (Caps::ALL, Caps::ALL)
+        }
+        fn set_caps(&self, _: Caps) -> Result<Caps, DdpError> {
+            unimplemented!()
+        }
+        fn sk_add(&self, _: FlowId, _: &Config) -> Result<SkHandle, DdpError> {
+            unimplemented!()
+        }
+        fn sk_del(&self, _: &SkHandle) {}
+        fn setup(&self, _: &SkHandle, _: DdpIo) -> Result<(), DdpError> {
+            unimplemented!()
+        }
+        fn teardown(&self, _: &SkHandle, _: u16) {}
+        fn resync(&self, _: &SkHandle, _: u64) {}
+        fn stats(&self) -> Stats {
+            Stats::default()
+        }
+        fn tx_setup(&self, _: &SkHandle, _: SgEntry) -> Result<u64, DdpError> {
+            if *self.refuse.lock().unwrap() {
+                return Err(DdpError::NotActive(Caps::ZC_TX));
+            }
+            let mut next = self.next.lock().unwrap();
+            *next += 1;
+            self.maps.lock().unwrap().push(*next);
+            Ok(*next)
+        }
+        fn tx_teardown(&self, _: &SkHandle, token: u64) {
+            self.maps.lock().unwrap().retain(|&t| t != token);
+        }
+    }
+
+    /// A transport with `room` bytes free that records what it was given.
+    struct Sink {
+        room: usize,
+        offset: u64,
+        acked: u64,
+        got: Vec<(usize, Option<(u64, u64)>)>,
+    }
+
+    impl TxSink for Sink {
+        fn room(&self) -> usize {
+            self.room
+        }
+        fn write(&mut self, bytes: &[u8]) -> usize {
+            let n = bytes.len().min(self.room);
+            self.got.push((n, None));
+            self.room -= n;
+            self.offset += n as u64;
+            n
+        }
+        fn write_by_reference(&mut self, len: usize, token: u64, token_offset: u64) -> usize {
+            let n = len.min(self.room);
+            self.got.push((n, Some((token, token_offset))));
+            self.room -= n;
+            self.offset += n as u64;
+            n
+        }
+        fn offset(&self) -> u64 {
+            self.offset
+        }
+        fn acked(&self) -> u64 {
+            self.acked
+        }
+    }
+
+    #[test]
+    fn a_run_keeps_its_way_out_and_mappings_last_until_acknowledged() {
+        let dev = Arc::new(Dev::default());
+        let sk = SkHandle { id: 0, ctx: Arc::new(SkCtx::new()), offloads: Caps::ALL };
+        let mut zc = ZeroCopyTx::new(dev.clone(), &sk).unwrap();
+        let buf = IoBuf::new(100);
+        let mut out = Sink { room: 0, offset: 0, acked: 0, got: Vec::new() };
+
+        // No room: nothing is mapped for nothing.
+        let mut a = TxMode::Unsent;
+        assert_eq!(zc.send(&mut out, &mut a, &buf, 0, 100, 0), Some(0));
+        assert_eq!((a, dev.maps.lock().unwrap().len()), (TxMode::Unsent, 0));
+        // Room for 60: mapped once, continued under the same token.
+        out.room = 60;
+        assert_eq!(zc.send(&mut out, &mut a, &buf, 0, 100, 0), Some(60));
+        out.room = 100;
+        assert_eq!(zc.send(&mut out, &mut a, &buf, 0, 100, 60), Some(40));
+        assert_eq!(out.got, [(60, Some((1, 0))), (40, Some((1, 60)))]);
+        assert_eq!(*dev.maps.lock().unwrap(), [1]);
+
+        // A run the device refuses goes by copy, all of it, even with
+        // another run mapped since.
+        *dev.refuse.lock().unwrap() = true;
+        let mut b = TxMode::Unsent;
+        assert_eq!(zc.send(&mut out, &mut b, &buf, 0, 10, 0), None);
+        *dev.refuse.lock().unwrap() = false;
+        let mut c = TxMode::Unsent;
+        assert_eq!(zc.send(&mut out, &mut c, &buf, 0, 10, 0), Some(10));
+        assert_eq!(zc.send(&mut out, &mut b, &buf, 0, 10, 5), None, "b stays a copy");
+        assert_eq!(b, TxMode::Copy);
+
+        // Acknowledged through the first run: its mapping goes.
+        zc.release(99);
+        assert_eq!(*dev.maps.lock().unwrap(), [1, 2]);
+        zc.release(100);
+        assert_eq!(*dev.maps.lock().unwrap(), [2]);
+        // The rest when the ULP lets go.
+        drop(zc);
+        assert!(dev.maps.lock().unwrap().is_empty());
     }
 }

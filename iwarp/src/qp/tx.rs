@@ -19,7 +19,7 @@ use crate::wire::{
     append_with, crc32c_append, emit_fpdu_with, fpdu_pad, mulpdu,
 };
 use std::collections::VecDeque;
-use ulp_ddp::{IoBuf, SliceSink, TxSink, ZeroCopyTx};
+use ulp_ddp::{IoBuf, SliceSink, TxMode, TxSink, ZeroCopyTx};
 
 /// The STag siw puts in RTRs (tagged STag 0 upsets some NICs).
 const RTR_STAG: u32 = 1;
@@ -47,6 +47,7 @@ struct Ref {
     offset: usize,
     len: usize,
     done: usize,
+    mode: TxMode,
 }
 
 #[derive(Debug)]
@@ -150,7 +151,8 @@ impl TxState {
                 sum = crc32c_append(sum, &b.lock()[offset..offset + len]);
             }
             let at = self.buf.len();
-            self.refs.push_back(Ref { at, buf: b.clone(), offset, len, done: 0 });
+            let buf = b.clone();
+            self.refs.push_back(Ref { at, buf, offset, len, done: 0, mode: TxMode::Unsent });
         });
         if let Err(e) = got {
             self.buf.truncate(start);
@@ -224,10 +226,10 @@ impl TxState {
                 }
             }
             let Some(r) = self.refs.front_mut() else { break };
-            let k = match zc
+            let by_ref = zc
                 .as_deref_mut()
-                .and_then(|z| z.send(out, &r.buf, r.offset, r.len, r.done))
-            {
+                .and_then(|z| z.send(out, &mut r.mode, &r.buf, r.offset, r.len, r.done));
+            let k = match by_ref {
                 Some(k) => {
                     stats.tx_zero_copy_bytes += k as u64;
                     k

@@ -10,7 +10,7 @@
 use super::{DIGEST_LEN, Framing, Header, PduRepr, crc32c_append};
 use nvme_of::TxStats;
 use std::collections::VecDeque;
-use ulp_ddp::{IoBuf, SliceSink, TxSink, ZeroCopyTx};
+use ulp_ddp::{IoBuf, SliceSink, TxMode, TxSink, ZeroCopyTx};
 
 /// Room for the longest header with digest and padding (128 bytes) plus
 /// inline data such as a TermReq's quoted header (128 bytes).
@@ -24,8 +24,8 @@ struct TxPdu {
     /// Running CRC32C over the data sent so far.
     crc: u32,
     sent: usize,
-    /// The data goes by copy (the NIC would not map it).
-    copy: bool,
+    /// How the data goes out: by reference or by copy.
+    mode: TxMode,
 }
 
 impl TxPdu {
@@ -114,7 +114,7 @@ impl TxQueue {
             ddgst: repr.ddgst,
             crc: 0,
             sent: 0,
-            copy: false,
+            mode: TxMode::Unsent,
         };
         self.queued += pdu.len();
         self.pdus.push_back(pdu);
@@ -137,7 +137,7 @@ impl TxQueue {
             ddgst: false,
             crc: 0,
             sent: 0,
-            copy: true,
+            mode: TxMode::Copy,
         });
     }
 
@@ -189,11 +189,7 @@ impl TxQueue {
             && let Some((buf, offset, len)) = &pdu.data
         {
             let done = pdu.sent - pdu.head_len;
-            let by_ref = match zc {
-                Some(zc) if !pdu.copy => zc.send(out, buf, *offset, *len, done),
-                _ => None,
-            };
-            pdu.copy |= by_ref.is_none();
+            let by_ref = zc.and_then(|zc| zc.send(out, &mut pdu.mode, buf, *offset, *len, done));
             let data = buf.lock();
             // In range: `push` clamped the span to the buffer, whose length never changes.
             let rest = &data[offset + done..offset + len];

@@ -76,7 +76,7 @@ pub(crate) struct DemoArgs {
     #[arg(long)]
     simulated: bool,
     /// Offloads of both software NICs: none, all, classic, crc, ddp,
-    /// crc-rx, crc-tx, oneshot, or several joined by '+' (ddp+crc).
+    /// crc-rx, crc-tx, oneshot, zc-tx, or several joined by '+' (ddp+crc).
     #[arg(long, default_value = "all", value_parser = Caps::parse)]
     offload: Caps,
     /// NVMe/TCP, or NVMe/RDMA over user-space iWARP (tcp, rdma). Over
