@@ -5,22 +5,28 @@
 //! wrote and the mapping (token and offset) they come from. The NIC looks
 //! them all up before it sends anything: a frame that names bytes of no
 //! mapping is dropped whole, since whatever it holds there is stale.
-//! Tokens are never reused, so a stale one finds nothing rather than
-//! another socket's buffer.
+//! A token is a slot and the generation of the mapping in it, so a stale
+//! one finds nothing (for the next 2^32 mappings) rather than another
+//! socket's buffer.
 
 use crate::frame;
 use smoltcp::phy::GatherRanges;
-use std::collections::HashMap;
 use ulp_ddp::{DdpError, IoBuf, SgEntry};
 
 /// Transmit mappings the NIC holds at once, over all sockets.
 const MAX_TX_MAPS: usize = 1 << 16;
 
+struct TxMap {
+    generation: u32,
+    sk: u32,
+    sg: SgEntry,
+}
+
 /// Every socket's transmit mappings, by token.
 #[derive(Default)]
 pub(crate) struct TxMaps {
-    next: u64,
-    maps: HashMap<u64, (u32, SgEntry)>,
+    generation: u32,
+    maps: slab::Slab<TxMap>,
 }
 
 impl TxMaps {
@@ -35,16 +41,23 @@ impl TxMaps {
         if self.maps.len() >= MAX_TX_MAPS {
             return Err(DdpError::TooManyTxMaps(MAX_TX_MAPS));
         }
-        let token = self.next;
-        self.next += 1;
-        self.maps.insert(token, (sk, sg));
-        Ok(token)
+        self.generation = self.generation.wrapping_add(1);
+        let slot = self.maps.insert(TxMap { generation: self.generation, sk, sg });
+        Ok(u64::from(self.generation) << 32 | slot as u64)
+    }
+
+    fn get(&self, token: u64) -> Option<&TxMap> {
+        let (generation, slot) = ((token >> 32) as u32, token as u32 as usize);
+        self.maps.get(slot).filter(|m| m.generation == generation)
     }
 
     /// Unmap `token` of socket `sk`; whether it was mapped.
     pub fn remove(&mut self, sk: u32, token: u64) -> bool {
-        match self.maps.get(&token) {
-            Some(&(owner, _)) if owner == sk => self.maps.remove(&token).is_some(),
+        match self.get(token) {
+            Some(m) if m.sk == sk => {
+                self.maps.remove(token as u32 as usize);
+                true
+            }
             _ => false,
         }
     }
@@ -54,7 +67,7 @@ impl TxMaps {
     pub fn resolve(&self, gather: &GatherRanges) -> Option<Gathers> {
         let mut out = Gathers::default();
         for (slot, g) in out.pieces.iter_mut().zip(gather.iter()) {
-            let (_, sg) = self.maps.get(&g.token)?;
+            let sg = &self.get(g.token)?.sg;
             let len = usize::from(g.end - g.start);
             let at = usize::try_from(g.token_offset).ok()?;
             if at.checked_add(len)? > sg.len {

@@ -1614,18 +1614,12 @@ impl<'a> Socket<'a> {
             self.record_ends.pop_front();
         }
         let (start, end) = (self.local_seq_no + offset, self.local_seq_no + offset + size);
-        let mut cut = None;
-        for &e in self.record_ends.iter() {
-            if e > end {
-                break;
-            }
-            if e > start {
-                cut = Some(e);
-            }
-        }
-        match cut {
-            Some(e) => e - start,
-            None => size,
+        // Record ends are in sequence order: the last one not past `end`
+        // is found by bisection, not by walking every record in flight.
+        let past = self.record_ends.partition_point(|&e| e <= end);
+        match past.checked_sub(1).map(|i| self.record_ends[i]) {
+            Some(e) if e > start => e - start,
+            _ => size,
         }
     }
 
@@ -1705,14 +1699,16 @@ impl<'a> Socket<'a> {
     }
 
     /// The references that overlap `start..end` of the sequence space; the
-    /// list is in sequence order, so the walk stops at the first past it.
+    /// list is in sequence order, so the first is found by bisection and
+    /// the walk stops at the first past it.
     #[cfg(feature = "socket-tcp-by-reference")]
     fn overlapping(
         &self,
         start: TcpSeqNumber,
         end: TcpSeqNumber,
     ) -> impl Iterator<Item = &Reference> + '_ {
-        self.references.iter().skip_while(move |r| r.end <= start).take_while(move |r| r.start < end)
+        let first = self.references.partition_point(|r| r.end <= start);
+        self.references.range(first..).take_while(move |r| r.start < end)
     }
 
     /// What a segment of `len` octets from `offset` in the send buffer
