@@ -221,14 +221,11 @@ impl Device {
         bytes: &[u8],
         right: Access,
     ) -> Result<(), MrError> {
-        let t = self.table();
-        let r = lookup(&t, pd, stag, to, bytes.len() as u64, right)?;
         let mut done = 0;
-        walk(&r.sgl, to - r.iova, bytes.len(), |e, off, n| {
+        self.pieces(pd, stag, to, bytes.len(), right, |e, off, n| {
             e.buf.lock()[off..off + n].copy_from_slice(&bytes[done..done + n]);
             done += n;
-        });
-        Ok(())
+        })
     }
 
     /// Continue `crc` over `len` bytes from `to` of `stag`, after the

@@ -202,20 +202,26 @@ mod tests {
 
     impl DdpDevice for Dev {
         fn limits(&self) -> Limits {
-            unimplemented!()
+            Limits {
+                max_ddp_sgl_len: 0,
+                io_threshold: 0,
+                tls: false,
+                full_ccid_range: true,
+                max_stags: 0,
+            }
         }
         fn caps(&self) -> (Caps, Caps) {
             (Caps::ALL, Caps::ALL)
         }
-        fn set_caps(&self, _: Caps) -> Result<Caps, DdpError> {
-            unimplemented!()
+        fn set_caps(&self, wanted: Caps) -> Result<Caps, DdpError> {
+            Ok(wanted)
         }
         fn sk_add(&self, _: FlowId, _: &Config) -> Result<SkHandle, DdpError> {
-            unimplemented!()
+            Err(DdpError::Exists)
         }
         fn sk_del(&self, _: &SkHandle) {}
         fn setup(&self, _: &SkHandle, _: DdpIo) -> Result<(), DdpError> {
-            unimplemented!()
+            Err(DdpError::NotActive(Caps::DDP))
         }
         fn teardown(&self, _: &SkHandle, _: u16) {}
         fn resync(&self, _: &SkHandle, _: u64) {}
