@@ -62,7 +62,7 @@ impl Controller {
     fn start(extra: &[&str]) -> Self {
         let addr = closed_port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_nvme-ddp"))
-            .args(["controller", "--listen", &addr, "--ns", "ram:64M"])
+            .args(["controller", "--allow-any-host", "--listen", &addr, "--ns", "ram:64M"])
             .args(extra)
             .stderr(Stdio::piped())
             .spawn()

@@ -149,7 +149,7 @@ fn kill_mid_write_over_kernel_tcp(name: &str, host_extra: &[&str], io_extra: &[&
     let listen = addr.to_string();
     let ctrl = || {
         let mut c = Command::new(EXE);
-        c.args(["controller", "--listen", &listen, "--ns", &ns.ns()]);
+        c.args(["controller", "--allow-any-host", "--listen", &listen, "--ns", &ns.ns()]);
         c
     };
     let ready = || std::net::TcpStream::connect(addr).is_ok();
@@ -196,7 +196,7 @@ fn a_killed_controller_comes_back_and_the_verified_write_finishes_over_tap() {
         c
     };
     let ctrl = || {
-        let tap = ["controller", "--tap", "tap0", "--ip", "198.18.0.2/24"];
+        let tap = ["controller", "--allow-any-host", "--tap", "tap0", "--ip", "198.18.0.2/24"];
         let mut c = in_ns(&tap);
         c.args(["--ns", &ns.ns()]);
         c
@@ -293,7 +293,8 @@ fn acknowledged_fua_and_flushed_writes_survive_a_killed_controller() {
     let ns = Scratch::new("fua");
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut ctrl = Command::new(EXE);
-    ctrl.args(["controller", "--listen", &addr.to_string(), "--ns", &ns.ns(), "--nqn", NQN]);
+    ctrl.args(["controller", "--allow-any-host", "--listen", &addr.to_string()]);
+    ctrl.args(["--ns", &ns.ns(), "--nqn", NQN]);
     let mut controller = start(ctrl, &|| std::net::TcpStream::connect(addr).is_ok());
     let writes: Vec<(u64, Vec<u8>)> = (0..8u64)
         .map(|i| (i * 1000, (0..8192).map(|j| (i * 31 + j as u64 * 7) as u8 | 1).collect()))

@@ -189,7 +189,7 @@ fn in_ns(ns: &str, args: &[&str]) -> Command {
 /// the host's link was opened (its log line).
 fn write_then_read(ns: &str, ctrl: &[&str], host: &[&str], target: &str) -> Read {
     let listen = if ctrl.is_empty() { target } else { "0.0.0.0:4420" };
-    let mut args = vec!["controller", "--listen", listen, "--ns", "ram:16M"];
+    let mut args = vec!["controller", "--allow-any-host", "--listen", listen, "--ns", "ram:16M"];
     args.extend_from_slice(ctrl);
     let mut controller = in_ns(ns, &args).spawn().unwrap();
     let run = |what: &[&str]| {
@@ -278,7 +278,8 @@ fn controller_on_two_queues_of_a_multi_queue_tap() {
     }
     let ns = net_up("q", "9000");
     let ctrl = ["--tap", "tap0", "--tap-queues", "2", "--ip", "198.18.0.2/24"];
-    let mut args = vec!["controller", "--listen", "0.0.0.0:4420", "--ns", "ram:16M"];
+    let mut args = vec!["controller", "--allow-any-host", "--listen", "0.0.0.0:4420"];
+    args.extend(["--ns", "ram:16M"]);
     args.extend_from_slice(&ctrl);
     let controller = in_ns(&ns.0, &args).stderr(std::process::Stdio::piped()).spawn().unwrap();
     let run = |what: &[&str]| {
@@ -310,7 +311,8 @@ fn controller_on_two_queues_of_a_multi_queue_tap() {
     }
     let add = ["-n", &ns.0, "tuntap", "add", "dev", "tap9", "mode", "tap"];
     assert!(Command::new("ip").args(add).status().unwrap().success());
-    let mut args = vec!["controller", "--ns", "ram:1M", "--tap", "tap9", "--tap-queues", "2"];
+    let mut args = vec!["controller", "--allow-any-host", "--ns", "ram:1M", "--tap", "tap9"];
+    args.extend(["--tap-queues", "2"]);
     args.extend_from_slice(&["--ip", "198.18.0.9/24"]);
     let out = in_ns(&ns.0, &args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -470,7 +472,16 @@ fn a_host_on_a_tap_says_why_it_cannot_connect_and_stops_when_asked() {
     let o = waiting.wait_with_output().unwrap();
     assert_eq!(stderr(&o).trim(), "error: interrupted before the discovery log was read");
 
-    let args = ["controller", "--ns", "ram:1M", "--tap", "tap0", "--ip", "198.18.0.2/24"];
+    let args = [
+        "controller",
+        "--allow-any-host",
+        "--ns",
+        "ram:1M",
+        "--tap",
+        "tap0",
+        "--ip",
+        "198.18.0.2/24",
+    ];
     let mut controller = in_ns(&ns.0, &args).stderr(std::process::Stdio::piped()).spawn().unwrap();
     let mut log = std::io::BufReader::new(controller.stderr.take().unwrap());
     let mut line = String::new();

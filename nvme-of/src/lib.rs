@@ -13,6 +13,7 @@
 //! (`nvme-rdma`) move capsules and data; the meaning of every command is
 //! here, once. Nothing here touches a socket, a device or a clock.
 
+pub mod auth;
 mod binding;
 #[doc(hidden)]
 pub mod bytes;

@@ -4,8 +4,9 @@
 //! transport of their own in the way. What each transport binding adds
 //! (PDUs, digests, R2T; MPA, STags) is tested in its own crate.
 
-use nvme_of::controller::{CloseReason, Target, TargetConfig};
-use nvme_of::host::{HostConfig, HostError, HostEvent, Io, IoKind};
+use nvme_of::auth::{DhGroup, Explanation, Hash, Refusal, Secret};
+use nvme_of::controller::{Access, CloseReason, HostKeys, Port, Target, TargetConfig};
+use nvme_of::host::{DhchapSecrets, HostConfig, HostError, HostEvent, Io, IoKind};
 use nvme_of::namespace::{BlockIo, Done, Namespace};
 use nvme_of::nvme::{DISCOVERY_NQN, Status};
 use nvme_of::pair::{self, Loopback, Pair, SUBNQN, pattern};
@@ -290,6 +291,123 @@ fn an_empty_host_nqn_connects_and_an_overlong_one_is_refused() {
             assert_eq!(*status, Status::CONNECT_INVALID_PARAMETERS)
         }
         other => panic!("{other:?}"),
+    }
+}
+
+/// With an allow-list, only the hosts on it connect; the discovery
+/// controller serves anyone but lists the subsystem only to those.
+#[test]
+fn only_allowed_hosts_connect_and_discover_the_subsystem() {
+    const ALLOWED: &str = "nqn.2014-08.org.nvmexpress:uuid:allowed";
+    let mut access = Access::no_host();
+    access.hosts.insert(ALLOWED.into(), HostKeys::default());
+    let port = Port { traddr: "198.18.0.2".into(), trsvcid: "4420".into(), portid: 1 };
+    let cfg = TargetConfig { access, port: Some(port), ..Default::default() };
+    let t = target(cfg, 1 << 20, 512);
+    let host = |hostnqn: &str, subnqn: &str| HostConfig {
+        hostnqn: hostnqn.into(),
+        subnqn: subnqn.into(),
+        ..Default::default()
+    };
+
+    let mut p = pair(host(ALLOWED, SUBNQN), t.clone());
+    p.ready();
+    let stranger = "nqn.2014-08.org.nvmexpress:uuid:stranger";
+    let mut p = pair(host(stranger, SUBNQN), t.clone());
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Failed(_))));
+    assert_eq!(p.failure(), Some(&HostError::HostNotAllowed(stranger.into())));
+    assert_eq!(p.target.stats().hosts_refused, 1);
+
+    for (who, listed) in [(ALLOWED, 1), (stranger, 0)] {
+        let mut p = pair(host(who, DISCOVERY_NQN), t.clone());
+        p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Closed | HostEvent::Failed(_))));
+        let found = p.events.iter().find_map(|e| match e {
+            HostEvent::Discovered(entries) => Some(entries.len()),
+            _ => None,
+        });
+        assert_eq!(found, Some(listed), "{who}");
+    }
+}
+
+const AUTH_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:authenticating";
+
+/// A target that knows `AUTH_HOST` by `key` (and proves itself with
+/// `ctrl_key`), offering `group` only.
+fn auth_target(key: &Secret, ctrl_key: Option<&Secret>, group: DhGroup) -> Arc<Target> {
+    let mut access = Access::no_host();
+    let keys = HostKeys { key: Some(key.clone()), ctrl_key: ctrl_key.cloned() };
+    access.hosts.insert(AUTH_HOST.into(), keys);
+    access.dhgroups = vec![group];
+    target(TargetConfig { access, ..Default::default() }, 1 << 20, 512)
+}
+
+fn auth_host(key: Option<&Secret>, ctrl_key: Option<&Secret>) -> HostConfig {
+    HostConfig {
+        hostnqn: AUTH_HOST.into(),
+        subnqn: SUBNQN.into(),
+        io_queues: 3,
+        dhchap: key.map(|k| DhchapSecrets { key: k.clone(), ctrl_key: ctrl_key.cloned() }),
+        ..Default::default()
+    }
+}
+
+fn failed(p: &mut Pair) -> HostError {
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Failed(_))));
+    p.failure().cloned().expect("the association failed")
+}
+
+/// DH-HMAC-CHAP on the admin queue and every I/O queue, one way and
+/// both ways, and again on the association a reconnect makes.
+#[test]
+fn a_host_with_the_right_secret_authenticates_every_queue_and_again_after_a_reconnect() {
+    let key = Secret::generate(32, Some(Hash::Sha256)).unwrap();
+    let ctrl_key = Secret::generate(48, None).unwrap();
+    for (group, both_ways) in [(DhGroup::Null, false), (DhGroup::Ffdhe2048, true)] {
+        let t = auth_target(&key, Some(&ctrl_key), group);
+        let cfg = auth_host(Some(&key), both_ways.then_some(&ctrl_key));
+        let mut p =
+            pair(HostConfig { ctrl_loss_tmo: None, reconnect_delay: Duration::ZERO, ..cfg }, t);
+        p.ready();
+        assert_eq!(p.host.io_queues(), 3);
+        let buf = IoBuf::from_vec(pattern(4096, 7));
+        for qid in 1..=3 {
+            assert_eq!(p.io(qid, IoKind::Write, 0, 8, Some(buf.clone())), Status::SUCCESS);
+        }
+        p.cut(2);
+        p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Reconnected)));
+        assert_eq!(p.io(2, IoKind::Read, 0, 8, Some(IoBuf::new(4096))), Status::SUCCESS);
+        assert!(p.failure().is_none(), "{group:?}");
+    }
+}
+
+#[test]
+fn a_wrong_or_missing_secret_leaves_nothing_connected() {
+    let key = Secret::generate(32, None).unwrap();
+    let ctrl_key = Secret::generate(32, None).unwrap();
+    let other = Secret::generate(32, None).unwrap();
+    let cases = [
+        (
+            Some(&other),
+            None,
+            HostError::Authentication {
+                qid: 0,
+                refusal: Refusal::ByController(Explanation::Failed),
+            },
+        ),
+        (
+            Some(&key),
+            Some(&other),
+            HostError::Authentication { qid: 0, refusal: Refusal::ByHost(Explanation::Failed) },
+        ),
+        (None, None, HostError::NoSecret(AUTH_HOST.into())),
+    ];
+    for (host_key, host_ctrl_key, want) in cases {
+        let t = auth_target(&key, Some(&ctrl_key), DhGroup::Ffdhe2048);
+        let mut p = pair(auth_host(host_key, host_ctrl_key), t);
+        assert_eq!(failed(&mut p), want);
+        assert!(!want.to_string().contains("DHHC-1"), "an error never quotes a secret");
+        p.run_for(Duration::from_millis(10));
+        assert_eq!(p.target.stats().controllers, 0, "{want}: no controller left behind");
     }
 }
 

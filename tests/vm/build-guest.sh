@@ -1,5 +1,5 @@
 #!/bin/bash
-# build-guest.sh [CACHE_DIR]
+# build-guest.sh [--suite bookworm|trixie] [CACHE_DIR]
 #
 # Builds the Linux guest used by the NVMe/TCP interoperability tests:
 #   CACHE_DIR/vmlinuz            Debian kernel (from linux-image-amd64's dependency)
@@ -21,13 +21,41 @@
 # The result is cached: if guest.stamp matches (same kernel package version, same
 # build-guest.sh and guest/init), the script does nothing and prints nothing.
 #
-# CACHE_DIR defaults to $NVME_DDP_VM_CACHE or /var/cache/nvme-ddp-vm.
+# Suites (--suite NAME; deliberately no environment variable, which would
+# also reach scripts that pass the bookworm CACHE_DIR):
+#   bookworm  (default) what the host's own apt sources and lists give: on this
+#             Debian 12 machine the 6.1 kernel and nvme-cli 2.3, plus siw.ko.
+#   trixie    Debian 13: the 6.12 kernel (NVMe in-band authentication,
+#             DH-HMAC-CHAP, and NVMe/TCP TLS, in both host and target),
+#             nvme-cli 2.13 with libnvme 1.13, keyutils (keyctl) and
+#             ktls-utils (tlshd); no siw, which no test needs there. The
+#             packages come through a private apt configuration in
+#             CACHE_DIR/apt: a sources.list of its own ("deb MIRROR trixie
+#             main", MIRROR $NVME_DDP_VM_MIRROR or http://deb.debian.org/debian,
+#             the host's mirror), its own lists, package cache, empty dpkg status
+#             and no apt.conf.d, so the host's apt sources and lists are neither
+#             read nor written. Its lists are refreshed when they are more than
+#             7 days old, or always with NVME_DDP_VM_APT_UPDATE=1.
+#
+# CACHE_DIR defaults to $NVME_DDP_VM_CACHE or /var/cache/nvme-ddp-vm, with
+# "-trixie" appended for trixie.
 # Exit status: 0 ok (built or cached), 77 cannot build here (skip), 1 error.
 set -euo pipefail
 
 HERE=$(dirname "$(readlink -f "$0")")
-CACHE_DIR=${1:-${NVME_DDP_VM_CACHE:-/var/cache/nvme-ddp-vm}}
 ARCH_TRIPLET=x86_64-linux-gnu
+
+SUITE=bookworm
+if [[ ${1:-} == --suite ]]; then
+	[[ $# -ge 2 ]] || { echo "build-guest: --suite wants bookworm or trixie" >&2; exit 2; }
+	SUITE=$2
+	shift 2
+fi
+case $SUITE in
+bookworm) CACHE_DIR=${1:-${NVME_DDP_VM_CACHE:-/var/cache/nvme-ddp-vm}} ;;
+trixie) CACHE_DIR=${1:-${NVME_DDP_VM_CACHE:-/var/cache/nvme-ddp-vm}-trixie} ;;
+*) echo "build-guest: unknown suite '$SUITE' (bookworm or trixie)" >&2; exit 2 ;;
+esac
 
 # Kernel modules to put in the initramfs (their dependencies are added
 # automatically). Names that are built into the kernel are fine too.
@@ -42,6 +70,36 @@ MODULES=(
 )
 # Userspace packages; shared libraries are followed through their Depends.
 USER_PKGS=(busybox-static kmod nvme-cli fio iproute2)
+BUILD_SIW=1 MERGED_USR=0
+if [[ $SUITE == trixie ]]; then
+	# The same, less siw (not built for 6.12), plus what NVMe in-band
+	# authentication and, later, TLS need. nvme-auth is a module; the
+	# DH-HMAC-CHAP crypto of Debian's 6.12 is built in (CONFIG_CRYPTO_HMAC,
+	# _SHA256, _SHA512 (also sha384), _DH with _DH_RFC7919_GROUPS: the
+	# ffdhe2048..8192 templates), listed to document it; the ssse3/avx
+	# sha256/sha512 drivers are modules the kernel asks modprobe for
+	# (crypto-sha256 ...) and prefers. nvme-keyring, tls and AES-GCM are
+	# for NVMe/TCP TLS (tlshd).
+	MODULES=(
+		configfs
+		nvme-core nvme-fabrics nvme-tcp
+		nvmet nvmet-tcp
+		ib_core iw_cm rdma_cm nvme-rdma nvmet-rdma
+		null_blk loop
+		virtio_pci virtio_net e1000
+		crc32c_generic crc32c-intel
+		nvme-auth nvme-keyring
+		hmac sha256_generic sha512_generic dh_generic
+		sha256-ssse3 sha512-ssse3
+		tls gcm ghash-clmulni-intel aesni-intel
+	)
+	# liblzma5: kmod 34 dlopen()s it (no DT_NEEDED, so not followed) to
+	# read 6.12's xz-compressed modules when depmod/modprobe run here.
+	USER_PKGS+=(keyutils ktls-utils liblzma5)
+	# Debian 13 packages put everything under /usr and rely on the merged-/usr
+	# symlinks (/bin -> usr/bin, ...) that are not in any of these packages.
+	BUILD_SIW=0 MERGED_USR=1
+fi
 
 die() { echo "build-guest: error: $*" >&2; exit 1; }
 skip() { echo "build-guest: skipping: $*" >&2; exit 77; }
@@ -59,12 +117,48 @@ CACHE_DIR=$(readlink -f "$CACHE_DIR")
 exec 9>"$CACHE_DIR/.lock"
 flock 9
 
+# Options for every apt-get / apt-cache call: none, i.e. the host's own
+# configuration, unless the suite has a private one (set up here).
+APT=()
+if [[ $SUITE != bookworm ]]; then
+	APT_DIR=$CACHE_DIR/apt
+	mkdir -p "$APT_DIR"/{lists/partial,cache/archives/partial,apt.conf.d,preferences.d}
+	echo "deb ${NVME_DDP_VM_MIRROR:-http://deb.debian.org/debian} $SUITE main" >"$APT_DIR/sources.list"
+	: >"$APT_DIR/status"
+	# Read by apt before (and instead of) /etc/apt/apt.conf.d, which on the
+	# host adds DEP-11 downloads and post-update hooks (appstreamcli refresh
+	# of the host's catalogue). The signing keys stay the host's
+	# (/etc/apt/trusted.gpg.d, from debian-archive-keyring, which has
+	# trixie's). The empty status keeps the host's installed packages out
+	# of the candidate versions.
+	cat >"$APT_DIR/apt.conf" <<-EOF
+		Dir::Etc::parts "$APT_DIR/apt.conf.d";
+		Dir::Etc::preferences "$APT_DIR/preferences";
+		Dir::Etc::preferencesparts "$APT_DIR/preferences.d";
+		Acquire::Languages "none";
+		Acquire::GzipIndexes "true";
+	EOF
+	export APT_CONFIG=$APT_DIR/apt.conf
+	APT=(-o "Dir::Etc::sourcelist=$APT_DIR/sources.list" -o Dir::Etc::sourceparts=-
+		-o "Dir::State::Lists=$APT_DIR/lists" -o "Dir::Cache=$APT_DIR/cache"
+		-o "Dir::State::status=$APT_DIR/status")
+	if [[ ${NVME_DDP_VM_APT_UPDATE:-0} == 1 || ! -e $APT_DIR/updated ]] ||
+		[[ -n $(find "$APT_DIR/updated" -mtime +7) ]]; then
+		# Offline: old lists (or, with none, an existing cache) still do.
+		if apt-get "${APT[@]}" -q update >"$APT_DIR/update.log" 2>&1; then
+			touch "$APT_DIR/updated"
+		else
+			log "warning: apt-get update for $SUITE failed (see $APT_DIR/update.log)"
+		fi
+	fi
+fi
+
 # ---------------------------------------------------------------------------
 # Cache key: kernel package + version, plus the build recipe itself.
-kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
+kpkg=$(apt-cache "${APT[@]}" depends linux-image-amd64 2>/dev/null |
 	awk '/Depends: linux-image-[0-9]/ {print $2; exit}') || true
 kver_pkg=
-[[ -n $kpkg ]] && kver_pkg=$(apt-cache show --no-all-versions "$kpkg" 2>/dev/null |
+[[ -n $kpkg ]] && kver_pkg=$(apt-cache "${APT[@]}" show --no-all-versions "$kpkg" 2>/dev/null |
 	awk '/^Version:/ {print $2; exit}')
 outputs=(vmlinuz initramfs.cpio.gz busybox kernel-release guest.stamp)
 have_outputs() {
@@ -74,10 +168,12 @@ have_outputs() {
 if [[ -z $kpkg || -z $kver_pkg ]]; then
 	# No apt metadata (offline, lists not fetched): an existing cache is fine.
 	have_outputs && exit 0
+	[[ $SUITE == bookworm ]] || skip "cannot resolve linux-image-amd64 in $SUITE (see $APT_DIR/update.log)"
 	skip "cannot resolve linux-image-amd64 with apt-cache (run apt-get update)"
 fi
 recipe_hash=$(cat "$HERE/build-guest.sh" "$HERE/guest/init" | sha256sum | cut -c1-16)
 key="$kpkg $kver_pkg recipe=$recipe_hash"
+[[ $SUITE == bookworm ]] || key+=" suite=$SUITE"
 if have_outputs && [[ $(cat "$CACHE_DIR/guest.stamp") == "$key" ]]; then
 	exit 0
 fi
@@ -104,7 +200,7 @@ queue=("${USER_PKGS[@]}")
 for p in "${queue[@]}"; do seen[$p]=1; done
 while ((${#queue[@]})); do
 	next=()
-	deps=$(apt-cache show --no-all-versions "${queue[@]}" |
+	deps=$(apt-cache "${APT[@]}" show --no-all-versions "${queue[@]}" |
 		awk -F': ' '/^(Pre-)?Depends: / {print $2}' | tr ',' '\n' |
 		sed -E 's/\|.*//; s/\(.*\)//; s/:any//; s/[[:space:]]//g' | sort -u)
 	for d in $deps; do
@@ -117,7 +213,7 @@ while ((${#queue[@]})); do
 done
 pkgs=("${!seen[@]}")
 
-(cd "$DEBS" && apt-get download -q "$kpkg" "${pkgs[@]}" >"$WORK/download.log" 2>&1) ||
+(cd "$DEBS" && apt-get "${APT[@]}" download -q "$kpkg" "${pkgs[@]}" >"$WORK/download.log" 2>&1) ||
 	{ cat "$WORK/download.log" >&2; die "apt-get download failed"; }
 
 for deb in "$DEBS"/*.deb; do
@@ -126,6 +222,30 @@ for deb in "$DEBS"/*.deb; do
 	*) dpkg-deb -x "$deb" "$STAGE" ;;
 	esac
 done
+
+# merge_usr DIR: make DIR a merged-/usr tree, as Debian 13 systems are
+# (base-files creates the links there): whatever a package still put in
+# /bin, /sbin, /lib or /lib64 moves under /usr, and those become relative
+# links to usr/..., so that both the usual paths (/bin/kmod,
+# /lib64/ld-linux-x86-64.so.2, /lib/modules) and the /usr ones resolve.
+merge_usr() {
+	local d
+	for d in bin sbin lib lib64; do
+		mkdir -p "$1/usr/$d"
+		if [[ -d $1/$d && ! -L $1/$d ]]; then
+			cp -a "$1/$d/." "$1/usr/$d/"
+			rm -rf "${1:?}/$d"
+		fi
+		ln -sfn "usr/$d" "$1/$d"
+	done
+}
+# The guest's root is merged too: the 6.12 modules live in /usr/lib/modules,
+# and the kernel and the staged tools are happy either way.
+if ((MERGED_USR)); then
+	merge_usr "$STAGE"
+	merge_usr "$KROOT"
+	merge_usr "$ROOT"
+fi
 
 # ---------------------------------------------------------------------------
 # Helpers working on the staging tree (paths are "guest" paths, i.e. absolute
@@ -183,7 +303,7 @@ build_siw() {
 	local sdir=$WORK/siw sdebs=$WORK/siw/debs src=$WORK/siw/src
 	mkdir -p "$sdebs" "$src"
 	chmod 0777 "$sdebs"
-	(cd "$sdebs" && apt-get download -q "linux-source-$series=$kver_pkg" \
+	(cd "$sdebs" && apt-get "${APT[@]}" download -q "linux-source-$series=$kver_pkg" \
 		"linux-headers-$KVER=$kver_pkg" "linux-headers-$abi-common=$kver_pkg" \
 		"linux-kbuild-$series=$kver_pkg" >"$sdir/download.log" 2>&1) ||
 		{ cat "$sdir/download.log" >&2; die "apt-get download of the kernel sources failed"; }
@@ -218,7 +338,7 @@ kmod_as() {
 # Kernel and modules.
 KVER=$(basename "$(ls -d "$KROOT"/lib/modules/*/ | head -n1)")
 [[ -f $KROOT/boot/vmlinuz-$KVER ]] || die "no vmlinuz-$KVER in $kpkg"
-build_siw
+if ((BUILD_SIW)); then build_siw; fi
 kmod_as depmod -b "$KROOT" "$KVER"
 
 declare -A kmods=()
@@ -238,6 +358,10 @@ for path in "${!kmods[@]}"; do
 	mkdir -p "$ROOT$mdir/$(dirname "$rel")"
 	cp "$path" "$ROOT$mdir/$rel"
 done
+# 6.12's modules are xz-compressed: unpack them once here rather than in
+# every guest boot (under TCG), and so that the guest's kmod needs no
+# liblzma (which it would dlopen, e.g. for modinfo).
+find "$ROOT$mdir" -name '*.ko.xz' -exec xz -d {} +
 cp "$KROOT$mdir"/modules.{builtin,builtin.modinfo,order} "$ROOT$mdir/"
 kmod_as depmod -b "$ROOT" "$KVER"
 
@@ -254,6 +378,11 @@ copy_elf /usr/bin/fio
 copy_elf /usr/bin/rdma
 copy_elf /lib64/ld-linux-x86-64.so.2
 [[ -d $STAGE/etc/nvme ]] && cp -r "$STAGE/etc/nvme" "$ROOT/etc/"
+if [[ $SUITE == trixie ]]; then
+	copy_elf /usr/bin/keyctl
+	copy_elf /usr/sbin/tlshd
+	cp "$STAGE/etc/tlshd.conf" "$ROOT/etc/"
+fi
 # busybox applets for everything not provided otherwise
 while read -r applet; do
 	[[ -e $ROOT/$applet || -L $ROOT/$applet ]] && continue

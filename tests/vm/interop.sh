@@ -136,26 +136,26 @@ ip -n "$NS" link set veth0 up
 
 # --- our controllers -------------------------------------------------------------
 # (ip netns exec execs the program, so $! is the controller itself.)
-ip netns exec "$NS" "$BIN" controller --listen "$BRIDGE_IP:$PORT" --ns ram:128M --nqn "$NQN" \
+ip netns exec "$NS" "$BIN" controller --allow-any-host --listen "$BRIDGE_IP:$PORT" --ns ram:128M --nqn "$NQN" \
 	>"$TMP/ctrl-kernel-tcp.log" 2>&1 &
 PIDS+=($!)
-ip netns exec "$NS" "$BIN" controller --tap tap1 --tap-queues 2 --ip "$SMOL_CTRL_IP/24" \
+ip netns exec "$NS" "$BIN" controller --allow-any-host --tap tap1 --tap-queues 2 --ip "$SMOL_CTRL_IP/24" \
 	--listen "0.0.0.0:$PORT" --ns ram:128M --nqn "$NQN" --offload all >"$TMP/ctrl-smoltcp.log" 2>&1 &
 PIDS+=($!)
-ip netns exec "$NS" "$BIN" controller --iface veth0 --ip "$SMOL_IFACE_IP/24" --listen "0.0.0.0:$PORT" \
+ip netns exec "$NS" "$BIN" controller --allow-any-host --iface veth0 --ip "$SMOL_IFACE_IP/24" --listen "0.0.0.0:$PORT" \
 	--ns ram:128M --nqn "$NQN" --offload all >"$TMP/ctrl-iface.log" 2>&1 &
 PIDS+=($!)
-ip netns exec "$NS" "$BIN" controller --transport rdma --ddgst --listen "$BRIDGE_IP:$RDMA_PORT" \
+ip netns exec "$NS" "$BIN" controller --allow-any-host --transport rdma --ddgst --listen "$BRIDGE_IP:$RDMA_PORT" \
 	--ns ram:128M --nqn "$NQN" >"$TMP/ctrl-kernel-tcp-rdma.log" 2>&1 &
 PIDS+=($!)
-ip netns exec "$NS" "$BIN" controller --transport rdma --tap tap3 --ip "$SMOL_RDMA_IP/24" \
+ip netns exec "$NS" "$BIN" controller --allow-any-host --transport rdma --tap tap3 --ip "$SMOL_RDMA_IP/24" \
 	--listen "0.0.0.0:$PORT" --ns ram:128M --nqn "$NQN" --offload all \
 	--pcap "$TMP/ctrl-smoltcp-rdma.pcap" >"$TMP/ctrl-smoltcp-rdma.log" 2>&1 &
 PIDS+=($!)
 # The one the guest has killed and started again, on a file namespace.
 truncate -s 64M "$TMP/restart.img"
 restart_ctrl() {
-	ip netns exec "$NS" "$BIN" controller --listen "$BRIDGE_IP:$RESTART_PORT" \
+	ip netns exec "$NS" "$BIN" controller --allow-any-host --listen "$BRIDGE_IP:$RESTART_PORT" \
 		--ns "file:$TMP/restart.img" --nqn "$NQN" >>"$TMP/ctrl-restart.log" 2>&1 &
 	RESTART_PID=$!
 	PIDS+=("$RESTART_PID")

@@ -13,8 +13,12 @@
 # GUEST-SCRIPT-BEGIN and GUEST-EXIT) on stdout and exits with <code>.
 #
 # Options:
-#   --cache DIR        guest cache (default $NVME_DDP_VM_CACHE or /var/cache/nvme-ddp-vm);
-#                      built with build-guest.sh if it is missing
+#   --suite NAME       guest flavour, as build-guest.sh --suite: bookworm (default,
+#                      Debian 12, 6.1) or trixie (Debian 13, 6.12: NVMe in-band
+#                      authentication, nvme-cli 2.13, keyutils, tlshd)
+#   --cache DIR        guest cache (default $NVME_DDP_VM_CACHE or /var/cache/nvme-ddp-vm,
+#                      with -trixie appended for trixie); built with
+#                      build-guest.sh --suite NAME if it is missing
 #   --netns NS         network namespace to run qemu in (must exist) ...
 #   --tap TAP          ... and the TAP device in it the virtio-net NIC is attached to
 #   --ip ADDR/PREFIX   guest address for eth0 (e.g. 198.18.0.10/24)
@@ -36,7 +40,7 @@
 set -euo pipefail
 
 HERE=$(dirname "$(readlink -f "$0")")
-CACHE_DIR=${NVME_DDP_VM_CACHE:-/var/cache/nvme-ddp-vm}
+SUITE=bookworm CACHE_DIR=''
 NETNS='' TAP='' GUEST_IP='' SCRIPT='' TIMEOUT=300 LOG='' SMP=2 MEM=1024 APPEND='' VERBOSE=0
 FILES=() ENVS=()
 
@@ -46,6 +50,7 @@ skip() { echo "run-guest: skipping: $*" >&2; exit 77; }
 
 while (($#)); do
 	case $1 in
+	--suite) SUITE=$2; shift ;;
 	--cache) CACHE_DIR=$2; shift ;;
 	--netns) NETNS=$2; shift ;;
 	--tap) TAP=$2; shift ;;
@@ -68,6 +73,12 @@ done
 [[ -r $SCRIPT ]] || die "cannot read script $SCRIPT"
 [[ -n $NETNS && -n $TAP ]] || [[ -z $NETNS && -z $TAP ]] || die "--netns and --tap go together"
 [[ $TIMEOUT =~ ^[0-9]+$ ]] || die "--timeout wants seconds"
+# The same default cache directories as build-guest.sh.
+case $SUITE in
+bookworm) CACHE_DIR=${CACHE_DIR:-${NVME_DDP_VM_CACHE:-/var/cache/nvme-ddp-vm}} ;;
+trixie) CACHE_DIR=${CACHE_DIR:-${NVME_DDP_VM_CACHE:-/var/cache/nvme-ddp-vm}-trixie} ;;
+*) die "unknown --suite $SUITE (bookworm or trixie)" ;;
+esac
 
 command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 not installed"
 if [[ -n $NETNS ]]; then
@@ -78,7 +89,7 @@ fi
 
 if [[ ! -s $CACHE_DIR/vmlinuz || ! -s $CACHE_DIR/initramfs.cpio.gz || ! -x $CACHE_DIR/busybox ]]; then
 	rc=0
-	"$HERE/build-guest.sh" "$CACHE_DIR" || rc=$?
+	"$HERE/build-guest.sh" --suite "$SUITE" "$CACHE_DIR" || rc=$?
 	((rc == 0)) || { ((rc == 77)) && exit 77; die "building the guest failed"; }
 fi
 BUSYBOX=$CACHE_DIR/busybox

@@ -24,6 +24,8 @@ const AERL: u8 = 3;
 const MIN_ASQSZ: u16 = 32;
 /// CAP.TO: worst-case enable time, in 500 ms units.
 const CAP_TO: u8 = 15;
+/// Connect response DW0 bit 17, ATR: the host must authenticate the queue.
+pub(crate) const CONNECT_ATR: u64 = 1 << 17;
 
 /// Connect Invalid Parameters, naming the offending byte: `in_data` says
 /// whether the offset is into the Connect data (IATTR) or the SQE.
@@ -64,6 +66,15 @@ impl CtrlQueue {
             FabricsCommand::PropertySet { size, offset, value } => {
                 self.property_set(size, offset, value, now)
             }
+            FabricsCommand::AuthSend { secp, spsp, tl } if self.queue.is_some() => {
+                self.auth_send(sqe, data, secp, spsp, tl)
+            }
+            FabricsCommand::AuthReceive { secp, spsp, al } if self.queue.is_some() => {
+                self.auth_receive(sqe, secp, spsp, al)
+            }
+            FabricsCommand::AuthSend { .. } | FabricsCommand::AuthReceive { .. } => {
+                Outcome::status(Status::COMMAND_SEQUENCE_ERROR)
+            }
             FabricsCommand::Other(_) => Outcome::status(Status::INVALID_OPCODE),
         }
     }
@@ -103,17 +114,34 @@ impl CtrlQueue {
         if !discovery && d.subnqn != self.target.subnqn() {
             return invalid_param(true, ConnectData::OFFSET_SUBNQN);
         }
-        // Every host is allowed in, so an empty HOSTNQN is too (as Linux
-        // nvmet and SPDK let it in when any host may connect); one that does
-        // not end within its field is malformed.
+        // A HOSTNQN that does not end within its field is malformed. An
+        // empty one is let in where any host is (as Linux nvmet and SPDK
+        // let it in).
         if d.hostnqn.len() > NQN_MAX_LEN {
             return invalid_param(true, ConnectData::OFFSET_HOSTNQN);
+        }
+        // Any host may ask the discovery controller; what it lists is
+        // filtered by the same allow-list.
+        let access = &self.target.config().access;
+        if !discovery && !access.allows(&d.hostnqn) {
+            self.target.counters.hosts_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                hostnqn = %d.hostnqn,
+                subnqn = %d.subnqn,
+                "host refused: not on the subsystem's allow-list (`controller --allow-host NQN` admits it)"
+            );
+            // Linux nvmet points at the HOSTNQN the way Invalid Parameters does.
+            let result = (1 << 16) | u64::from(ConnectData::OFFSET_HOSTNQN);
+            return Outcome::Complete { status: Status::CONNECT_INVALID_HOST, result, data: None };
         }
         let size = u32::from(sqsize) + 1;
         let max = u32::from(self.queue_size(discovery));
         if sqsize == 0 || size > max {
             return invalid_param(false, 44);
         }
+        // A host with a secret authenticates every queue (ATR in the
+        // result, as nvmet sets it); the discovery controller asks none.
+        let must_auth = !discovery && access.keys(&d.hostnqn).is_some();
         let sq_flow_control = cattr & FabricsCommand::CATTR_DISABLE_SQ_FLOW_CONTROL == 0;
         let assoc = if qid == 0 {
             if d.cntlid != ConnectData::DYNAMIC_CNTLID {
@@ -129,6 +157,7 @@ impl CtrlQueue {
                 subnqn: d.subnqn.clone(),
                 hostnqn: d.hostnqn.clone(),
                 hostid: d.hostid,
+                authenticated: !must_auth,
                 ..Association::default()
             };
             fresh.set_kato(kato, now);
@@ -145,6 +174,13 @@ impl CtrlQueue {
                 return invalid_param(true, ConnectData::OFFSET_CNTLID);
             };
             let a = lock(&assoc);
+            if !a.authenticated {
+                // nvmet 6.12 would take the queue and have it authenticate
+                // on its own; the specification ties I/O queues to an
+                // authenticated admin queue, and so do we.
+                tracing::warn!(cntlid = a.cntlid, qid, hostnqn = %d.hostnqn, "I/O queue Connect before the admin queue authenticated; refused");
+                return Outcome::status(Status::AUTH_REQUIRED);
+            }
             if !a.ready() {
                 return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
             }
@@ -171,8 +207,11 @@ impl CtrlQueue {
             0 => tracing::info!(cntlid, hostnqn = %d.hostnqn, subnqn = %d.subnqn, "host connected"),
             _ => tracing::debug!(cntlid, qid, hostnqn = %d.hostnqn, size, "queue connected"),
         }
-        self.bind(Queue { assoc, hot, qid, size, sq_flow_control, sqhd: 0, cntlid, generation });
-        result(u64::from(cntlid))
+        let auth = must_auth.then(crate::auth::CtrlAuth::default);
+        let queue =
+            Queue { assoc, hot, qid, size, sq_flow_control, sqhd: 0, cntlid, generation, auth };
+        self.bind(queue);
+        result(u64::from(cntlid) | if must_auth { CONNECT_ATR } else { 0 })
     }
 
     /// Entries a queue may have (CAP.MQES + 1, MAXCMD). A discovery
@@ -281,7 +320,7 @@ impl CtrlQueue {
 
     /// Send `bytes` as the command's data, which the host asked to receive
     /// by the transport (C2HData, RDMA Write), exactly that long.
-    fn data_out(&mut self, sqe: &Sqe, bytes: &[u8]) -> Outcome {
+    pub(super) fn data_out(&mut self, sqe: &Sqe, bytes: &[u8]) -> Outcome {
         if self.data_ptr(sqe) != DataPtr::Remote {
             return Outcome::status(Status::SGL_DESCRIPTOR_TYPE_INVALID);
         }
@@ -504,8 +543,13 @@ impl CtrlQueue {
         self.data_out(sqe, &out)
     }
 
+    /// The subsystem, if the asking host may reach it.
     fn discovery_entries(&self) -> Vec<DiscoveryEntry> {
         let Some(port) = &self.target.config().port else { return Vec::new() };
+        let asking = self.queue.as_ref().map(|q| lock(&q.assoc).hostnqn.clone());
+        if !asking.is_some_and(|h| self.target.config().access.allows(&h)) {
+            return Vec::new();
+        }
         let unspecified = port.traddr.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_unspecified());
         let traddr = match (unspecified, self.local_addr) {
             (true, Some(local)) => local.to_string(),

@@ -7,11 +7,14 @@
 //! [`ControllerQueue`] carries it (`transport`). Admin and I/O command
 //! execution live in `admin` and `io`.
 
+mod access;
 mod admin;
+mod auth;
 mod io;
 mod queue;
 mod transport;
 
+pub use access::{Access, HostKeys};
 pub use queue::{Action, CtrlQueue};
 pub use transport::{CloseReason, ControllerQueue, Transport};
 
@@ -72,6 +75,10 @@ pub struct TargetConfig {
     /// Connections a listener holds at once; one more is closed as soon as
     /// it is accepted (and counted).
     pub max_connections: usize,
+    /// Which hosts may connect, and what they must prove. The default
+    /// lets any host in unauthenticated, for the embedded uses; the
+    /// `controller` command starts from none, as nvmet and SPDK do.
+    pub access: Access,
 }
 
 impl Default for TargetConfig {
@@ -93,6 +100,7 @@ impl Default for TargetConfig {
             ddp_threshold: None,
             connect_timeout: std::time::Duration::from_secs(30),
             max_connections: 256,
+            access: Access::any_host(),
         }
     }
 }
@@ -130,6 +138,7 @@ pub(crate) struct Counters {
     pub media_errors: AtomicU64,
     pub connect_timeouts: AtomicU64,
     pub connections_refused: AtomicU64,
+    pub hosts_refused: AtomicU64,
 }
 
 /// What I/O commands completed, counted per thread that serves them (a
@@ -199,6 +208,8 @@ pub struct TargetStats {
     pub connect_timeouts: u64,
     /// Connections closed on arrival, over `max_connections`.
     pub connections_refused: u64,
+    /// Connects refused: the host is not on the allow-list.
+    pub hosts_refused: u64,
     /// Times the live controllers' locks were taken: bring-up, admin
     /// commands and timers take them; I/O commands do not, so queues of
     /// one controller in different poll groups never contend per I/O.
@@ -307,6 +318,7 @@ impl Target {
                 .sum(),
             connect_timeouts: c.connect_timeouts.load(Ordering::Relaxed),
             connections_refused: c.connections_refused.load(Ordering::Relaxed),
+            hosts_refused: c.hosts_refused.load(Ordering::Relaxed),
         }
     }
 
@@ -449,6 +461,9 @@ pub(crate) struct Association {
     /// I/O queues granted by Set Features (Number of Queues); 0 until asked.
     pub io_queues: u16,
     pub connected: BTreeSet<u16>,
+    /// The admin queue has authenticated, or the host need not: I/O
+    /// queues may connect.
+    pub authenticated: bool,
     /// Asynchronous Event Configuration.
     pub aec: u32,
     /// Values of features that only need remembering (arbitration, power

@@ -32,6 +32,8 @@ pub(crate) struct Queue {
     /// The controller's reset count when this queue connected: an I/O
     /// queue from before a reset is deleted.
     pub generation: u32,
+    /// DH-HMAC-CHAP on this queue, when its host must authenticate.
+    pub auth: Option<crate::auth::CtrlAuth>,
 }
 
 impl Queue {
@@ -39,6 +41,11 @@ impl Queue {
     /// connected: its state is gone, and its connection is to close.
     pub fn deleted(&self) -> bool {
         self.qid > 0 && self.hot.generation() != self.generation
+    }
+
+    /// The host must authenticate this queue and has not (yet).
+    pub fn unauthenticated(&self) -> bool {
+        self.auth.as_ref().is_some_and(|a| !a.authenticated())
     }
 }
 
@@ -250,6 +257,9 @@ impl CtrlQueue {
         let Some(q) = &self.queue else {
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
         };
+        if q.unauthenticated() {
+            return Outcome::status(Status::AUTH_REQUIRED);
+        }
         if sqe.flags & 0x3 != 0 || sqe.flags & 0xc0 != Sqe::FLAGS_SGL {
             // Fused operations are not supported; fabrics data pointers are SGLs.
             return Outcome::status(Status::INVALID_FIELD);
@@ -388,7 +398,13 @@ impl CtrlQueue {
     /// at once for a deleted queue, else at the keep alive deadline.
     pub fn timer(&self) -> Option<Instant> {
         let Some(q) = self.queue.as_ref() else { return self.connect_by };
-        if q.deleted() { Some(Instant::ZERO) } else { q.hot.ka_deadline() }
+        if q.deleted() || q.auth.as_ref().is_some_and(|a| a.failed().is_some()) {
+            Some(Instant::ZERO)
+        } else if q.unauthenticated() {
+            crate::earliest(self.connect_by, q.hot.ka_deadline())
+        } else {
+            q.hot.ka_deadline()
+        }
     }
 
     /// Enforce this queue's timers, and say why it must close if one
@@ -399,15 +415,22 @@ impl CtrlQueue {
     /// commands the binding aborts); or a reset that deleted the queue
     /// (`ControllerGone` too).
     pub fn handle_timeout(&mut self, now: Instant) -> Option<CloseReason> {
-        let Some(q) = self.queue.as_ref() else {
-            if self.connect_by.is_some_and(|t| now >= t) {
-                self.connect_by = None;
-                self.target.counters.connect_timeouts.fetch_add(1, Ordering::Relaxed);
-                tracing::info!("no queue connected in time; closing the connection");
-                return Some(CloseReason::ConnectTimeout);
-            }
-            return None;
-        };
+        // A queue that must authenticate has the connect timeout to do it.
+        let connecting = self.queue.as_ref().is_none_or(Queue::unauthenticated);
+        if connecting && self.connect_by.is_some_and(|t| now >= t) {
+            self.connect_by = None;
+            self.target.counters.connect_timeouts.fetch_add(1, Ordering::Relaxed);
+            tracing::info!("no queue connected in time; closing the connection");
+            return Some(CloseReason::ConnectTimeout);
+        }
+        let Some(q) = self.queue.as_ref() else { return None };
+        if let Some(why) = q.auth.as_ref().and_then(|a| a.failed()) {
+            // nvmet ends the whole controller: its other queues close too.
+            let a = lock(&q.assoc);
+            a.set_dead();
+            self.target.remove_association(a.cntlid);
+            return Some(CloseReason::AuthenticationFailed(why));
+        }
         if !q.deleted() && q.hot.ka_deadline().is_none_or(|t| now < t) && !q.hot.dead() {
             return None;
         }

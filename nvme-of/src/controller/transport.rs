@@ -31,9 +31,14 @@ pub enum CloseReason {
     /// The transport closed, as transports do.
     #[error("transport closed")]
     TransportClosed,
-    /// No queue was connected within the target's connect timeout.
+    /// No queue was connected (and authenticated, where the host must)
+    /// within the target's connect timeout.
     #[error("no queue connected within the connect timeout")]
     ConnectTimeout,
+    /// DH-HMAC-CHAP failed on this queue (Failure1 sent or Failure2
+    /// received); its controller is gone too, as with nvmet.
+    #[error("authentication failed: {0}")]
+    AuthenticationFailed(crate::auth::Explanation),
     /// The binding's own reason: a malformed PDU, a TermReq, a refused
     /// queue pair. [`CloseReason::downcast_ref`] gets it back.
     #[error(transparent)]

@@ -5,6 +5,7 @@
 //! before it completes. Recovery is not here: a failed step hands its
 //! error to `recovery`.
 
+use super::auth::AuthStep;
 use super::timer::Timer;
 use super::{CmdData, Dir, Host, HostError, HostEvent, NamespaceInfo, Owner, State};
 use crate::nvme::identify::{self, IdentifyController, IdentifyNamespace, cns};
@@ -37,6 +38,8 @@ pub enum Step {
     PollShutdown,
     /// CC.EN cleared for a reset the host asked for.
     Disable,
+    /// DH-HMAC-CHAP on the queue the step's command went to.
+    Auth(AuthStep),
 }
 
 impl Step {
@@ -55,6 +58,12 @@ impl Step {
             Step::DiscoveryHeader | Step::DiscoveryEntries => "Get Log Page (Discovery)",
             Step::Shutdown => "Property Set CC.SHN",
             Step::Disable => "Property Set CC.EN=0",
+            Step::Auth(AuthStep::Negotiate) => "Authentication Send (Negotiate)",
+            Step::Auth(AuthStep::Challenge) => "Authentication Receive (Challenge)",
+            Step::Auth(AuthStep::Reply) => "Authentication Send (Reply)",
+            Step::Auth(AuthStep::Success1) => "Authentication Receive (Success1)",
+            Step::Auth(AuthStep::Success2) => "Authentication Send (Success2)",
+            Step::Auth(AuthStep::Failure2) => "Authentication Send (Failure2)",
         }
     }
 }
@@ -100,6 +109,9 @@ impl Host {
         buf: Option<IoBuf>,
         now: Instant,
     ) -> Result<(), HostError> {
+        if let Step::Auth(a @ AuthStep::Failure2) = step {
+            return self.auth_advance(qid, a, buf, now).map(drop);
+        }
         if !status.is_success() {
             let subnqn_refused = (result >> 16) & 0xff == 1
                 && result & 0xffff == u64::from(ConnectData::OFFSET_SUBNQN);
@@ -120,7 +132,19 @@ impl Host {
             Step::Connect => {
                 self.cntlid = result as u16;
                 debug!(parent: &self.span, cntlid = self.cntlid, "admin queue connected");
-                self.property_get(Step::GetCap, property::CAP, PropertySize::Eight, now);
+                if !self.authenticate(0, result, now)? {
+                    self.queue_ready(0, now);
+                }
+            }
+            Step::ConnectIo => {
+                if !self.authenticate(qid, result, now)? {
+                    self.queue_ready(qid, now);
+                }
+            }
+            Step::Auth(a) => {
+                if self.auth_advance(qid, a, buf, now)? {
+                    self.queue_ready(qid, now);
+                }
             }
             Step::GetCap => {
                 self.cap = result;
@@ -198,23 +222,6 @@ impl Host {
                 self.connect_pending.extend(1..=n.min(CONNECTS_AT_ONCE));
                 debug!(parent: &self.span, queues = n, size = self.io_queue_size, "connecting I/O queues");
             }
-            Step::ConnectIo => {
-                self.io_connected += 1;
-                debug!(parent: &self.span, qid, "I/O queue connected");
-                let next = self.io_connected + CONNECTS_AT_ONCE;
-                if next <= self.io_queues() {
-                    self.connect_pending.push_back(next);
-                }
-                if self.io_connected == self.io_queues() {
-                    self.admin_cmd(
-                        Owner::Aer,
-                        Sqe::new(admin::ASYNC_EVENT_REQUEST, 0, Default::default()),
-                        None,
-                        now,
-                    );
-                    self.identify(Step::NsList, cns::ACTIVE_NS_LIST, 0, now);
-                }
-            }
             Step::NsList => {
                 self.ns_pending = identify::parse_ns_list(&page(&buf)).into();
                 self.next_namespace(now);
@@ -275,6 +282,30 @@ impl Host {
             }
         }
         Ok(())
+    }
+
+    /// Queue `qid` is connected (and authenticated, where it had to be):
+    /// bring-up goes on.
+    fn queue_ready(&mut self, qid: u16, now: Instant) {
+        if qid == 0 {
+            self.property_get(Step::GetCap, property::CAP, PropertySize::Eight, now);
+            return;
+        }
+        self.io_connected += 1;
+        debug!(parent: &self.span, qid, "I/O queue connected");
+        let next = self.io_connected + CONNECTS_AT_ONCE;
+        if next <= self.io_queues() {
+            self.connect_pending.push_back(next);
+        }
+        if self.io_connected == self.io_queues() {
+            self.admin_cmd(
+                Owner::Aer,
+                Sqe::new(admin::ASYNC_EVENT_REQUEST, 0, Default::default()),
+                None,
+                now,
+            );
+            self.identify(Step::NsList, cns::ACTIVE_NS_LIST, 0, now);
+        }
     }
 
     pub(super) fn next_namespace(&mut self, now: Instant) {

@@ -1,5 +1,6 @@
 //! What a host asks of a controller, and Linux's defaults for it.
 
+use crate::auth::Secret;
 use crate::nvme::DISCOVERY_NQN;
 use crate::stats::Digests;
 use std::time::Duration;
@@ -37,6 +38,20 @@ pub struct HostConfig {
     /// Map reads of at least this many bytes when a device offloads the
     /// queue; `None` takes the device's own threshold.
     pub ddp_threshold: Option<u32>,
+    /// DH-HMAC-CHAP secrets (`nvme connect --dhchap-secret`, and
+    /// `--dhchap-ctrl-secret` to have the controller authenticate too),
+    /// used when a controller asks for authentication.
+    pub dhchap: Option<DhchapSecrets>,
+}
+
+/// A host's DH-HMAC-CHAP secrets.
+#[derive(Debug, Clone)]
+pub struct DhchapSecrets {
+    /// The host's secret, transformed with its HOSTNQN.
+    pub key: Secret,
+    /// The controller's, transformed with the subsystem NQN: with it the
+    /// host asks the controller to prove itself (bidirectional).
+    pub ctrl_key: Option<Secret>,
 }
 
 impl Default for HostConfig {
@@ -55,6 +70,7 @@ impl Default for HostConfig {
             maxr2t: 0,
             disable_sq_flow_control: false,
             ddp_threshold: None,
+            dhchap: None,
         }
     }
 }

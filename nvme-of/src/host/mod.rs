@@ -19,6 +19,7 @@
 //! table every binding keeps), `config` (what a user asks for), `sets`
 //! (I/O queues lent to hosts of their own, each for a thread).
 
+mod auth;
 mod bring_up;
 mod config;
 mod io;
@@ -27,10 +28,11 @@ mod recovery;
 mod sets;
 mod timer;
 
+pub use auth::AuthStep;
 pub use bring_up::Step;
 pub use config::{
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_CTRL_LOSS_TMO, DEFAULT_RECONNECT_DELAY, HostConfig,
-    MAX_RETRIES,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_CTRL_LOSS_TMO, DEFAULT_RECONNECT_DELAY, DhchapSecrets,
+    HostConfig, MAX_RETRIES,
 };
 pub use io::{Io, IoKind, SubmitError};
 pub use queue::{
@@ -64,8 +66,16 @@ pub enum HostError {
     #[error("subsystem {0} not found (the controller refused Connect: {status})", status = Status::CONNECT_INVALID_PARAMETERS)]
     NoSuchSubsystem(String),
     /// The subsystem does not let this host in (Connect Invalid Host).
-    #[error("host {0} is not allowed into the subsystem ({status})", status = Status::CONNECT_INVALID_HOST)]
+    #[error("host {0} is not allowed into the subsystem ({status}): the controller must list this HOSTNQN (nvmet's allowed_hosts, `nvme-ddp controller --allow-host`), or connect with --hostnqn of one it lists", status = Status::CONNECT_INVALID_HOST)]
     HostNotAllowed(String),
+    /// The controller asks for DH-HMAC-CHAP and the host has no secret.
+    #[error(
+        "the controller requires host {0} to authenticate (DH-HMAC-CHAP): give its secret (--dhchap-secret, as nvme connect's)"
+    )]
+    NoSecret(String),
+    /// DH-HMAC-CHAP failed on a queue.
+    #[error("authentication failed on queue {qid}: {}", describe_refusal(*refusal))]
+    Authentication { qid: u16, refusal: crate::auth::Refusal },
     #[error("controller cannot be used: {0}")]
     Incompatible(String),
     #[error("timed out waiting for {0}")]
@@ -73,6 +83,28 @@ pub enum HostError {
     /// Reconnecting failed for ctrl-loss-tmo; the last attempt's error.
     #[error("controller lost: no association for {:.1} s, past ctrl-loss-tmo; the last attempt: {last}", after.as_secs_f64())]
     ControllerLost { after: Duration, last: Box<HostError> },
+}
+
+fn describe_refusal(r: crate::auth::Refusal) -> String {
+    use crate::auth::{Explanation, Refusal};
+    match r {
+        Refusal::ByController(Explanation::Failed) => {
+            "the controller refused the host's response: the host's secret (--dhchap-secret) is not the one the controller holds for this HOSTNQN".into()
+        }
+        Refusal::ByController(why) => format!("the controller refused: {why}"),
+        Refusal::ByHost(Explanation::Failed) => {
+            "the controller did not prove it holds the controller secret (--dhchap-ctrl-secret)".into()
+        }
+        Refusal::ByHost(why) => format!("the controller's message was wrong: {why}"),
+    }
+}
+
+impl HostError {
+    /// Errors another attempt cannot mend: the host gives up at once,
+    /// as Linux does on -EKEYREJECTED and -ENOKEY.
+    pub fn is_final(&self) -> bool {
+        matches!(self, HostError::NoSecret(_) | HostError::Authentication { .. })
+    }
 }
 
 /// A namespace the host found.
@@ -164,6 +196,10 @@ pub struct Host {
     /// Associations made so far: which one is up (or was, while another
     /// is being made).
     association: u64,
+    /// DH-HMAC-CHAP transactions in progress, by queue.
+    auth: HashMap<u16, auth::Transaction>,
+    /// Transactions started so far: the next one's T_ID.
+    auth_transactions: u16,
     /// The latest time passed in.
     now: Instant,
     span: tracing::Span,
@@ -207,6 +243,8 @@ impl Host {
             lent: BTreeSet::new(),
             set: false,
             association: 0,
+            auth: HashMap::new(),
+            auth_transactions: 0,
             now: Instant::ZERO,
             span,
         }

@@ -148,7 +148,7 @@ impl Host {
             State::BringUp => self.lost_at.is_some(),
             State::ShuttingDown => false,
         };
-        if live_once && self.cfg.ctrl_loss_tmo != Some(Duration::ZERO) {
+        if live_once && self.cfg.ctrl_loss_tmo != Some(Duration::ZERO) && !e.is_final() {
             if self.lost_at.is_none() && self.set {
                 // The association's host says so, and counts it.
                 debug!(parent: &self.span, error = %e, "a queue set lost its queues");
@@ -185,6 +185,7 @@ impl Host {
         self.timers.stop_all();
         self.connect_pending.clear();
         self.aborted.clear();
+        self.auth.clear();
         for qid in 0..self.queues.len() as u16 {
             self.stop_queue(qid);
         }

@@ -21,13 +21,22 @@ pub enum FabricsCommand {
     PropertyGet { size: PropertySize, offset: u32 },
     /// Property Set: ATTRIB, OFST, VALUE in CDW12..13.
     PropertySet { size: PropertySize, offset: u32, value: u64 },
-    /// Authentication Send / Receive, Disconnect and reserved types.
+    /// Authentication Send: TL bytes of a security protocol's message
+    /// from the host. SECP in CDW10[31:24], SPSP1:SPSP0 in CDW10[23:8].
+    AuthSend { secp: u8, spsp: u16, tl: u32 },
+    /// Authentication Receive: up to AL bytes of the controller's answer.
+    AuthReceive { secp: u8, spsp: u16, al: u32 },
+    /// Disconnect and reserved types.
     Other(u8),
 }
 
 impl FabricsCommand {
     /// Connect CATTR bit 2: the host asks for SQ flow control to be disabled.
     pub const CATTR_DISABLE_SQ_FLOW_CONTROL: u8 = 1 << 2;
+    /// The security protocol of NVMe in-band authentication (SECP E9h),
+    /// and the SPSP both bytes of which are 01h for it.
+    pub const SECP_AUTH: u8 = 0xe9;
+    pub const SPSP_AUTH: u16 = 0x0101;
 
     pub fn parse(sqe: &Sqe) -> Self {
         let size = if sqe.cdw10 & 0x7 == 1 { PropertySize::Eight } else { PropertySize::Four };
@@ -44,6 +53,16 @@ impl FabricsCommand {
                 size,
                 offset: sqe.cdw11,
                 value: u64::from(sqe.cdw12) | (u64::from(sqe.cdw13) << 32),
+            },
+            fctype::AUTH_SEND => Self::AuthSend {
+                secp: (sqe.cdw10 >> 24) as u8,
+                spsp: (sqe.cdw10 >> 8) as u16,
+                tl: sqe.cdw11,
+            },
+            fctype::AUTH_RECV => Self::AuthReceive {
+                secp: (sqe.cdw10 >> 24) as u8,
+                spsp: (sqe.cdw10 >> 8) as u16,
+                al: sqe.cdw11,
             },
             other => Self::Other(other),
         }
@@ -74,6 +93,16 @@ impl FabricsCommand {
                 sqe.cdw11 = offset;
                 sqe.cdw12 = value as u32;
                 sqe.cdw13 = (value >> 32) as u32;
+            }
+            Self::AuthSend { secp, spsp, tl: len } | Self::AuthReceive { secp, spsp, al: len } => {
+                let t = if matches!(self, Self::AuthSend { .. }) {
+                    fctype::AUTH_SEND
+                } else {
+                    fctype::AUTH_RECV
+                };
+                sqe.nsid = u32::from(t);
+                sqe.cdw10 = (u32::from(secp) << 24) | (u32::from(spsp) << 8);
+                sqe.cdw11 = len;
             }
             Self::Other(t) => sqe.nsid = u32::from(t),
         }
@@ -176,6 +205,24 @@ mod tests {
         assert_eq!(&b[40..48], &[0, 0, 3, 0, 127, 0, 4, 0]);
         assert_eq!(b[39], 0x01, "in-capsule SGL");
         assert_eq!(FabricsCommand::parse(&Sqe::parse(&b)), cmd);
+    }
+
+    #[test]
+    fn auth_commands_carry_secp_spsp_and_length_where_linux_puts_them() {
+        let cmd = FabricsCommand::AuthSend {
+            secp: FabricsCommand::SECP_AUTH,
+            spsp: FabricsCommand::SPSP_AUTH,
+            tl: 0x148,
+        };
+        let mut b = [0u8; 64];
+        cmd.to_sqe(SglDescriptor::in_capsule(0x148)).emit(&mut b);
+        assert_eq!(b[4], 0x05, "fctype");
+        assert_eq!(&b[40..48], &[0, 0x01, 0x01, 0xe9, 0x48, 0x01, 0, 0], "spsp0, spsp1, secp, tl");
+        assert_eq!(FabricsCommand::parse(&Sqe::parse(&b)), cmd);
+        let recv = FabricsCommand::AuthReceive { secp: 0xe9, spsp: 0x0101, al: 4096 };
+        recv.to_sqe(SglDescriptor::default()).emit(&mut b);
+        assert_eq!(b[4], 0x06);
+        assert_eq!(FabricsCommand::parse(&Sqe::parse(&b)), recv);
     }
 
     #[test]

@@ -47,6 +47,8 @@ impl Status {
     pub const CONNECT_RESTART_DISCOVERY: Status = Status::specific(0x83).dnr();
     pub const CONNECT_INVALID_HOST: Status = Status::specific(0x84).dnr();
     pub const INVALID_QUEUE_TYPE: Status = Status::specific(0x85).dnr();
+    /// The queue has not authenticated (DH-HMAC-CHAP) yet.
+    pub const AUTH_REQUIRED: Status = Status::specific(0x91).dnr();
 
     pub const WRITE_FAULT: Status = Status::new(Status::SCT_MEDIA, 0x80);
     pub const UNRECOVERED_READ_ERROR: Status = Status::new(Status::SCT_MEDIA, 0x81);
@@ -146,6 +148,7 @@ impl Status {
             (1, 0x83) => "Connect Restart Discovery",
             (1, 0x84) => "Connect Invalid Host",
             (1, 0x85) => "Invalid Queue Type",
+            (1, 0x91) => "Authentication Required",
             (2, 0x80) => "Write Fault",
             (2, 0x81) => "Unrecovered Read Error",
             (3, 0x70) => "Host Pathing Error",

@@ -5,6 +5,7 @@
 use nvme_ddp::report::human_bytes;
 use nvme_ddp::size::{format_size, parse_size};
 use nvme_ddp::workload::Rw;
+use nvme_of::auth::{DhGroup, Hash, Secret, SecretError};
 use smoltcp_glue::Via;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -123,6 +124,39 @@ pub(crate) fn parse_nqn(s: &str) -> Result<String, String> {
     nvme_of::nvme::check_nqn(s)
         .map(|()| s.to_string())
         .map_err(|why| format!("{s:?} is not an NQN: {why}"))
+}
+
+/// A DH-HMAC-CHAP secret, as `nvme gen-dhchap-key` prints it, or `@FILE`
+/// holding one. Errors name the file, never the secret.
+pub(crate) fn parse_secret(s: &str) -> Result<Secret, String> {
+    match s.strip_prefix('@') {
+        Some(path) => {
+            let text = zeroize::Zeroizing::new(
+                std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?,
+            );
+            text.parse().map_err(|e| format!("{path}: {e}"))
+        }
+        None => s.parse().map_err(|e: SecretError| e.to_string()),
+    }
+}
+
+/// `NQN=SECRET`: a host's secret on the controller (SECRET as above).
+pub(crate) fn parse_host_secret(s: &str) -> Result<(String, Secret), String> {
+    let (nqn, secret) =
+        s.split_once('=').ok_or("give NQN=SECRET (the secret, or @FILE holding it)")?;
+    Ok((parse_nqn(nqn)?, parse_secret(secret)?))
+}
+
+/// Hash functions by nvmet's names (`hmac(sha256)`) or short ones (`sha256`).
+pub(crate) fn parse_hash(s: &str) -> Result<Hash, String> {
+    Hash::parse(s).ok_or_else(|| format!("{s:?} is not a hash: use sha256, sha384 or sha512"))
+}
+
+/// Diffie-Hellman groups by nvmet's names: null, ffdhe2048 ... ffdhe8192.
+pub(crate) fn parse_dhgroup(s: &str) -> Result<DhGroup, String> {
+    DhGroup::parse(s).ok_or_else(|| {
+        format!("{s:?} is not a DH group: use null, ffdhe2048, ffdhe3072, ffdhe4096, ffdhe6144 or ffdhe8192")
+    })
 }
 
 /// A listening address; `:PORT` means every IPv4 address.

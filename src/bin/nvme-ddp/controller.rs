@@ -12,7 +12,8 @@ use nvme_ddp::driver::smoltcp::{ControllerSide, serve_queues, to_smol};
 use nvme_ddp::driver::transport::TransportType;
 use nvme_ddp::report::{OffloadReport, human_bytes};
 use nvme_ddp::size::format_size;
-use nvme_of::controller::{Port, Target, TargetConfig};
+use nvme_of::auth::{DhGroup, Hash, Secret};
+use nvme_of::controller::{Access, Port, Target, TargetConfig};
 use nvme_of::namespace::Namespace;
 use nvme_storage::{FileNamespace, RamNamespace};
 use smoltcp_glue::Stack;
@@ -20,8 +21,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::args::{
-    List, NsSpec, check_ram, parse_block_size, parse_bytes, parse_cpus, parse_listen, parse_nqn,
-    parse_ns, parse_seconds, parse_whole,
+    List, NsSpec, check_ram, list, parse_block_size, parse_bytes, parse_cpus, parse_dhgroup,
+    parse_hash, parse_host_secret, parse_listen, parse_nqn, parse_ns, parse_seconds, parse_whole,
 };
 use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
 use crate::progress::interrupt_flag;
@@ -79,8 +80,68 @@ pub(crate) struct ControllerArgs {
     /// run on, unpinned).
     #[arg(long, value_parser = parse_cpus)]
     cpus: Option<List<usize>>,
+    /// Let this host connect (repeatable): its HOSTNQN. Without it or
+    /// --allow-any-host no host may connect, as with nvmet and SPDK.
+    #[arg(long = "allow-host", value_name = "NQN", value_parser = parse_nqn)]
+    allow_hosts: Vec<String>,
+    /// Let any host connect (nvmet's attr_allow_any_host); hosts given a
+    /// --dhchap-key still authenticate.
+    #[arg(long)]
+    allow_any_host: bool,
+    /// A host's DH-HMAC-CHAP secret, NQN=SECRET or NQN=@FILE (repeatable):
+    /// that host must authenticate, and is allowed in.
+    #[arg(long = "dhchap-key", value_name = "NQN=KEY", value_parser = parse_host_secret)]
+    dhchap_keys: Vec<(String, Secret)>,
+    /// The controller's secret for a host that asks it to authenticate
+    /// too (bidirectional), NQN=SECRET or NQN=@FILE (repeatable).
+    #[arg(long = "dhchap-ctrl-key", value_name = "NQN=KEY", value_parser = parse_host_secret)]
+    dhchap_ctrl_keys: Vec<(String, Secret)>,
+    /// Hash functions offered, in order of preference (default sha256,sha384,sha512).
+    #[arg(long, value_name = "LIST", value_parser = |s: &str| list(s, parse_hash))]
+    dhchap_hash: Option<List<Hash>>,
+    /// Diffie-Hellman groups offered, in order of preference (default
+    /// null,ffdhe2048,...,ffdhe8192).
+    #[arg(long, value_name = "LIST", value_parser = |s: &str| list(s, parse_dhgroup))]
+    dhchap_dhgroup: Option<List<DhGroup>>,
     #[command(flatten)]
     link: LinkArgs,
+}
+
+/// The allow-list and secrets the flags give.
+fn access(a: &ControllerArgs) -> Result<Access> {
+    let mut access = Access::no_host();
+    access.allow_any_host = a.allow_any_host;
+    for nqn in &a.allow_hosts {
+        access.hosts.entry(nqn.clone()).or_default();
+    }
+    for (nqn, key) in &a.dhchap_keys {
+        let host = access.hosts.entry(nqn.clone()).or_default();
+        if host.key.replace(key.clone()).is_some() {
+            bail!("--dhchap-key: {nqn} has two secrets");
+        }
+    }
+    for (nqn, key) in &a.dhchap_ctrl_keys {
+        let Some(host) = access.hosts.get_mut(nqn).filter(|h| h.key.is_some()) else {
+            bail!(
+                "--dhchap-ctrl-key {nqn}=...: give the host's own --dhchap-key {nqn}=... too; the controller only proves itself to a host that proved itself"
+            );
+        };
+        if host.ctrl_key.replace(key.clone()).is_some() {
+            bail!("--dhchap-ctrl-key: {nqn} has two controller secrets");
+        }
+    }
+    if let Some(List(h)) = &a.dhchap_hash {
+        access.hashes = h.clone();
+    }
+    if let Some(List(g)) = &a.dhchap_dhgroup {
+        access.dhgroups = g.clone();
+    }
+    if !access.allow_any_host && access.hosts.is_empty() {
+        tracing::warn!(
+            "no host may connect: give --allow-host NQN (or --dhchap-key NQN=KEY), or --allow-any-host"
+        );
+    }
+    Ok(access)
 }
 
 pub(crate) fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc<Target>> {
@@ -110,6 +171,7 @@ pub(crate) fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc
         ddp_threshold: a.link.ddp_threshold,
         connect_timeout: a.connect_timeout,
         max_connections: a.max_connections as usize,
+        access: access(a)?,
         ..TargetConfig::default()
     };
     Ok(Target::new(cfg, namespaces)?)
@@ -216,6 +278,9 @@ fn report_refusals(target: &Target, limit: u32) {
             limit,
             "closed on arrival: too many at once (--max-connections)"
         );
+    }
+    if s.hosts_refused > 0 {
+        tracing::info!(connects = s.hosts_refused, "refused: host not allowed (--allow-host)");
     }
     if s.connect_timeouts > 0 {
         tracing::info!(

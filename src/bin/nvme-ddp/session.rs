@@ -11,7 +11,8 @@ use nvme_ddp::driver::transport::TransportType;
 use nvme_ddp::driver::{kernel_tcp, smoltcp};
 use nvme_ddp::report::OffloadReport;
 use nvme_of::Digests;
-use nvme_of::host::HostConfig;
+use nvme_of::auth::Secret;
+use nvme_of::host::{DhchapSecrets, HostConfig};
 use smoltcp_glue::Stack;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -19,7 +20,7 @@ use ulp_ddp::Caps;
 
 use crate::args::{
     CtrlLossTmo, parse_ctrl_loss_tmo, parse_nqn, parse_on_off, parse_qd, parse_queues,
-    parse_seconds, parse_whole,
+    parse_seconds, parse_secret, parse_whole,
 };
 use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
 use crate::progress::{Eta, interrupt_flag};
@@ -45,6 +46,14 @@ pub(crate) struct ConnectArgs {
         default_value = "nqn.2014-08.org.nvmexpress:uuid:5f0d2c44-6a1e-4c8b-9d3e-000000000000"
     )]
     hostnqn: String,
+    /// DH-HMAC-CHAP secret (`DHHC-1:...`, or @FILE holding it), used when
+    /// the controller asks the host to authenticate.
+    #[arg(long, global = true, value_name = "KEY", value_parser = parse_secret)]
+    dhchap_secret: Option<Secret>,
+    /// The controller's secret: the controller must prove itself too
+    /// (bidirectional). Needs --dhchap-secret.
+    #[arg(long, global = true, value_name = "KEY", value_parser = parse_secret, requires = "dhchap_secret")]
+    dhchap_ctrl_secret: Option<Secret>,
     /// Header digests: --hdgst (on) or --hdgst=on|off.
     #[arg(long, global = true, default_value = "off", num_args = 0..=1, require_equals = true, default_missing_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
     hdgst: bool,
@@ -105,6 +114,10 @@ pub(crate) fn host_config(a: &ConnectArgs, subnqn: String) -> HostConfig {
         reconnect_delay: a.reconnect_delay,
         ctrl_loss_tmo: a.ctrl_loss_tmo.0,
         ddp_threshold: a.link.ddp_threshold,
+        dhchap: a
+            .dhchap_secret
+            .clone()
+            .map(|key| DhchapSecrets { key, ctrl_key: a.dhchap_ctrl_secret.clone() }),
         ..HostConfig::default()
     }
 }

@@ -10,7 +10,13 @@
 #   nvmet_ns NQN NSID DEVICE                 add and enable a namespace
 #   nvmet_port PORTID TRADDR TRSVCID [TRTYPE] [ADRFAM]   (defaults tcp ipv4)
 #   nvmet_link PORTID NQN                    expose subsystem NQN on port PORTID
-#   nvmet_teardown                           remove all ports, subsystems, null_blk devices
+#   nvmet_host HOSTNQN KEY [CTRL_KEY [HASH [DHGROUP]]]   host entry with DH-HMAC-CHAP
+#                                            secrets (DHHC-1:..., from nvme gen-dhchap-key;
+#                                            CTRL_KEY "" = unidirectional), HASH default
+#                                            hmac(sha256), DHGROUP default null (no DH);
+#                                            needs a kernel with NVME_TARGET_AUTH (trixie guest)
+#   nvmet_allow_host NQN HOSTNQN             only hosts linked here may connect to NQN
+#   nvmet_teardown                           remove all ports, subsystems, hosts, null_blk devices
 # Misc:
 #   log MSG...            message with guest uptime
 #   fail MSG...           print "FAIL: MSG" and exit 1
@@ -86,12 +92,32 @@ nvmet_link() {
 	ln -s "$NVMET/subsystems/$2" "$NVMET/ports/$1/subsystems/$2"
 }
 
+# Re-running it on an existing host replaces the keys (a key of "" for
+# CTRL_KEY leaves the controller key as it was); they are read at the next
+# connect.
+nvmet_host() {
+	modprobe nvmet || return 1
+	_h=$NVMET/hosts/$1
+	[ -d "$_h" ] || mkdir "$_h" || return 1
+	echo "$2" >"$_h/dhchap_key" || return 1
+	[ -z "$3" ] || echo "$3" >"$_h/dhchap_ctrl_key" || return 1
+	echo "${4:-hmac(sha256)}" >"$_h/dhchap_hash" || return 1
+	echo "${5:-null}" >"$_h/dhchap_dhgroup"
+}
+
+# nvmet refuses allowed_hosts links while attr_allow_any_host is 1.
+nvmet_allow_host() {
+	echo 0 >"$NVMET/subsystems/$1/attr_allow_any_host" || return 1
+	ln -s "$NVMET/hosts/$2" "$NVMET/subsystems/$1/allowed_hosts/$2"
+}
+
 nvmet_teardown() {
 	[ -d $NVMET ] || return 0
 	for _l in "$NVMET"/ports/*/subsystems/*; do [ -L "$_l" ] && rm "$_l"; done
 	for _p in "$NVMET"/ports/*; do [ -d "$_p" ] && rmdir "$_p"; done
 	for _s in "$NVMET"/subsystems/*; do
 		[ -d "$_s" ] || continue
+		for _l in "$_s"/allowed_hosts/*; do [ -L "$_l" ] && rm "$_l"; done
 		for _ns in "$_s"/namespaces/*; do
 			[ -d "$_ns" ] || continue
 			echo 0 >"$_ns/enable"
@@ -99,6 +125,7 @@ nvmet_teardown() {
 		done
 		rmdir "$_s"
 	done
+	for _h in "$NVMET"/hosts/*; do [ -d "$_h" ] && rmdir "$_h"; done
 	for _d in "$NULLB"/*; do
 		[ -f "$_d/power" ] || continue
 		echo 0 >"$_d/power"

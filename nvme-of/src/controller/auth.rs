@@ -1,0 +1,94 @@
+//! Authentication Send and Receive: DH-HMAC-CHAP on the queue they
+//! arrive on (`crate::auth` has the protocol). Until a queue whose host
+//! has a secret has authenticated, its commands other than Fabrics ones
+//! complete with Authentication Required, as nvmet's do.
+
+use super::queue::{Data, Outcome};
+use super::{CtrlQueue, lock};
+use crate::auth::{CtrlAuth, Peer};
+use crate::nvme::{FabricsCommand, Sqe, Status};
+
+/// The longest message a host sends: a Reply with SHA-512 and ffdhe8192
+/// is 1168 bytes; a Negotiate of many descriptors is longer, and nothing
+/// the protocol needs.
+const MAX_SEND: u32 = 4096;
+
+impl CtrlQueue {
+    pub(super) fn auth_send(
+        &mut self,
+        sqe: &Sqe,
+        data: Data,
+        secp: u8,
+        spsp: u16,
+        tl: u32,
+    ) -> Outcome {
+        if let Some(bad) = check(secp, spsp, tl) {
+            return bad;
+        }
+        if tl > MAX_SEND {
+            return Outcome::status(Status::INVALID_FIELD);
+        }
+        let bytes = match self.host_data(sqe, data, tl as usize) {
+            Ok(Some((buf, _))) => buf.lock()[..tl as usize].to_vec(),
+            Ok(None) => return Outcome::NeedData(tl),
+            Err(status) => return Outcome::status(status),
+        };
+        // A message that fails the transaction still completes: the host
+        // hears why from the next AUTH_Receive (Failure1), as from nvmet.
+        match self.with_auth(|auth, peer| auth.send(&bytes, peer)) {
+            Some(()) => Outcome::ok(),
+            None => Outcome::status(Status::COMMAND_SEQUENCE_ERROR),
+        }
+    }
+
+    pub(super) fn auth_receive(&mut self, sqe: &Sqe, secp: u8, spsp: u16, al: u32) -> Outcome {
+        if let Some(bad) = check(secp, spsp, al) {
+            return bad;
+        }
+        let Some(mut msg) = self.with_auth(|auth, peer| auth.receive(peer)) else {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
+        };
+        if msg.len() > al as usize {
+            return Outcome::status(Status::INTERNAL_ERROR);
+        }
+        // AL bytes go back, the message at their front (as nvmet sends).
+        msg.resize(al as usize, 0);
+        self.data_out(sqe, &msg)
+    }
+
+    /// Run `f` on this queue's transaction; `None` for a queue whose host
+    /// need not authenticate. The admin queue's success admits I/O queues.
+    fn with_auth<T>(&mut self, f: impl FnOnce(&mut CtrlAuth, &Peer<'_>) -> T) -> Option<T> {
+        let q = self.queue.as_mut()?;
+        let auth = q.auth.as_mut()?;
+        let (hostnqn, subnqn) = {
+            let a = lock(&q.assoc);
+            (a.hostnqn.clone(), a.subnqn.clone())
+        };
+        let access = &self.target.config().access;
+        let keys = access.keys(&hostnqn)?;
+        let peer = Peer {
+            hostnqn: &hostnqn,
+            subnqn: &subnqn,
+            key: keys.key.as_ref()?,
+            ctrl_key: keys.ctrl_key.as_ref(),
+            hashes: &access.hashes,
+            dhgroups: &access.dhgroups,
+        };
+        let was = auth.authenticated();
+        let out = f(auth, &peer);
+        if auth.authenticated() && !was {
+            tracing::debug!(cntlid = q.cntlid, qid = q.qid, %hostnqn, "queue authenticated");
+            if q.qid == 0 {
+                lock(&q.assoc).authenticated = true;
+            }
+        }
+        Some(out)
+    }
+}
+
+/// nvmet's checks of SECP, SPSP and the length: Invalid Field.
+fn check(secp: u8, spsp: u16, len: u32) -> Option<Outcome> {
+    let ok = secp == FabricsCommand::SECP_AUTH && spsp == FabricsCommand::SPSP_AUTH && len > 0;
+    (!ok).then(|| Outcome::status(Status::INVALID_FIELD))
+}

@@ -1,0 +1,127 @@
+//! A controller queue fed by hand what no well-behaved host sends around
+//! DH-HMAC-CHAP: commands before authenticating, an I/O queue before its
+//! admin queue authenticated, malformed, oversized and out-of-order
+//! messages. Each gets the specification's answer and, where the
+//! transaction fails, a close; never a panic, never data.
+
+use nvme_of::Instant;
+use nvme_of::auth::{DhGroup, Secret};
+use nvme_of::controller::{Access, Action, CloseReason, CtrlQueue, HostKeys, Target, TargetConfig};
+use nvme_of::nvme::{ConnectData, FabricsCommand, SglDescriptor, Sqe, Status, admin, identify};
+use nvme_of::pair::{self, LOOPBACK, SUBNQN};
+use nvme_storage::RamNamespace;
+use std::sync::Arc;
+use ulp_ddp::IoBuf;
+
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:hostile";
+
+fn target() -> Arc<Target> {
+    let mut access = Access::no_host();
+    let key = Secret::generate(32, None).unwrap();
+    access.hosts.insert(HOST.into(), HostKeys { key: Some(key), ctrl_key: None });
+    access.dhgroups = vec![DhGroup::Ffdhe2048];
+    let cfg = TargetConfig { access, ..Default::default() };
+    pair::target(cfg, Arc::new(RamNamespace::new(1 << 20, 512).unwrap()))
+}
+
+fn connect(q: &mut CtrlQueue, qid: u16, cntlid: u16) -> (Status, u32) {
+    let d = ConnectData { hostid: [1; 16], cntlid, subnqn: SUBNQN.into(), hostnqn: HOST.into() };
+    let mut raw = [0u8; ConnectData::LEN];
+    d.emit(&mut raw);
+    let cmd = FabricsCommand::Connect { recfmt: 0, qid, sqsize: 31, cattr: 0, kato: 0 };
+    let sqe = cmd.to_sqe(SglDescriptor::in_capsule(ConnectData::LEN as u32));
+    complete(q.submit(
+        &sqe,
+        Some((IoBuf::from_vec(raw.to_vec()), ConnectData::LEN)),
+        None,
+        Instant::ZERO,
+    ))
+}
+
+fn complete(a: Action) -> (Status, u32) {
+    match a {
+        Action::Respond { cqe, .. } => (Status::from_field(cqe.status), cqe.dw0),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn auth_send(q: &mut CtrlQueue, msg: &[u8], tl: u32) -> Status {
+    let cmd = FabricsCommand::AuthSend { secp: 0xe9, spsp: 0x0101, tl };
+    let sqe = cmd.to_sqe(SglDescriptor::in_capsule(msg.len() as u32));
+    let data = Some((IoBuf::from_vec(msg.to_vec()), msg.len()));
+    complete(q.submit(&sqe, data, None, Instant::ZERO)).0
+}
+
+fn auth_receive(q: &mut CtrlQueue) -> (Status, Vec<u8>) {
+    let cmd = FabricsCommand::AuthReceive { secp: 0xe9, spsp: 0x0101, al: 4096 };
+    let sqe = cmd.to_sqe(SglDescriptor::transport(4096));
+    match q.submit(&sqe, None, None, Instant::ZERO) {
+        Action::Respond { cqe, data } => (
+            Status::from_field(cqe.status),
+            data.map(|(b, n)| b.to_vec()[..n].to_vec()).unwrap_or_default(),
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn closes(q: &mut CtrlQueue) -> Option<CloseReason> {
+    q.handle_timeout(Instant::ZERO)
+}
+
+#[test]
+fn before_authenticating_only_fabrics_commands_run_and_io_queues_are_refused() {
+    let t = target();
+    let mut admin_q = CtrlQueue::new(t.clone(), None, LOOPBACK);
+    let (status, dw0) = connect(&mut admin_q, 0, 0xffff);
+    assert!(status.is_success());
+    assert_eq!(dw0 >> 16 & 0x6, 0x2, "ATR set, ASCR clear");
+    let cntlid = dw0 as u16;
+
+    let identify = identify::command(identify::cns::CONTROLLER, 0);
+    let (status, _) = complete(admin_q.submit(&identify, None, None, Instant::ZERO));
+    assert_eq!(status, Status::AUTH_REQUIRED);
+    let ka = Sqe::new(admin::KEEP_ALIVE, 0, Default::default());
+    assert_eq!(complete(admin_q.submit(&ka, None, None, Instant::ZERO)).0, Status::AUTH_REQUIRED);
+
+    let mut io_q = CtrlQueue::new(t.clone(), None, LOOPBACK);
+    assert_eq!(
+        connect(&mut io_q, 1, cntlid).0,
+        Status::AUTH_REQUIRED,
+        "admin queue not authenticated"
+    );
+
+    // Bad SECP, no length, too long: Invalid Field, and nothing starts.
+    let bad = FabricsCommand::AuthSend { secp: 0xea, spsp: 0x0101, tl: 8 };
+    let sqe = bad.to_sqe(SglDescriptor::in_capsule(8));
+    let r = admin_q.submit(&sqe, Some((IoBuf::from_vec(vec![0; 8]), 8)), None, Instant::ZERO);
+    assert_eq!(complete(r).0, Status::INVALID_FIELD);
+    assert_eq!(auth_send(&mut admin_q, &[], 0), Status::INVALID_FIELD);
+    assert_eq!(auth_send(&mut admin_q, &vec![0; 8192], 8192), Status::INVALID_FIELD);
+    assert!(closes(&mut admin_q).is_none());
+}
+
+#[test]
+fn garbage_and_out_of_order_messages_get_failure1_and_a_close() {
+    let reply_first = {
+        let mut m = vec![0x01, 0x02, 0, 0, 0, 0, 32, 0];
+        m.resize(16 + 64, 0);
+        m
+    };
+    for (name, msg) in [
+        ("garbage", vec![0x55; 40]),
+        ("truncated Negotiate", vec![0, 0, 0, 0, 0, 0, 0, 1, 1, 0]),
+        ("Reply before Negotiate", reply_first),
+        ("Success2 before anything", vec![0x01, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+    ] {
+        let t = target();
+        let mut q = CtrlQueue::new(t.clone(), None, LOOPBACK);
+        assert!(connect(&mut q, 0, 0xffff).0.is_success());
+        assert_eq!(auth_send(&mut q, &msg, msg.len() as u32), Status::SUCCESS, "{name}");
+        let (status, f1) = auth_receive(&mut q);
+        assert!(status.is_success());
+        assert_eq!(&f1[..2], &[0x00, 0xf1], "{name}: Failure1");
+        assert_eq!(f1[6], 0x01, "reason: authentication failure");
+        assert!(matches!(closes(&mut q), Some(CloseReason::AuthenticationFailed(_))), "{name}");
+        assert_eq!(t.stats().controllers, 0, "{name}: the controller is gone");
+    }
+}
