@@ -60,9 +60,15 @@ struct Controller {
 
 impl Controller {
     fn start(extra: &[&str]) -> Self {
+        Self::start_as(&["--allow-any-host"], extra)
+    }
+
+    /// One that admits the hosts `access` says.
+    fn start_as(access: &[&str], extra: &[&str]) -> Self {
         let addr = closed_port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_nvme-ddp"))
-            .args(["controller", "--allow-any-host", "--listen", &addr, "--ns", "ram:64M"])
+            .args(["controller", "--listen", &addr, "--ns", "ram:64M"])
+            .args(access)
             .args(extra)
             .stderr(Stdio::piped())
             .spawn()
@@ -114,6 +120,71 @@ fn wait_output(mut child: Child) -> Output {
         std::thread::sleep(Duration::from_millis(50));
     }
     child.wait_with_output().unwrap()
+}
+
+/// The allow-list and DH-HMAC-CHAP through the binary, over both
+/// transports: the right secrets (both ways) connect every queue; a wrong
+/// one, a missing one and an unlisted host are refused with what to do.
+#[test]
+fn only_listed_hosts_with_their_secret_connect_over_tcp_and_rdma() {
+    use nvme_of::auth::{Hash, Secret};
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:cli-auth";
+    let secret = |len, hash| Secret::generate(len, hash).unwrap().to_interchange().to_string();
+    let (key, ctrl_key, wrong) =
+        (secret(32, Some(Hash::Sha256)), secret(48, None), secret(32, None));
+    let dir = std::env::temp_dir().join(format!("nvme-ddp-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("key");
+    std::fs::write(&key_file, format!("{key}\n")).unwrap();
+    let at_file = format!("@{}", key_file.display());
+    for transport in ["tcp", "rdma"] {
+        let access = [
+            "--dhchap-key",
+            &format!("{HOST}={at_file}"),
+            "--dhchap-ctrl-key",
+            &format!("{HOST}={ctrl_key}"),
+            "--dhchap-dhgroup",
+            "ffdhe2048",
+        ];
+        let c = Controller::start_as(&access, &["--transport", transport]);
+        let host = |extra: &[&str]| {
+            let mut a = vec!["host", "--connect", &c.addr, "--transport", transport];
+            a.extend(["--hostnqn", HOST]);
+            a.extend(extra);
+            a.extend(["io", "--rw", "randrw", "--bs", "4k", "--time", "1", "--queues", "2"]);
+            a.into_iter().map(String::from).collect::<Vec<_>>()
+        };
+        let run = |a: Vec<String>| nvme_ddp(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        let o = run(host(&["--dhchap-secret", &key, "--dhchap-ctrl-secret", &ctrl_key]));
+        assert!(o.status.success(), "{transport}: {}", text(&o).1);
+        for (extra, says) in [
+            (
+                &["--dhchap-secret", &wrong][..],
+                "the host's secret (--dhchap-secret) is not the one",
+            ),
+            (&["--dhchap-secret", &key, "--dhchap-ctrl-secret", &wrong][..], "did not prove"),
+            (&[][..], "give its secret (--dhchap-secret"),
+        ] {
+            let o = run(host(extra));
+            let err = text(&o).1;
+            assert!(!o.status.success() && err.contains(says), "{transport} {extra:?}: {err}");
+            assert!(
+                !err.contains(&key[10..30]) && !err.contains(&wrong[10..30]),
+                "no secret printed"
+            );
+        }
+        let stranger = ["host", "--connect", &c.addr, "--transport", transport, "list"];
+        let err = text(&nvme_ddp(&stranger)).1;
+        assert!(err.contains("discovery lists no NVM subsystem this host may reach"), "{err}");
+        let named = [&stranger[..5], &["--nqn", "nqn.2026-11.io.nvme-ddp:target", "list"]].concat();
+        let err = text(&nvme_ddp(&named)).1;
+        assert!(err.contains("is not allowed into the subsystem"), "{err}");
+        std::thread::sleep(Duration::from_millis(200));
+        let log = c.log();
+        assert!(log.contains("host refused: not on the subsystem's allow-list"), "{log}");
+        assert!(log.contains("authentication failed"), "{log}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

@@ -138,6 +138,9 @@ pub(crate) fn list(a: &ConnectArgs) -> Result<()> {
             .map(|e| e.subnqn)
             .collect(),
     };
+    if nqns.is_empty() {
+        eprintln!("{NONE_DISCOVERED}");
+    }
     let mut rows = Vec::new();
     for nqn in nqns {
         let app = admin(a, nqn.clone(), |_| Vec::new(), "Identify")?;
@@ -281,6 +284,9 @@ pub(crate) fn id_ns(a: &ConnectArgs, args: &IdNsArgs) -> Result<()> {
     )
 }
 
+/// Discovery lists only the subsystems the asking host may reach.
+const NONE_DISCOVERED: &str = "discovery lists no NVM subsystem this host may reach (check --hostnqn against the controller's allowed hosts, or give --nqn)";
+
 /// The subsystem to use: the one given, or the first one discovery lists.
 pub(crate) fn resolve_nqn(a: &ConnectArgs) -> Result<String> {
     if let Some(nqn) = &a.nqn {
@@ -288,7 +294,7 @@ pub(crate) fn resolve_nqn(a: &ConnectArgs) -> Result<String> {
     }
     let entries = discover(a)?;
     let e = entries.iter().find(|e| e.subtype == SUBTYPE_NVME);
-    Ok(e.context("discovery lists no NVM subsystem (give --nqn)")?.subnqn.clone())
+    Ok(e.context(NONE_DISCOVERED)?.subnqn.clone())
 }
 
 /// The discovery log of the discovery controller at `--connect`.
