@@ -62,8 +62,9 @@ pub fn framer(data: &[u8]) {
 }
 
 use crate::controller::{Connection, Tcp};
-use nvme_of::controller::{ControllerQueue, Target, TargetConfig};
-use nvme_of::host::{HostConfig, HostEvent, Io, IoKind};
+use nvme_of::auth::Secret;
+use nvme_of::controller::{Access, ControllerQueue, HostKeys, Target, TargetConfig};
+use nvme_of::host::{DhchapSecrets, HostConfig, HostEvent, Io, IoKind};
 use nvme_of::namespace::Namespace;
 use nvme_of::pair::Pair;
 use std::sync::Arc;
@@ -78,7 +79,24 @@ const TICK: Duration = Duration::from_millis(7);
 /// the controller of a queue by taking its connection out of the pair,
 /// until the host gives the queue up and connects it anew.
 fn pair(cfg: HostConfig, ns: Arc<dyn Namespace>) -> Pair {
-    let cfg_t = TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() };
+    pair_with(cfg, ns, Access::any_host())
+}
+
+/// The secret the controller target's authenticating host holds.
+fn auth_secret() -> Secret {
+    Secret::new(&[0x5a; 32], None).expect("a 32-byte secret")
+}
+
+/// A target that admits only the default host, and only with DH-HMAC-CHAP.
+fn auth_access() -> Access {
+    let mut access = Access::no_host();
+    let keys = HostKeys { key: Some(auth_secret()), ctrl_key: None };
+    access.hosts.insert(HostConfig::default().hostnqn, keys);
+    access
+}
+
+fn pair_with(cfg: HostConfig, ns: Arc<dyn Namespace>, access: Access) -> Pair {
+    let cfg_t = TargetConfig { subnqn: NQN.into(), access, ..TargetConfig::default() };
     let target = Target::new(cfg_t, vec![ns]).expect("target");
     let mut p = Pair::new(crate::host::new(cfg), Arc::new(Tcp), target);
     p.chunk = 16 * 1024;
@@ -185,14 +203,22 @@ pub fn host(data: &[u8], ns: Arc<dyn Namespace>) {
 /// Play a host to an NVMe/TCP controller connection with arbitrary bytes.
 ///
 /// Byte 0: bit 0 picks from the first byte (ICReq onwards) or an I/O queue
-/// after a real host's bring-up; byte 1 is the size of the pieces. Nothing
-/// panics, and once every connection has closed no controller is left
-/// behind. `ns` (at least 1 MiB) is the controller's one namespace.
+/// after a real host's bring-up; bit 1 makes the subsystem admit only the
+/// default host, authenticated (DH-HMAC-CHAP), so the bytes meet AUTH
+/// messages; byte 1 is the size of the pieces. Nothing panics, and once
+/// every connection has closed no controller is left behind. `ns` (at
+/// least 1 MiB) is the controller's one namespace.
 pub fn controller(data: &[u8], ns: Arc<dyn Namespace>) {
     let [mode, piece, stream @ ..] = data else { return };
-    let cfg =
-        HostConfig { subnqn: NQN.into(), kato: Duration::from_secs(2), ..HostConfig::default() };
-    let mut w = pair(cfg, ns);
+    let auth = mode & 2 != 0;
+    let cfg = HostConfig {
+        subnqn: NQN.into(),
+        kato: Duration::from_secs(2),
+        dhchap: auth.then(|| DhchapSecrets { key: auth_secret(), ctrl_key: None }),
+        ..HostConfig::default()
+    };
+    let access = if auth { auth_access() } else { Access::any_host() };
+    let mut w = pair_with(cfg, ns, access);
     let mut conn: Box<dyn ControllerQueue> = if mode & 1 == 0 {
         Box::new(Connection::new(w.target.clone(), None))
     } else {
@@ -227,4 +253,29 @@ pub fn controller(data: &[u8], ns: Arc<dyn Namespace>) {
         c.transport_closed();
     }
     assert_eq!(w.target.stats().controllers, 0, "a controller outlived its connections");
+}
+
+/// What a real host sends on its admin queue to an authenticating
+/// controller (ICReq, Connect, Negotiate, AUTH_Receive, Reply, and on), as
+/// input to [`controller`] from the first byte with authentication on:
+/// played again, its Reply answers a challenge the controller no longer
+/// asks. Seeds the fuzz corpus; the corpus test plays it and its cuts.
+pub fn auth_transcript(ns: Arc<dyn Namespace>) -> Vec<u8> {
+    let cfg = HostConfig {
+        subnqn: NQN.into(),
+        dhchap: Some(DhchapSecrets { key: auth_secret(), ctrl_key: None }),
+        ..HostConfig::default()
+    };
+    let mut w = pair_with(cfg, ns, auth_access());
+    let sent = Arc::new(std::sync::Mutex::new(vec![2u8, 255]));
+    let into = sent.clone();
+    w.h2c_filter = Some(Box::new(move |qid, bytes: &mut Vec<u8>| {
+        if qid == 0 {
+            into.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(bytes);
+        }
+    }));
+    w.run_for(Duration::from_millis(50));
+    assert!(w.host.is_ready(), "authenticated bring-up failed: {:?}", w.events);
+    let bytes = sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    bytes.clone()
 }

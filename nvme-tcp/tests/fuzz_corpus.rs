@@ -40,3 +40,14 @@ fn host_corpus_replays_cleanly() {
 fn controller_corpus_replays_cleanly() {
     replay("controller", |data| nvme_tcp::fuzzing::controller(data, ram()));
 }
+
+/// A real host's authenticated admin queue played again to a fresh
+/// controller, whole and cut at every 7th byte: a replayed Reply, and
+/// every truncation of the messages before it, end in a close.
+#[test]
+fn a_replayed_authentication_closes_cleanly_wherever_it_is_cut() {
+    let transcript = nvme_tcp::fuzzing::auth_transcript(ram());
+    for end in (2..transcript.len()).step_by(7).chain([transcript.len()]) {
+        nvme_tcp::fuzzing::controller(&transcript[..end], ram());
+    }
+}

@@ -130,7 +130,7 @@ impl CtrlAuth {
                 let next = if r2.is_some() { Step::Success2 } else { Step::Done };
                 let msg = Message::Success1 {
                     t_id,
-                    hl: hash.len() as u8,
+                    hl: hash.digest_len() as u8,
                     response: r2.map(|r| r.to_vec()),
                 };
                 (msg, next)
@@ -184,8 +184,7 @@ impl CtrlAuth {
             c.seqnum,
             self.t_id,
             Responder::Host,
-            peer.hostnqn,
-            peer.subnqn,
+            (peer.hostnqn, peer.subnqn),
         );
         if !crypto::same(&want, r1) {
             return Step::Failure1(Explanation::Failed);
@@ -206,8 +205,7 @@ impl CtrlAuth {
                     s2,
                     self.t_id,
                     Responder::Controller,
-                    peer.hostnqn,
-                    peer.subnqn,
+                    (peer.hostnqn, peer.subnqn),
                 ))
             }
         };
@@ -240,7 +238,7 @@ fn challenge(
         hash,
         group,
         seqnum: exchange::seqnum().map_err(|_| Explanation::Failed)?,
-        c1: crypto::random(hash.len()).map_err(|_| Explanation::Failed)?,
+        c1: crypto::random(hash.digest_len()).map_err(|_| Explanation::Failed)?,
         pair,
     })
 }

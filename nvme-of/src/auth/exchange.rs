@@ -22,7 +22,8 @@ pub(crate) fn augment(hash: Hash, shared: Option<&[u8]>, challenge: &[u8]) -> Ze
 
 /// R1 or R2: HMAC over the (augmented) challenge, the sequence number,
 /// the transaction, the secure channel byte (0: no concatenation), who
-/// answers, and the NQNs, the answerer's first.
+/// answers, and the NQNs (the host's and the subsystem's), the answerer's
+/// first.
 pub(crate) fn response(
     hash: Hash,
     key: &[u8],
@@ -30,8 +31,7 @@ pub(crate) fn response(
     seqnum: u32,
     t_id: u16,
     who: Responder,
-    hostnqn: &str,
-    subnqn: &str,
+    (hostnqn, subnqn): (&str, &str),
 ) -> Zeroizing<Vec<u8>> {
     let (label, first, second): (&[u8], _, _) = match who {
         Responder::Host => (b"HostHost", hostnqn, subnqn),

@@ -30,6 +30,7 @@ pub struct HostAuth {
 
 struct Expect {
     hash: Hash,
+    group: DhGroup,
     /// R2, when the host challenged the controller.
     r2: Option<Zeroizing<Vec<u8>>>,
 }
@@ -54,6 +55,16 @@ impl HostAuth {
         (auth, negotiate.emit())
     }
 
+    /// The hash and group the controller chose, once it has.
+    pub fn negotiated(&self) -> Option<(Hash, DhGroup)> {
+        self.expect.as_ref().map(|e| (e.hash, e.group))
+    }
+
+    /// Whether the host asked the controller to prove itself.
+    pub fn bidirectional(&self) -> bool {
+        self.secrets.ctrl_key.is_some()
+    }
+
     /// The message a refusal sends, if any (Failure2).
     pub fn failure(&self, r: Refusal) -> Option<Vec<u8>> {
         match r {
@@ -72,7 +83,7 @@ impl HostAuth {
             return Err(Refusal::ByHost(IncorrectMessage));
         };
         let hash = Hash::from_id(hash).ok_or(Refusal::ByHost(HashUnusable))?;
-        if challenge.len() != hash.len() {
+        if challenge.len() != hash.digest_len() {
             return Err(Refusal::ByHost(HashUnusable));
         }
         let group = DhGroup::from_id(dhgroup).ok_or(Refusal::ByHost(DhGroupUnusable))?;
@@ -95,14 +106,13 @@ impl HostAuth {
             seqnum,
             t_id,
             Responder::Host,
-            &self.hostnqn,
-            &self.subnqn,
+            (&self.hostnqn, &self.subnqn),
         );
         let (s2, c2, r2) = match &self.secrets.ctrl_key {
             None => (0, None, None),
             Some(ctrl_key) => {
                 let s2 = exchange::seqnum().map_err(|_| Refusal::ByHost(Failed))?;
-                let c2 = crypto::random(hash.len()).map_err(|_| Refusal::ByHost(Failed))?;
+                let c2 = crypto::random(hash.digest_len()).map_err(|_| Refusal::ByHost(Failed))?;
                 let ca2 = exchange::augment(hash, shared.as_deref().map(|z| &z[..]), &c2);
                 let r2 = exchange::response(
                     hash,
@@ -111,13 +121,12 @@ impl HostAuth {
                     s2,
                     t_id,
                     Responder::Controller,
-                    &self.hostnqn,
-                    &self.subnqn,
+                    (&self.hostnqn, &self.subnqn),
                 );
                 (s2, Some(c2.to_vec()), Some(r2))
             }
         };
-        self.expect = Some(Expect { hash, r2 });
+        self.expect = Some(Expect { hash, group, r2 });
         let reply =
             Message::Reply { t_id, seqnum: s2, response: r1.to_vec(), challenge: c2, dh: public };
         Ok(reply.emit())
@@ -131,7 +140,7 @@ impl HostAuth {
         let (Message::Success1 { hl, response, .. }, Some(expect)) = (msg, &self.expect) else {
             return Err(Refusal::ByHost(IncorrectMessage));
         };
-        if usize::from(hl) != expect.hash.len() {
+        if usize::from(hl) != expect.hash.digest_len() {
             return Err(Refusal::ByHost(HashUnusable));
         }
         match (&expect.r2, response) {

@@ -55,7 +55,7 @@ impl Hash {
     }
 
     /// Output length in bytes.
-    pub fn len(self) -> usize {
+    pub fn digest_len(self) -> usize {
         match self {
             Hash::Sha256 => 32,
             Hash::Sha384 => 48,

@@ -423,7 +423,7 @@ impl CtrlQueue {
             tracing::info!("no queue connected in time; closing the connection");
             return Some(CloseReason::ConnectTimeout);
         }
-        let Some(q) = self.queue.as_ref() else { return None };
+        let q = self.queue.as_ref()?;
         if let Some(why) = q.auth.as_ref().and_then(|a| a.failed()) {
             // nvmet ends the whole controller: its other queues close too.
             let a = lock(&q.assoc);

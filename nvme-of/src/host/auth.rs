@@ -6,10 +6,10 @@
 
 use super::bring_up::Step;
 use super::{Dir, Host, HostError, Owner};
-use crate::auth::{HostAuth, RECEIVE_LEN, Refusal};
+use crate::auth::{DhGroup, Hash, HostAuth, RECEIVE_LEN, Refusal};
 use crate::nvme::FabricsCommand;
 use crate::time::Instant;
-use tracing::debug;
+use tracing::{debug, info};
 use ulp_ddp::IoBuf;
 
 /// The steps of one queue's transaction.
@@ -33,6 +33,7 @@ const ASCR: u64 = 1 << 18;
 pub(super) struct Transaction {
     auth: HostAuth,
     refusal: Option<Refusal>,
+    started: Instant,
 }
 
 impl Host {
@@ -59,7 +60,7 @@ impl Host {
         self.auth_transactions = self.auth_transactions.wrapping_add(1);
         let (auth, negotiate) = HostAuth::start(t_id, &self.cfg.hostnqn, &self.cfg.subnqn, secrets);
         debug!(parent: &self.span, qid, t_id, "authenticating");
-        self.auth.insert(qid, Transaction { auth, refusal: None });
+        self.auth.insert(qid, Transaction { auth, refusal: None, started: now });
         self.auth_send(qid, AuthStep::Negotiate, negotiate, now);
         Ok(true)
     }
@@ -99,8 +100,17 @@ impl Host {
                 Ok(false)
             }
             Ok(None) => {
+                let (hash, group) = t.auth.negotiated().unwrap_or((Hash::Sha256, DhGroup::Null));
+                let ms = (now - t.started).as_secs_f64() * 1e3;
+                let (hash, dhgroup, both) = (hash.name(), group.name(), t.auth.bidirectional());
+                // As Linux says it, once per association; the I/O queues
+                // repeat it.
+                if qid == 0 {
+                    info!(parent: &self.span, hash = %hash, dhgroup = %dhgroup, bidirectional = both, ms = %format!("{ms:.1}"), "authenticated (DH-HMAC-CHAP)");
+                } else {
+                    debug!(parent: &self.span, qid, hash = %hash, dhgroup = %dhgroup, ms = %format!("{ms:.1}"), "queue authenticated");
+                }
                 self.auth.remove(&qid);
-                debug!(parent: &self.span, qid, "queue authenticated");
                 Ok(true)
             }
             Err(refusal) => match t.auth.failure(refusal) {
