@@ -75,12 +75,10 @@ impl Controller {
             .unwrap();
         // It says "listening" once its socket is bound.
         let mut log = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        while log.read_line(&mut line).unwrap() > 0 && !line.contains("listening") {
-            line.clear();
-        }
-        assert!(line.contains("listening"), "the controller did not start");
-        let kept = Arc::new(Mutex::new(line));
+        let mut lines = String::new();
+        while log.read_line(&mut lines).unwrap() > 0 && !lines.contains("listening") {}
+        assert!(lines.contains("listening"), "the controller did not start");
+        let kept = Arc::new(Mutex::new(lines));
         let into = kept.clone();
         std::thread::spawn(move || {
             let mut line = String::new();
@@ -185,6 +183,12 @@ fn only_listed_hosts_with_their_secret_connect_over_tcp_and_rdma() {
         assert!(log.contains("authentication failed"), "{log}");
     }
     let _ = std::fs::remove_dir_all(dir);
+    let closed = Controller::start_as(&[], &[]);
+    assert!(
+        closed.log().contains("no host may connect: give --allow-host NQN"),
+        "{}",
+        closed.log()
+    );
 }
 
 #[test]

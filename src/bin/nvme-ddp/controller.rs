@@ -136,11 +136,6 @@ fn access(a: &ControllerArgs) -> Result<Access> {
     if let Some(List(g)) = &a.dhchap_dhgroup {
         access.dhgroups = g.clone();
     }
-    if !access.allow_any_host && access.hosts.is_empty() {
-        tracing::warn!(
-            "no host may connect: give --allow-host NQN (or --dhchap-key NQN=KEY), or --allow-any-host"
-        );
-    }
     Ok(access)
 }
 
@@ -225,6 +220,7 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
             nics.push(nic);
         }
         let stop = interrupt_flag()?;
+        warn_if_closed(&target);
         tracing::info!(iface = %a.link.iface_name().unwrap_or_default(), queues = sides.len(), ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = %a.transport.name(), "listening on smoltcp");
         let cpus = pinned.unwrap_or_default();
         serve_queues(&mut sides, &clock, &stop, a.link.busy_poll(), &cpus)?;
@@ -254,6 +250,7 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
     for (ns, i) in target.namespaces().iter().zip(1..) {
         tracing::info!(nsid = i, size = %format_size(ns.size()), block = ns.block_size(), "namespace");
     }
+    warn_if_closed(&target);
     for addr in server.local_addrs() {
         tracing::info!(%addr, nqn = %target.subnqn(), transport = %a.transport.name(), "listening (discovery NQN too)");
     }
@@ -267,6 +264,16 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
     tracing::info!(reads = s.reads, writes = s.writes, read = %human_bytes(s.bytes_read as f64), written = %human_bytes(s.bytes_written as f64), "stopped");
     report_refusals(&target, a.max_connections);
     Ok(())
+}
+
+/// Said once serving starts: a subsystem no host may reach.
+fn warn_if_closed(target: &Target) {
+    let access = &target.config().access;
+    if !access.allow_any_host && access.hosts.is_empty() {
+        tracing::warn!(
+            "no host may connect: give --allow-host NQN (or --dhchap-key NQN=KEY), or --allow-any-host"
+        );
+    }
 }
 
 /// The connections the limits closed, if any.
