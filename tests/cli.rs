@@ -183,6 +183,17 @@ fn only_listed_hosts_with_their_secret_connect_over_tcp_and_rdma() {
         assert!(log.contains("authentication failed"), "{log}");
     }
     let _ = std::fs::remove_dir_all(dir);
+    // A secret that does not parse is not printed back.
+    let typo = format!("{}x:", &key[..key.len() - 1]);
+    let nqn_typo = format!("not-an-nqn={key}");
+    for args in [
+        ["host", "--connect", "127.0.0.1:1", "--dhchap-secret", &typo, "list"],
+        ["controller", "--listen", "127.0.0.1:0", "--dhchap-key", &nqn_typo, "--allow-any-host"],
+    ] {
+        let (out, err) = text(&nvme_ddp(&args));
+        assert!(err.starts_with("error: invalid value for '--dhchap-"), "{err}");
+        assert!(!out.contains(&key[10..40]) && !err.contains(&key[10..40]), "{err}");
+    }
     let closed = Controller::start_as(&[], &[]);
     assert!(
         closed.log().contains("no host may connect: give --allow-host NQN"),

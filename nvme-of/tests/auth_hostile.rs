@@ -5,8 +5,9 @@
 //! transaction fails, a close; never a panic, never data.
 
 use nvme_of::Instant;
-use nvme_of::auth::{DhGroup, Secret};
+use nvme_of::auth::{DhGroup, HostAuth, Secret};
 use nvme_of::controller::{Access, Action, CloseReason, CtrlQueue, HostKeys, Target, TargetConfig};
+use nvme_of::host::DhchapSecrets;
 use nvme_of::nvme::{ConnectData, FabricsCommand, SglDescriptor, Sqe, Status, admin, identify};
 use nvme_of::pair::{self, LOOPBACK, SUBNQN};
 use nvme_storage::RamNamespace;
@@ -16,8 +17,11 @@ use ulp_ddp::IoBuf;
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:hostile";
 
 fn target() -> Arc<Target> {
+    target_with(Secret::generate(32, None).unwrap())
+}
+
+fn target_with(key: Secret) -> Arc<Target> {
     let mut access = Access::no_host();
-    let key = Secret::generate(32, None).unwrap();
     access.hosts.insert(HOST.into(), HostKeys { key: Some(key), ctrl_key: None });
     access.dhgroups = vec![DhGroup::Ffdhe2048];
     let cfg = TargetConfig { access, ..Default::default() };
@@ -97,6 +101,14 @@ fn before_authenticating_only_fabrics_commands_run_and_io_queues_are_refused() {
     assert_eq!(complete(r).0, Status::INVALID_FIELD);
     assert_eq!(auth_send(&mut admin_q, &[], 0), Status::INVALID_FIELD);
     assert_eq!(auth_send(&mut admin_q, &vec![0; 8192], 8192), Status::INVALID_FIELD);
+    // An allocation length past a transfer, or past its own SGL: refused
+    // before anything is allocated (the fuzzer found 2.7 GB asked).
+    for (al, sgl) in [(u32::MAX - 7, u32::MAX - 7), (4096, 8192)] {
+        let cmd = FabricsCommand::AuthReceive { secp: 0xe9, spsp: 0x0101, al };
+        let sqe = cmd.to_sqe(SglDescriptor::transport(sgl));
+        let status = complete(admin_q.submit(&sqe, None, None, Instant::ZERO)).0;
+        assert!(matches!(status, Status::INVALID_FIELD | Status::DATA_SGL_LENGTH_INVALID), "{al}");
+    }
     assert!(closes(&mut admin_q).is_none());
 }
 
@@ -124,4 +136,43 @@ fn garbage_and_out_of_order_messages_get_failure1_and_a_close() {
         assert!(matches!(closes(&mut q), Some(CloseReason::AuthenticationFailed(_))), "{name}");
         assert_eq!(t.stats().controllers, 0, "{name}: the controller is gone");
     }
+}
+
+/// A peer that knows a HOSTNQN and a CNTLID but not the secret cannot take
+/// an authenticated controller down through an I/O queue of its own: that
+/// queue fails and closes alone.
+#[test]
+fn a_failing_io_queue_closes_alone() {
+    let key = Secret::generate(32, None).unwrap();
+    let t = target_with(key.clone());
+    let mut admin_q = CtrlQueue::new(t.clone(), None, LOOPBACK);
+    let cntlid = connect(&mut admin_q, 0, 0xffff).1 as u16;
+    let secrets = DhchapSecrets { key, ctrl_key: None };
+    let (mut host, negotiate) = HostAuth::start(0, HOST, SUBNQN, secrets);
+    assert_eq!(auth_send(&mut admin_q, &negotiate, negotiate.len() as u32), Status::SUCCESS);
+    let reply = host.challenge(&auth_receive(&mut admin_q).1).unwrap();
+    assert_eq!(auth_send(&mut admin_q, &reply, reply.len() as u32), Status::SUCCESS);
+    assert_eq!(host.success1(&auth_receive(&mut admin_q).1), Ok(None));
+    let identify = identify::command(identify::cns::CONTROLLER, 0);
+    let r = admin_q.submit(&identify, None, None, Instant::ZERO);
+    assert_ne!(complete(r).0, Status::AUTH_REQUIRED, "authenticated");
+
+    // CC.EN so that I/O queues may connect.
+    let cc = FabricsCommand::PropertySet {
+        size: nvme_of::nvme::PropertySize::Four,
+        offset: nvme_of::nvme::property::CC,
+        value: u64::from(nvme_of::nvme::property::CC_ENABLE),
+    };
+    let r = admin_q.submit(&cc.to_sqe(Default::default()), None, None, Instant::ZERO);
+    assert!(complete(r).0.is_success());
+
+    let mut intruder = CtrlQueue::new(t.clone(), None, LOOPBACK);
+    let (status, dw0) = connect(&mut intruder, 1, cntlid);
+    assert!(status.is_success() && dw0 >> 17 & 1 == 1, "{status}: the queue must authenticate");
+    let garbage = [0x55u8; 24];
+    assert_eq!(auth_send(&mut intruder, &garbage, 24), Status::SUCCESS);
+    assert!(auth_receive(&mut intruder).1.starts_with(&[0x00, 0xf1]));
+    assert!(matches!(closes(&mut intruder), Some(CloseReason::AuthenticationFailed(_))));
+    assert_eq!(t.stats().controllers, 1, "the authenticated controller stays");
+    assert!(closes(&mut admin_q).is_none());
 }

@@ -401,6 +401,11 @@ fn a_wrong_or_missing_secret_leaves_nothing_connected() {
         ),
         (None, None, HostError::NoSecret(AUTH_HOST.into())),
     ];
+    // A host that wants the controller's proof refuses one that asks for
+    // no authentication at all.
+    let open = target(TargetConfig::default(), 1 << 20, 512);
+    let mut p = pair(auth_host(Some(&key), Some(&ctrl_key)), open);
+    assert_eq!(failed(&mut p), HostError::ControllerNotAuthenticated);
     for (host_key, host_ctrl_key, want) in cases {
         let t = auth_target(&key, Some(&ctrl_key), DhGroup::Ffdhe2048);
         let mut p = pair(auth_host(host_key, host_ctrl_key), t);

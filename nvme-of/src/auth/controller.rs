@@ -58,7 +58,14 @@ pub struct CtrlAuth {
     /// The transaction failed: the queue is to close once Failure1 (if
     /// owed) has gone.
     failed: Option<Explanation>,
+    /// Transactions the host started before it first authenticated.
+    attempts: u8,
 }
+
+/// Transactions a queue may start before one succeeds: enough for a host
+/// that retries, too few for one that makes the controller exponentiate
+/// for ever (each Challenge costs a Diffie-Hellman key pair).
+const MAX_ATTEMPTS: u8 = 4;
 
 impl CtrlAuth {
     pub fn authenticated(&self) -> bool {
@@ -71,15 +78,25 @@ impl CtrlAuth {
         self.failed.filter(|_| matches!(self.step, Step::Done))
     }
 
-    /// A message from the host (AUTH_Send's data).
+    /// A message from the host (AUTH_Send's data). A failed transaction
+    /// is final: what follows it is ignored until the queue closes.
     pub fn send(&mut self, b: &[u8], peer: &Peer<'_>) {
+        if self.failed.is_some() {
+            return;
+        }
         let msg = match Message::parse(b) {
             Ok(m) => m,
             Err(why) => return self.fail(why),
         };
         self.step = match (std::mem::take(&mut self.step), msg) {
+            (_, Message::Negotiate { .. })
+                if !self.authenticated && self.attempts >= MAX_ATTEMPTS =>
+            {
+                Step::Failure1(Explanation::IncorrectMessage)
+            }
             (_, Message::Negotiate { t_id, sc_c, hashes, dhgroups }) => {
                 self.t_id = t_id;
+                self.attempts = self.attempts.saturating_add(u8::from(!self.authenticated));
                 match challenge(sc_c, &hashes, &dhgroups, peer) {
                     Ok(c) => Step::Challenge(c),
                     Err(why) => Step::Failure1(why),
@@ -115,7 +132,16 @@ impl CtrlAuth {
     pub fn receive(&mut self, peer: &Peer<'_>) -> Vec<u8> {
         let t_id = self.t_id;
         let (msg, next) = match std::mem::take(&mut self.step) {
-            Step::Challenge(c) => {
+            Step::Challenge(mut c) => {
+                // The key pair is made when the Challenge goes, not when
+                // a Negotiate arrives: Negotiates sent back to back cost
+                // nothing.
+                if c.group != DhGroup::Null {
+                    match KeyPair::generate(c.group) {
+                        Ok(pair) => c.pair = Some(pair),
+                        Err(_) => return self.failure1(Explanation::Failed, peer),
+                    }
+                }
                 let msg = Message::Challenge {
                     t_id,
                     hash: c.hash.id(),
@@ -135,20 +161,20 @@ impl CtrlAuth {
                 };
                 (msg, next)
             }
-            Step::Failure1(why) => {
-                (Message::Failure { t_id, from_controller: true, why }, Step::Done)
-            }
-            _ => {
-                self.fail(Explanation::IncorrectMessage);
-                let why = Explanation::IncorrectMessage;
-                (Message::Failure { t_id, from_controller: true, why }, Step::Done)
-            }
+            Step::Failure1(why) => return self.failure1(why, peer),
+            _ => return self.failure1(Explanation::IncorrectMessage, peer),
         };
-        if let Message::Failure { why, .. } = &msg {
-            tracing::warn!(hostnqn = peer.hostnqn, %why, "authentication failed; closing the queue");
-        }
         self.step = next;
         msg.emit()
+    }
+
+    /// Failure1: the transaction is over, and the queue closes after it.
+    fn failure1(&mut self, why: Explanation, peer: &Peer<'_>) -> Vec<u8> {
+        let why = self.failed.unwrap_or(why);
+        self.fail(why);
+        self.step = Step::Done;
+        tracing::warn!(hostnqn = peer.hostnqn, %why, "authentication failed; closing the queue");
+        Message::Failure { t_id: self.t_id, from_controller: true, why }.emit()
     }
 
     fn fail(&mut self, why: Explanation) {
@@ -230,15 +256,11 @@ fn challenge(
     let group = (peer.dhgroups.iter().copied())
         .find(|g| dhgroups.contains(&g.id()))
         .ok_or(Explanation::DhGroupUnusable)?;
-    let pair = match group {
-        DhGroup::Null => None,
-        g => Some(KeyPair::generate(g).map_err(|_| Explanation::Failed)?),
-    };
     Ok(Challenge {
         hash,
         group,
         seqnum: exchange::seqnum().map_err(|_| Explanation::Failed)?,
         c1: crypto::random(hash.digest_len()).map_err(|_| Explanation::Failed)?,
-        pair,
+        pair: None,
     })
 }

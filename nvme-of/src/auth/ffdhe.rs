@@ -42,7 +42,7 @@ impl KeyPair {
         private[0] |= 0x80;
         let g = BoxedMontyForm::new(BoxedUint::from(2u8).resize(bits), &params);
         let mut pair = Self { params, bits, private, public: Vec::new() };
-        pair.public = pair.exp(&g);
+        pair.public = pair.exp(&g).to_vec();
         Ok(pair)
     }
 
@@ -66,17 +66,23 @@ impl KeyPair {
         if y <= one || y >= p_minus_1 {
             return Err(BadPublicValue);
         }
-        Ok(Zeroizing::new(self.exp(&BoxedMontyForm::new(y, &self.params))))
+        Ok(self.exp(&BoxedMontyForm::new(y, &self.params)))
     }
 
-    fn exp(&self, base: &BoxedMontyForm) -> Vec<u8> {
+    /// base^x mod p, big endian, as long as the prime; wiped when dropped
+    /// (it is the shared secret when the base is the peer's value).
+    fn exp(&self, base: &BoxedMontyForm) -> Zeroizing<Vec<u8>> {
         let x_bits = (self.private.len() * 8) as u32;
         let mut x = BoxedUint::from_be_slice(&self.private, x_bits)
             .unwrap_or_else(|_| unreachable!())
             .resize(self.bits);
-        let out = base.pow_bounded_exp(&x, x_bits).retrieve();
+        let mut out = base.pow_bounded_exp(&x, x_bits).retrieve();
+        let mut bytes = out.to_be_bytes();
+        let value = Zeroizing::new(bytes.to_vec());
         zeroize::Zeroize::zeroize(&mut x);
-        out.to_be_bytes().to_vec()
+        zeroize::Zeroize::zeroize(&mut out);
+        zeroize::Zeroize::zeroize(&mut bytes[..]);
+        value
     }
 }
 

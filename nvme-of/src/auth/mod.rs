@@ -236,6 +236,37 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_transaction_is_final_and_retries_are_bounded() {
+        let keys = Keys { host: Secret::generate(32, None).unwrap(), ctrl: None };
+        let ctrl = peer(&keys, &Hash::ALL, &[DhGroup::Null]);
+        let right = || DhchapSecrets { key: keys.host.clone(), ctrl_key: None };
+        let wrong = DhchapSecrets { key: Secret::generate(32, None).unwrap(), ctrl_key: None };
+        // A wrong Reply, then a fresh and right transaction on the queue:
+        // the failure stands, and Failure1 is what the queue gets.
+        let (mut h, negotiate) = HostAuth::start(1, HOSTNQN, SUBNQN, wrong);
+        let mut c = CtrlAuth::default();
+        c.send(&negotiate, &ctrl);
+        let reply = h.challenge(&c.receive(&ctrl)).unwrap();
+        c.send(&reply, &ctrl);
+        let (mut h, negotiate) = HostAuth::start(2, HOSTNQN, SUBNQN, right());
+        c.send(&negotiate, &ctrl);
+        assert_eq!(h.challenge(&c.receive(&ctrl)), Err(Refusal::ByController(Explanation::Failed)));
+        assert_eq!((c.authenticated(), c.failed()), (false, Some(Explanation::Failed)));
+
+        // Negotiate after Negotiate, never replying: the fifth is refused.
+        let mut c = CtrlAuth::default();
+        for t_id in 0..4 {
+            let (_, negotiate) = HostAuth::start(t_id, HOSTNQN, SUBNQN, right());
+            c.send(&negotiate, &ctrl);
+            assert!(c.receive(&ctrl).starts_with(&[0x01, 0x01]), "Challenge {t_id}");
+        }
+        let (_, negotiate) = HostAuth::start(4, HOSTNQN, SUBNQN, right());
+        c.send(&negotiate, &ctrl);
+        assert!(c.receive(&ctrl).starts_with(&[0x00, 0xf1]));
+        assert!(c.failed().is_some());
+    }
+
+    #[test]
     fn nothing_in_common_is_hash_or_group_unusable() {
         let keys = Keys { host: Secret::generate(32, None).unwrap(), ctrl: None };
         let secrets = || DhchapSecrets { key: keys.host.clone(), ctrl_key: None };

@@ -13,7 +13,7 @@ use zeroize::Zeroizing;
 
 /// A configured secret, held only as long as it is in use and wiped
 /// when dropped; it never prints.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Secret {
     /// The transformation `hh` names; `None` for `00`.
     transform: Option<Hash>,
@@ -72,7 +72,8 @@ impl Secret {
         let mut raw = Zeroizing::new(self.key.to_vec());
         raw.extend_from_slice(&crc32fast::hash(&self.key).to_le_bytes());
         let hh = self.transform.map_or(0, Hash::id);
-        Zeroizing::new(format!("DHHC-1:{hh:02x}:{}:", STANDARD.encode(&raw)))
+        let b64 = Zeroizing::new(STANDARD.encode(&raw));
+        Zeroizing::new(format!("DHHC-1:{hh:02x}:{}:", b64.as_str()))
     }
 }
 
@@ -108,6 +109,15 @@ impl std::str::FromStr for Secret {
         Self::new(key, transform)
     }
 }
+
+/// Compared in constant time.
+impl PartialEq for Secret {
+    fn eq(&self, other: &Self) -> bool {
+        self.transform == other.transform && crypto::same(&self.key, &other.key)
+    }
+}
+
+impl Eq for Secret {}
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -72,10 +72,10 @@ impl CtrlQueue {
             FabricsCommand::AuthReceive { secp, spsp, al } if self.queue.is_some() => {
                 self.auth_receive(sqe, secp, spsp, al)
             }
-            FabricsCommand::AuthSend { .. } | FabricsCommand::AuthReceive { .. } => {
-                Outcome::status(Status::COMMAND_SEQUENCE_ERROR)
-            }
-            FabricsCommand::Other(_) => Outcome::status(Status::INVALID_OPCODE),
+            // Before Connect, as anything else: Invalid Opcode, as nvmet.
+            FabricsCommand::AuthSend { .. }
+            | FabricsCommand::AuthReceive { .. }
+            | FabricsCommand::Other(_) => Outcome::status(Status::INVALID_OPCODE),
         }
     }
 
@@ -208,6 +208,9 @@ impl CtrlQueue {
             _ => tracing::debug!(cntlid, qid, hostnqn = %d.hostnqn, size, "queue connected"),
         }
         let auth = must_auth.then(crate::auth::CtrlAuth::default);
+        if !must_auth {
+            self.connect_by = None;
+        }
         let queue =
             Queue { assoc, hot, qid, size, sq_flow_control, sqhd: 0, cntlid, generation, auth };
         self.bind(queue);

@@ -3,7 +3,7 @@
 //! has a secret has authenticated, its commands other than Fabrics ones
 //! complete with Authentication Required, as nvmet's do.
 
-use super::queue::{Data, Outcome};
+use super::queue::{Data, DataPtr, Outcome};
 use super::{CtrlQueue, lock};
 use crate::auth::{CtrlAuth, Peer};
 use crate::nvme::{FabricsCommand, Sqe, Status};
@@ -12,6 +12,8 @@ use crate::nvme::{FabricsCommand, Sqe, Status};
 /// is 1168 bytes; a Negotiate of many descriptors is longer, and nothing
 /// the protocol needs.
 const MAX_SEND: u32 = 4096;
+/// The most an Authentication Receive may ask for.
+const MAX_RECEIVE: u32 = 8192;
 
 impl CtrlQueue {
     pub(super) fn auth_send(
@@ -45,6 +47,18 @@ impl CtrlQueue {
         if let Some(bad) = check(secp, spsp, al) {
             return bad;
         }
+        // The AL bytes go back whole, so the host may not ask for many:
+        // Linux's and SPDK's ask for 4 KiB, twice the longest message.
+        if al > MAX_RECEIVE {
+            return Outcome::status(Status::INVALID_FIELD);
+        }
+        // The data must be able to go before the transaction moves on.
+        if self.data_ptr(sqe) != DataPtr::Remote {
+            return Outcome::status(Status::SGL_DESCRIPTOR_TYPE_INVALID);
+        }
+        if sqe.sgl.data_len() != al {
+            return Outcome::status(Status::DATA_SGL_LENGTH_INVALID);
+        }
         let Some(mut msg) = self.with_auth(|auth, peer| auth.receive(peer)) else {
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
         };
@@ -77,10 +91,15 @@ impl CtrlQueue {
         };
         let was = auth.authenticated();
         let out = f(auth, &peer);
-        if auth.authenticated() && !was {
-            tracing::debug!(cntlid = q.cntlid, qid = q.qid, %hostnqn, "queue authenticated");
+        let now = auth.authenticated();
+        if now != was {
+            if now {
+                tracing::debug!(cntlid = q.cntlid, qid = q.qid, %hostnqn, "queue authenticated");
+                // Authenticated in time: the connect timeout is done with.
+                self.connect_by = None;
+            }
             if q.qid == 0 {
-                lock(&q.assoc).authenticated = true;
+                lock(&q.assoc).authenticated = now;
             }
         }
         Some(out)

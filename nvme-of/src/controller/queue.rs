@@ -126,8 +126,9 @@ pub struct CtrlQueue {
     pub(crate) storage: HashMap<u16, StorageIo>,
     /// Where the storage answers them.
     pub(crate) answers: Arc<Answers>,
-    /// Until the queue is connected: when the connection is given up.
-    connect_by: Option<Instant>,
+    /// Until the queue is connected (and authenticated, where its host
+    /// must): when the connection is given up.
+    pub(crate) connect_by: Option<Instant>,
 }
 
 /// Why a command has not completed.
@@ -400,10 +401,8 @@ impl CtrlQueue {
         let Some(q) = self.queue.as_ref() else { return self.connect_by };
         if q.deleted() || q.auth.as_ref().is_some_and(|a| a.failed().is_some()) {
             Some(Instant::ZERO)
-        } else if q.unauthenticated() {
-            crate::earliest(self.connect_by, q.hot.ka_deadline())
         } else {
-            q.hot.ka_deadline()
+            crate::earliest(self.connect_by, q.hot.ka_deadline())
         }
     }
 
@@ -415,22 +414,29 @@ impl CtrlQueue {
     /// commands the binding aborts); or a reset that deleted the queue
     /// (`ControllerGone` too).
     pub fn handle_timeout(&mut self, now: Instant) -> Option<CloseReason> {
-        // A queue that must authenticate has the connect timeout to do it.
-        let connecting = self.queue.as_ref().is_none_or(Queue::unauthenticated);
-        if connecting && self.connect_by.is_some_and(|t| now >= t) {
+        if let Some(q) = &self.queue
+            && let Some(why) = q.auth.as_ref().and_then(|a| a.failed())
+        {
+            // The admin queue failing ends the controller and its other
+            // queues, as in nvmet; an I/O queue failing ends itself only,
+            // so a peer that merely knows a HOSTNQN and a CNTLID cannot
+            // take down a controller it never authenticated to.
+            if q.qid == 0 {
+                let a = lock(&q.assoc);
+                a.set_dead();
+                self.target.remove_association(a.cntlid);
+            }
+            return Some(CloseReason::AuthenticationFailed(why));
+        }
+        // Until it is connected, and authenticated where its host must be,
+        // a connection has the connect timeout (cleared once it is).
+        if self.connect_by.is_some_and(|t| now >= t) {
             self.connect_by = None;
             self.target.counters.connect_timeouts.fetch_add(1, Ordering::Relaxed);
             tracing::info!("no queue connected in time; closing the connection");
             return Some(CloseReason::ConnectTimeout);
         }
         let q = self.queue.as_ref()?;
-        if let Some(why) = q.auth.as_ref().and_then(|a| a.failed()) {
-            // nvmet ends the whole controller: its other queues close too.
-            let a = lock(&q.assoc);
-            a.set_dead();
-            self.target.remove_association(a.cntlid);
-            return Some(CloseReason::AuthenticationFailed(why));
-        }
         if !q.deleted() && q.hot.ka_deadline().is_none_or(|t| now < t) && !q.hot.dead() {
             return None;
         }

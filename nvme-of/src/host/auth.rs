@@ -46,6 +46,11 @@ impl Host {
         now: Instant,
     ) -> Result<bool, HostError> {
         if result & (ATR | ASCR) == 0 {
+            // A host that asked the controller to prove itself is owed
+            // that proof (Linux's host goes on without it).
+            if self.cfg.dhchap.as_ref().is_some_and(|s| s.ctrl_key.is_some()) {
+                return Err(HostError::ControllerNotAuthenticated);
+            }
             return Ok(false);
         }
         if result & ASCR != 0 {
@@ -122,6 +127,14 @@ impl Host {
                 None => Err(HostError::Authentication { qid, refusal }),
             },
         }
+    }
+
+    /// How queue `qid`'s transaction failed, if the host already knows:
+    /// a controller that closes the queue before Failure2 completes has
+    /// not made the failure anything else.
+    pub(super) fn auth_failure(&self, qid: u16) -> Option<HostError> {
+        let refusal = self.auth.get(&qid)?.refusal?;
+        Some(HostError::Authentication { qid, refusal })
     }
 
     fn auth_send(&mut self, qid: u16, step: AuthStep, msg: Vec<u8>, now: Instant) {

@@ -73,6 +73,12 @@ pub enum HostError {
         "the controller requires host {0} to authenticate (DH-HMAC-CHAP): give its secret (--dhchap-secret, as nvme connect's)"
     )]
     NoSecret(String),
+    /// The host asked the controller to authenticate (a controller
+    /// secret), and the controller did not ask for authentication at all.
+    #[error(
+        "the controller does not authenticate, but --dhchap-ctrl-secret asks it to prove itself; refusing it"
+    )]
+    ControllerNotAuthenticated,
     /// DH-HMAC-CHAP failed on a queue.
     #[error("authentication failed on queue {qid}: {}", describe_refusal(*refusal))]
     Authentication { qid: u16, refusal: crate::auth::Refusal },
@@ -103,7 +109,12 @@ impl HostError {
     /// Errors another attempt cannot mend: the host gives up at once,
     /// as Linux does on -EKEYREJECTED and -ENOKEY.
     pub fn is_final(&self) -> bool {
-        matches!(self, HostError::NoSecret(_) | HostError::Authentication { .. })
+        matches!(
+            self,
+            HostError::NoSecret(_)
+                | HostError::Authentication { .. }
+                | HostError::ControllerNotAuthenticated
+        )
     }
 }
 
@@ -546,7 +557,8 @@ impl Host {
                     let expected = matches!(self.state, State::ShuttingDown | State::Closed)
                         && error == QueueError::TransportClosed;
                     if !expected {
-                        self.fail(HostError::Queue { qid, error });
+                        let e = self.auth_failure(qid).unwrap_or(HostError::Queue { qid, error });
+                        self.fail(e);
                     }
                 }
             }

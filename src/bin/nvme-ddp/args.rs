@@ -140,6 +140,30 @@ pub(crate) fn parse_secret(s: &str) -> Result<Secret, String> {
     }
 }
 
+/// A parser for arguments that hold a secret: clap would quote the value
+/// it could not parse in its error, so this one says only what is wrong.
+#[derive(Clone)]
+pub(crate) struct SecretArg<T>(pub(crate) fn(&str) -> Result<T, String>);
+
+impl<T: Clone + Send + Sync + 'static> clap::builder::TypedValueParser for SecretArg<T> {
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        let name = arg.map(ToString::to_string).unwrap_or_default();
+        let refuse = |why: String| {
+            let msg = format!("invalid value for '{name}': {why}\n");
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, msg).with_cmd(cmd)
+        };
+        let s = value.to_str().ok_or_else(|| refuse("not UTF-8".into()))?;
+        (self.0)(s).map_err(refuse)
+    }
+}
+
 /// `NQN=SECRET`: a host's secret on the controller (SECRET as above).
 pub(crate) fn parse_host_secret(s: &str) -> Result<(String, Secret), String> {
     let (nqn, secret) =

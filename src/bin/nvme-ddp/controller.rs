@@ -21,8 +21,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::args::{
-    List, NsSpec, check_ram, list, parse_block_size, parse_bytes, parse_cpus, parse_dhgroup,
-    parse_hash, parse_host_secret, parse_listen, parse_nqn, parse_ns, parse_seconds, parse_whole,
+    List, NsSpec, SecretArg, check_ram, list, parse_block_size, parse_bytes, parse_cpus,
+    parse_dhgroup, parse_hash, parse_host_secret, parse_listen, parse_nqn, parse_ns, parse_seconds,
+    parse_whole,
 };
 use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
 use crate::progress::interrupt_flag;
@@ -90,11 +91,11 @@ pub(crate) struct ControllerArgs {
     allow_any_host: bool,
     /// A host's DH-HMAC-CHAP secret, NQN=SECRET or NQN=@FILE (repeatable):
     /// that host must authenticate, and is allowed in.
-    #[arg(long = "dhchap-key", value_name = "NQN=KEY", value_parser = parse_host_secret)]
+    #[arg(long = "dhchap-key", value_name = "NQN=KEY", value_parser = SecretArg(parse_host_secret))]
     dhchap_keys: Vec<(String, Secret)>,
     /// The controller's secret for a host that asks it to authenticate
     /// too (bidirectional), NQN=SECRET or NQN=@FILE (repeatable).
-    #[arg(long = "dhchap-ctrl-key", value_name = "NQN=KEY", value_parser = parse_host_secret)]
+    #[arg(long = "dhchap-ctrl-key", value_name = "NQN=KEY", value_parser = SecretArg(parse_host_secret))]
     dhchap_ctrl_keys: Vec<(String, Secret)>,
     /// Hash functions offered, in order of preference (default sha256,sha384,sha512).
     #[arg(long, value_name = "LIST", value_parser = |s: &str| list(s, parse_hash))]
@@ -266,12 +267,18 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
     Ok(())
 }
 
-/// Said once serving starts: a subsystem no host may reach.
+/// Said once serving starts: a subsystem no host may reach, or secrets
+/// that protect nothing.
 fn warn_if_closed(target: &Target) {
     let access = &target.config().access;
     if !access.allow_any_host && access.hosts.is_empty() {
         tracing::warn!(
             "no host may connect: give --allow-host NQN (or --dhchap-key NQN=KEY), or --allow-any-host"
+        );
+    }
+    if access.allow_any_host && access.hosts.values().any(|h| h.key.is_some()) {
+        tracing::warn!(
+            "--allow-any-host lets every other HOSTNQN in without authenticating: the --dhchap-key secrets only hold for hosts that give their own NQN"
         );
     }
 }

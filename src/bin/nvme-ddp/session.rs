@@ -19,7 +19,7 @@ use std::time::Duration;
 use ulp_ddp::Caps;
 
 use crate::args::{
-    CtrlLossTmo, parse_ctrl_loss_tmo, parse_nqn, parse_on_off, parse_qd, parse_queues,
+    CtrlLossTmo, SecretArg, parse_ctrl_loss_tmo, parse_nqn, parse_on_off, parse_qd, parse_queues,
     parse_seconds, parse_secret, parse_whole,
 };
 use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
@@ -48,11 +48,11 @@ pub(crate) struct ConnectArgs {
     hostnqn: String,
     /// DH-HMAC-CHAP secret (`DHHC-1:...`, or @FILE holding it), used when
     /// the controller asks the host to authenticate.
-    #[arg(long, global = true, value_name = "KEY", value_parser = parse_secret)]
+    #[arg(long, global = true, value_name = "KEY", value_parser = SecretArg(parse_secret))]
     dhchap_secret: Option<Secret>,
     /// The controller's secret: the controller must prove itself too
     /// (bidirectional). Needs --dhchap-secret.
-    #[arg(long, global = true, value_name = "KEY", value_parser = parse_secret, requires = "dhchap_secret")]
+    #[arg(long, global = true, value_name = "KEY", value_parser = SecretArg(parse_secret), requires = "dhchap_secret")]
     dhchap_ctrl_secret: Option<Secret>,
     /// Header digests: --hdgst (on) or --hdgst=on|off.
     #[arg(long, global = true, default_value = "off", num_args = 0..=1, require_equals = true, default_missing_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
