@@ -17,6 +17,7 @@
 pub mod controller;
 mod ddp;
 pub mod host;
+pub mod tls;
 pub mod wire;
 
 #[doc(hidden)]
