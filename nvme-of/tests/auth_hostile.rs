@@ -29,10 +29,14 @@ fn target_with(key: Secret) -> Arc<Target> {
 }
 
 fn connect(q: &mut CtrlQueue, qid: u16, cntlid: u16) -> (Status, u32) {
+    connect_kato(q, qid, cntlid, 0)
+}
+
+fn connect_kato(q: &mut CtrlQueue, qid: u16, cntlid: u16, kato: u32) -> (Status, u32) {
     let d = ConnectData { hostid: [1; 16], cntlid, subnqn: SUBNQN.into(), hostnqn: HOST.into() };
     let mut raw = [0u8; ConnectData::LEN];
     d.emit(&mut raw);
-    let cmd = FabricsCommand::Connect { recfmt: 0, qid, sqsize: 31, cattr: 0, kato: 0 };
+    let cmd = FabricsCommand::Connect { recfmt: 0, qid, sqsize: 31, cattr: 0, kato };
     let sqe = cmd.to_sqe(SglDescriptor::in_capsule(ConnectData::LEN as u32));
     complete(q.submit(
         &sqe,
@@ -175,4 +179,38 @@ fn a_failing_io_queue_closes_alone() {
     assert!(matches!(closes(&mut intruder), Some(CloseReason::AuthenticationFailed(_))));
     assert_eq!(t.stats().controllers, 1, "the authenticated controller stays");
     assert!(closes(&mut admin_q).is_none());
+}
+
+/// A host works out a large group's Diffie-Hellman without sending keep
+/// alives (Linux's first ffdhe8192 self-tests for seconds under
+/// emulation): keep alive runs from authentication on, and until then the
+/// connect timeout bounds the wait.
+#[test]
+fn keep_alive_starts_once_the_admin_queue_has_authenticated() {
+    let key = Secret::generate(32, None).unwrap();
+    let t = target_with(key.clone());
+    let mut q = CtrlQueue::new(t.clone(), None, LOOPBACK);
+    q.accepted(Instant::ZERO);
+    assert!(connect_kato(&mut q, 0, 0xffff, 1000).0.is_success());
+    let (mut host, negotiate) =
+        HostAuth::start(0, HOST, SUBNQN, DhchapSecrets { key, ctrl_key: None });
+    assert_eq!(auth_send(&mut q, &negotiate, negotiate.len() as u32), Status::SUCCESS);
+    let reply = host.challenge(&auth_receive(&mut q).1).unwrap();
+    let late = Instant::ZERO + std::time::Duration::from_secs(5);
+    assert!(q.handle_timeout(late).is_none(), "five keep alive timeouts in, still authenticating");
+    let send = FabricsCommand::AuthSend { secp: 0xe9, spsp: 0x0101, tl: reply.len() as u32 };
+    let sqe = send.to_sqe(SglDescriptor::in_capsule(reply.len() as u32));
+    let r = q.submit(&sqe, Some((IoBuf::from_vec(reply.clone()), reply.len())), None, late);
+    assert!(complete(r).0.is_success());
+    assert_eq!(host.success1(&auth_receive(&mut q).1), Ok(None));
+    let expired = late + std::time::Duration::from_millis(1500);
+    assert!(q.handle_timeout(late).is_none());
+    assert!(matches!(q.handle_timeout(expired), Some(CloseReason::KeepAliveExpired)));
+    // And without authenticating, the connect timeout (30 s) ends it.
+    let mut idle = CtrlQueue::new(t, None, LOOPBACK);
+    idle.accepted(Instant::ZERO);
+    assert!(connect_kato(&mut idle, 0, 0xffff, 1000).0.is_success());
+    assert!(idle.handle_timeout(late).is_none());
+    let later = Instant::ZERO + std::time::Duration::from_secs(31);
+    assert!(matches!(idle.handle_timeout(later), Some(CloseReason::ConnectTimeout)));
 }

@@ -85,6 +85,9 @@ PIDS=()
 GUEST_PID=
 cleanup() {
 	local rc=$?
+	# A `wait` on a process just killed fails (143), and under set -e that
+	# would end the clean-up there, leaving controllers and the namespace.
+	set +e
 	if [[ -n $GUEST_PID ]]; then kill "$GUEST_PID" 2>/dev/null && wait "$GUEST_PID" 2>/dev/null; fi
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
 	ip netns del "$NS" 2>/dev/null || true

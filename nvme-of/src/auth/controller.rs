@@ -103,7 +103,7 @@ impl CtrlAuth {
                 }
             }
             (_, Message::Failure { from_controller: false, why, .. }) => {
-                tracing::debug!(hostnqn = peer.hostnqn, %why, "host ended authentication with Failure2");
+                tracing::warn!(hostnqn = peer.hostnqn, %why, "the host refused the controller's response (Failure2): is --dhchap-ctrl-key the secret the host holds?");
                 self.failed = Some(why);
                 self.authenticated = false;
                 Step::Done

@@ -67,10 +67,10 @@ impl CtrlQueue {
                 self.property_set(size, offset, value, now)
             }
             FabricsCommand::AuthSend { secp, spsp, tl } if self.queue.is_some() => {
-                self.auth_send(sqe, data, secp, spsp, tl)
+                self.auth_send(sqe, data, secp, spsp, tl, now)
             }
             FabricsCommand::AuthReceive { secp, spsp, al } if self.queue.is_some() => {
-                self.auth_receive(sqe, secp, spsp, al)
+                self.auth_receive(sqe, secp, spsp, al, now)
             }
             // Before Connect, as anything else: Invalid Opcode, as nvmet.
             FabricsCommand::AuthSend { .. }
@@ -161,6 +161,13 @@ impl CtrlQueue {
                 ..Association::default()
             };
             fresh.set_kato(kato, now);
+            if must_auth {
+                // Keep alive starts once the host has authenticated: a
+                // host sends none while it works out a large group's
+                // Diffie-Hellman (Linux's first use of ffdhe8192 self-tests
+                // for seconds), and the connect timeout bounds the wait.
+                fresh.pause_keep_alive();
+            }
             match self.target.create_association(fresh) {
                 Some(a) => a,
                 None => return Outcome::status(Status::CONNECT_CONTROLLER_BUSY),

@@ -7,6 +7,7 @@ use super::queue::{Data, DataPtr, Outcome};
 use super::{CtrlQueue, lock};
 use crate::auth::{CtrlAuth, Peer};
 use crate::nvme::{FabricsCommand, Sqe, Status};
+use crate::time::Instant;
 
 /// The longest message a host sends: a Reply with SHA-512 and ffdhe8192
 /// is 1168 bytes; a Negotiate of many descriptors is longer, and nothing
@@ -23,6 +24,7 @@ impl CtrlQueue {
         secp: u8,
         spsp: u16,
         tl: u32,
+        now: Instant,
     ) -> Outcome {
         if let Some(bad) = check(secp, spsp, tl) {
             return bad;
@@ -37,13 +39,20 @@ impl CtrlQueue {
         };
         // A message that fails the transaction still completes: the host
         // hears why from the next AUTH_Receive (Failure1), as from nvmet.
-        match self.with_auth(|auth, peer| auth.send(&bytes, peer)) {
+        match self.with_auth(now, |auth, peer| auth.send(&bytes, peer)) {
             Some(()) => Outcome::ok(),
             None => Outcome::status(Status::COMMAND_SEQUENCE_ERROR),
         }
     }
 
-    pub(super) fn auth_receive(&mut self, sqe: &Sqe, secp: u8, spsp: u16, al: u32) -> Outcome {
+    pub(super) fn auth_receive(
+        &mut self,
+        sqe: &Sqe,
+        secp: u8,
+        spsp: u16,
+        al: u32,
+        now: Instant,
+    ) -> Outcome {
         if let Some(bad) = check(secp, spsp, al) {
             return bad;
         }
@@ -59,7 +68,7 @@ impl CtrlQueue {
         if sqe.sgl.data_len() != al {
             return Outcome::status(Status::DATA_SGL_LENGTH_INVALID);
         }
-        let Some(mut msg) = self.with_auth(|auth, peer| auth.receive(peer)) else {
+        let Some(mut msg) = self.with_auth(now, |auth, peer| auth.receive(peer)) else {
             return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
         };
         if msg.len() > al as usize {
@@ -72,7 +81,11 @@ impl CtrlQueue {
 
     /// Run `f` on this queue's transaction; `None` for a queue whose host
     /// need not authenticate. The admin queue's success admits I/O queues.
-    fn with_auth<T>(&mut self, f: impl FnOnce(&mut CtrlAuth, &Peer<'_>) -> T) -> Option<T> {
+    fn with_auth<T>(
+        &mut self,
+        now: Instant,
+        f: impl FnOnce(&mut CtrlAuth, &Peer<'_>) -> T,
+    ) -> Option<T> {
         let q = self.queue.as_mut()?;
         let auth = q.auth.as_mut()?;
         let (hostnqn, subnqn) = {
@@ -91,15 +104,20 @@ impl CtrlQueue {
         };
         let was = auth.authenticated();
         let out = f(auth, &peer);
-        let now = auth.authenticated();
-        if now != was {
-            if now {
+        let authenticated = auth.authenticated();
+        if authenticated != was {
+            if authenticated {
                 tracing::debug!(cntlid = q.cntlid, qid = q.qid, %hostnqn, "queue authenticated");
                 // Authenticated in time: the connect timeout is done with.
                 self.connect_by = None;
             }
             if q.qid == 0 {
-                lock(&q.assoc).authenticated = now;
+                let mut a = lock(&q.assoc);
+                if authenticated && !a.authenticated {
+                    let kato = a.kato();
+                    a.set_kato(kato, now);
+                }
+                a.authenticated = authenticated;
             }
         }
         Some(out)

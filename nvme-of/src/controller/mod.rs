@@ -496,6 +496,12 @@ impl Association {
         self.hot.ka_deadline.store(at, Ordering::Relaxed);
     }
 
+    /// No keep alive timeout until [`set_kato`](Self::set_kato) starts it
+    /// again (while the host authenticates).
+    pub fn pause_keep_alive(&self) {
+        self.hot.ka_deadline.store(u64::MAX, Ordering::Relaxed);
+    }
+
     /// Check the keep alive timer; an expired one kills the controller.
     pub fn expired(&mut self, now: Instant) -> bool {
         if self.hot.ka_deadline().is_some_and(|d| now >= d) {
