@@ -406,6 +406,13 @@ fn a_wrong_or_missing_secret_leaves_nothing_connected() {
     let open = target(TargetConfig::default(), 1 << 20, 512);
     let mut p = pair(auth_host(Some(&key), Some(&ctrl_key)), open);
     assert_eq!(failed(&mut p), HostError::ControllerNotAuthenticated);
+    // A discovery controller authenticates no one, and is not refused for it.
+    let t = auth_target(&key, Some(&ctrl_key), DhGroup::Null);
+    let discover =
+        HostConfig { subnqn: DISCOVERY_NQN.into(), ..auth_host(Some(&key), Some(&ctrl_key)) };
+    let mut p = pair(discover, t);
+    p.run_until(|ev| ev.iter().any(|e| matches!(e, HostEvent::Closed | HostEvent::Failed(_))));
+    assert!(p.events.iter().any(|e| matches!(e, HostEvent::Discovered(_))), "{:?}", p.events);
     for (host_key, host_ctrl_key, want) in cases {
         let t = auth_target(&key, Some(&ctrl_key), DhGroup::Ffdhe2048);
         let mut p = pair(auth_host(host_key, host_ctrl_key), t);

@@ -118,7 +118,7 @@ struct Xfer {
 
 /// The controller end of one NVMe/TCP connection.
 pub struct Connection {
-    core: CtrlQueue,
+    pub(crate) core: CtrlQueue,
     phase: Phase,
     framer: Framer,
     tx: TxQueue,
@@ -147,9 +147,15 @@ impl Connection {
     /// A connection just accepted. `local_addr` is our address on it, which
     /// the discovery log reports when the port listens on any address.
     pub fn new(target: Arc<Target>, local_addr: Option<IpAddr>) -> Self {
+        Self::with_binding(target, local_addr, Binding::TCP)
+    }
+
+    /// A connection whose discovery log entries say `binding`'s TREQ and
+    /// TSAS (a port with TLS).
+    pub fn with_binding(target: Arc<Target>, local_addr: Option<IpAddr>, binding: Binding) -> Self {
         let span = tracing::debug_span!("ctrl_conn", qid = tracing::field::Empty);
         Self {
-            core: CtrlQueue::new(target, local_addr, Binding::TCP),
+            core: CtrlQueue::new(target, local_addr, binding),
             phase: Phase::AwaitIcReq,
             framer: Framer::new(Direction::HostToController),
             tx: TxQueue::new(),

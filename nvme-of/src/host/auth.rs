@@ -47,8 +47,10 @@ impl Host {
     ) -> Result<bool, HostError> {
         if result & (ATR | ASCR) == 0 {
             // A host that asked the controller to prove itself is owed
-            // that proof (Linux's host goes on without it).
-            if self.cfg.dhchap.as_ref().is_some_and(|s| s.ctrl_key.is_some()) {
+            // that proof (Linux's host goes on without it); a discovery
+            // controller authenticates no one.
+            let asked = self.cfg.dhchap.as_ref().is_some_and(|s| s.ctrl_key.is_some());
+            if asked && !self.discovery {
                 return Err(HostError::ControllerNotAuthenticated);
             }
             return Ok(false);

@@ -184,6 +184,11 @@ pub const SUBTYPE_NVME: u8 = 2;
 pub const SUBTYPE_CURRENT_DISCOVERY: u8 = 3;
 /// TREQ bit 2: SQ flow control disable supported.
 pub const TREQ_DISABLE_SQFLOW: u8 = 0x04;
+/// TREQ bits 1:0, secure channel: required, not required.
+pub const TREQ_SECURE_REQUIRED: u8 = 0x01;
+pub const TREQ_SECURE_NOT_REQUIRED: u8 = 0x02;
+/// TSAS byte 0 of an NVMe/TCP entry (SECTYPE): TLS 1.3.
+pub const SECTYPE_TLS13: u8 = 0x02;
 
 /// One discovery log page entry (1024 bytes).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

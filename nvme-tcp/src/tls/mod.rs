@@ -4,7 +4,17 @@
 //! - `psk`: the configured PSK, its interchange format, and the identity
 //!   and TLS PSK derived from it.
 //! - `session`: a TLS 1.3 PSK session, sans-IO, over OpenSSL.
+//! - `channel`: the TLS layer under one NVMe/TCP connection.
+//! - `host`, `controller`: the bindings' transports with TLS under their
+//!   queues ([`host::SecureTcp`], [`controller::SecureTcp`]); the queues
+//!   themselves are the cleartext ones, unchanged.
+//!
+//! A NIC under a TLS connection sees ciphertext: these connections are
+//! never offloaded (DDP and digest offload inside TLS are the next step).
 
+mod channel;
+pub mod controller;
+pub mod host;
 mod psk;
 mod session;
 

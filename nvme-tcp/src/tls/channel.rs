@@ -1,0 +1,96 @@
+//! The TLS layer under one NVMe/TCP connection: ciphertext from the wire
+//! becomes plaintext for the queue above, and what the queue sends leaves
+//! in records. The queue (host or controller) is the cleartext one,
+//! unchanged: it never knows TLS is there.
+
+use super::session::{TlsError, TlsSession};
+use ulp_ddp::TxSink;
+
+/// Plaintext received and not yet taken by the queue, at most: past it,
+/// the channel takes no more ciphertext until the queue catches up (as the
+/// queue itself pushes back when its output waits).
+const PLAIN_LIMIT: usize = 256 * 1024;
+/// What one record carries at most (TLS 1.3's 2^14).
+const RECORD: usize = 16 * 1024;
+
+pub(crate) struct Channel {
+    session: TlsSession,
+    plain_in: Vec<u8>,
+    /// The queue's plaintext, on its way into a record.
+    out: Vec<u8>,
+    /// Ciphertext on its way into the sink.
+    wire: Vec<u8>,
+}
+
+impl Channel {
+    pub fn new(session: TlsSession) -> Self {
+        Self { session, plain_in: Vec::new(), out: vec![0; RECORD], wire: vec![0; RECORD + 256] }
+    }
+
+    pub fn is_established(&self) -> bool {
+        self.session.is_established()
+    }
+
+    /// Ciphertext arrived; how much of it was taken (none while too much
+    /// plaintext waits for the queue).
+    pub fn receive(&mut self, ciphertext: &[u8]) -> Result<usize, TlsError> {
+        if self.plain_in.len() >= PLAIN_LIMIT {
+            return Ok(0);
+        }
+        self.session.receive(ciphertext, &mut self.plain_in)?;
+        Ok(ciphertext.len())
+    }
+
+    /// Hand waiting plaintext to the queue, which takes what it can.
+    pub fn deliver(&mut self, mut take: impl FnMut(&[u8]) -> usize) {
+        let mut at = 0;
+        while at < self.plain_in.len() {
+            let n = take(&self.plain_in[at..]);
+            if n == 0 {
+                break;
+            }
+            at += n;
+        }
+        self.plain_in.drain(..at);
+    }
+
+    /// Put ciphertext into `sink`: the handshake's, then the queue's
+    /// output (from `produce`) sealed into records, while there is room.
+    pub fn send(
+        &mut self,
+        sink: &mut dyn TxSink,
+        mut produce: impl FnMut(&mut [u8]) -> usize,
+    ) -> Result<usize, TlsError> {
+        let mut sent = self.flush(sink);
+        while self.session.is_established() && self.session.pending() == 0 && sink.room() > 0 {
+            // A record's worth at most, and no more than room for (the
+            // record's 22 bytes of overhead wait for the next call).
+            let n = produce(&mut self.out[..RECORD.min(sink.room())]);
+            if n == 0 {
+                break;
+            }
+            self.session.send(&self.out[..n])?;
+            sent += self.flush(sink);
+        }
+        Ok(sent)
+    }
+
+    fn flush(&mut self, sink: &mut dyn TxSink) -> usize {
+        let mut sent = 0;
+        loop {
+            let room = sink.room().min(self.wire.len());
+            if room == 0 || self.session.pending() == 0 {
+                return sent;
+            }
+            let n = self.session.transmit(&mut self.wire[..room]);
+            let w = sink.write(&self.wire[..n]);
+            debug_assert_eq!(w, n, "the sink had room");
+            sent += w;
+        }
+    }
+
+    /// Ciphertext waiting for room.
+    pub fn pending(&self) -> usize {
+        self.session.pending()
+    }
+}

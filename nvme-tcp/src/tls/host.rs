@@ -1,0 +1,164 @@
+//! The host's side: each queue's TCP connection does the TLS handshake
+//! first (offering one PSK identity, as Linux's host does), then ICReq and
+//! everything else inside records.
+
+use super::channel::Channel;
+use super::session::{TlsError, TlsSession};
+use crate::host::Tcp;
+use nvme_of::host::{
+    CmdData, Command, Commands, HostQueue, Owner, QueueError, QueueEvent, Transport,
+};
+use nvme_of::nvme::{Cqe, Sqe, Status};
+use nvme_of::{Binding, Instant, TxStats, UlpStats};
+use std::sync::Arc;
+use ulp_ddp::{DdpDevice, FlowId, TxSink};
+use zeroize::Zeroizing;
+
+/// The PSK a host offers: its identity and the TLS PSK it stands for.
+#[derive(Clone)]
+pub struct TlsClient {
+    pub identity: String,
+    pub psk: Zeroizing<Vec<u8>>,
+}
+
+/// NVMe/TCP with TLS 1.3 on the host's side.
+pub struct SecureTcp {
+    pub tcp: Tcp,
+    pub client: TlsClient,
+}
+
+impl Transport for SecureTcp {
+    fn queue(&self, qid: u16, size: u16, inline: usize) -> Box<dyn HostQueue> {
+        let inner = self.tcp.queue(qid, size, inline);
+        Box::new(Secured { inner, client: self.client.clone(), channel: None, failed: None })
+    }
+
+    fn binding(&self) -> Binding {
+        self.tcp.binding()
+    }
+}
+
+struct Secured {
+    inner: Box<dyn HostQueue>,
+    client: TlsClient,
+    channel: Option<Box<Channel>>,
+    failed: Option<TlsError>,
+}
+
+impl Secured {
+    fn fail(&mut self, e: TlsError) {
+        tracing::debug!(error = %e, "TLS failed");
+        self.failed.get_or_insert(e);
+    }
+}
+
+impl HostQueue for Secured {
+    fn connected(&mut self, now: Instant) {
+        match TlsSession::client(&self.client.identity, &self.client.psk) {
+            Ok(s) => self.channel = Some(Box::new(Channel::new(s))),
+            Err(e) => self.fail(e),
+        }
+        let _ = now;
+    }
+
+    /// A NIC sees only ciphertext: nothing to offload.
+    fn offload(&mut self, _dev: Arc<dyn DdpDevice>, _flow: FlowId, _threshold: Option<u32>) {}
+
+    fn is_offloaded(&self) -> bool {
+        false
+    }
+
+    fn ddp_max_transfer(&self) -> Option<u64> {
+        None
+    }
+
+    fn is_live(&self) -> bool {
+        self.failed.is_none() && self.inner.is_live()
+    }
+
+    fn submit(&mut self, owner: Owner, sqe: Sqe, data: CmdData, deadline: Instant) -> Option<u16> {
+        self.inner.submit(owner, sqe, data, deadline)
+    }
+
+    fn handle_input(&mut self, data: &[u8], now: Instant) -> usize {
+        let Some(ch) = self.channel.as_mut() else { return data.len() };
+        if self.failed.is_some() {
+            return data.len();
+        }
+        let was = ch.is_established();
+        let taken = match ch.receive(data) {
+            Ok(n) => n,
+            Err(e) => {
+                self.fail(e);
+                return data.len();
+            }
+        };
+        if !was && ch.is_established() {
+            // The handshake is done: the NVMe/TCP queue starts (ICReq).
+            self.inner.connected(now);
+        }
+        let inner = &mut self.inner;
+        ch.deliver(|plain| inner.handle_input(plain, now));
+        taken
+    }
+
+    fn poll_send(&mut self, out: &mut dyn TxSink) -> usize {
+        let Some(ch) = self.channel.as_mut() else { return 0 };
+        let inner = &mut self.inner;
+        match ch.send(out, |buf| inner.poll_transmit(buf)) {
+            Ok(n) => n,
+            Err(e) => {
+                self.fail(e);
+                0
+            }
+        }
+    }
+
+    fn pending_output(&self) -> usize {
+        self.channel.as_ref().map_or(0, |c| c.pending()) + self.inner.pending_output()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.inner.poll_timeout()
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.inner.handle_timeout(now);
+    }
+
+    fn poll_event(&mut self) -> Option<QueueEvent> {
+        if let Some(e) = self.failed.take() {
+            self.inner.close();
+            return Some(QueueEvent::Failed(QueueError::transport(e)));
+        }
+        self.inner.poll_event()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.inner.is_closed() && self.channel.as_ref().is_none_or(|c| c.pending() == 0)
+    }
+
+    fn transport_closed(&mut self) {
+        self.inner.transport_closed();
+    }
+
+    fn close(&mut self) {
+        self.inner.close();
+    }
+
+    fn stats(&self) -> (UlpStats, TxStats) {
+        self.inner.stats()
+    }
+
+    fn commands(&self) -> &dyn Commands {
+        self.inner.commands()
+    }
+
+    fn commands_mut(&mut self) -> &mut dyn Commands {
+        self.inner.commands_mut()
+    }
+
+    fn abort_all(&mut self) -> Vec<(Command, Option<(Status, Cqe)>)> {
+        self.inner.abort_all()
+    }
+}
