@@ -202,6 +202,52 @@ fn only_listed_hosts_with_their_secret_connect_over_tcp_and_rdma() {
     );
 }
 
+/// NVMe/TCP over TLS 1.3 through the binary, with nvme-cli's PSK format:
+/// the host and a TLS-required controller share the configured PSK and
+/// verify I/O; a wrong PSK and a host in the clear are refused.
+#[test]
+fn a_tls_port_serves_hosts_with_its_psk_and_no_other() {
+    use nvme_tcp::tls::{ConfiguredPsk, PskHash};
+    let psk = |b| ConfiguredPsk::new(&[b; 32], Some(PskHash::Sha256)).unwrap().to_interchange();
+    let (key, wrong) = (psk(0x42).to_string(), psk(0x43).to_string());
+    for compat in [false, true] {
+        let mut extra = vec!["--tls", "required", "--tls-key", &key];
+        if compat {
+            extra.push("--tls-compat");
+        }
+        let c = Controller::start(&extra);
+        let mut good = vec!["host", "--connect", &c.addr, "--tls", "--tls-key", &key];
+        if compat {
+            good.extend(["--tls-compat", "--tls-identity", "0"]);
+        }
+        let io = ["io", "--rw", "randrw", "--bs", "4k", "--time", "1", "--queues", "2", "--verify"];
+        let o = nvme_ddp(&[&good[..], &io].concat());
+        assert!(o.status.success(), "compat {compat}: {}", text(&o).1);
+        let bad = ["host", "--connect", &c.addr, "--tls", "--tls-key", &wrong, "list"];
+        let (_, err) = text(&nvme_ddp(&bad));
+        assert!(err.contains("TLS handshake failed"), "{err}");
+        assert!(!err.contains(&wrong[16..40]), "no key printed");
+        let clear = ["host", "--connect", &c.addr, "--ctrl-loss-tmo", "0", "list"];
+        assert!(!nvme_ddp(&clear).status.success(), "a host in the clear is refused");
+    }
+    refused(
+        &[
+            "controller",
+            "--transport",
+            "rdma",
+            "--tls",
+            "required",
+            "--tls-key",
+            &key,
+            "--allow-any-host",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        "needs --transport tcp",
+    );
+    refused(&["host", "--connect", "127.0.0.1:1", "--tls", "list"], "required arguments");
+}
+
 #[test]
 fn host_options_go_before_or_after_the_verb() {
     let port = closed_port();

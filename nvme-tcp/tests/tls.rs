@@ -23,16 +23,7 @@ fn configured() -> ConfiguredPsk {
 
 /// A port that knows the configured PSK and derives each host's TLS PSK.
 fn port(required: bool) -> TlsPort {
-    let psk = configured();
-    TlsPort {
-        required,
-        lookup: Arc::new(move |identity: &str| {
-            let mut words = identity.split(' ');
-            let (_, host, sub) = (words.next()?, words.next()?, words.next()?);
-            let (id, tls) = psk.tls_psk(1, host, sub, Derivation::Rfc8446);
-            (id == identity).then_some(tls)
-        }),
-    }
+    TlsPort::configured(required, configured(), Derivation::Rfc8446)
 }
 
 fn host(cfg: HostConfig, psk: &ConfiguredPsk) -> Host {

@@ -72,6 +72,8 @@ pub struct UnknownTransport(pub String);
 #[derive(Debug, Clone)]
 pub enum Listener {
     Tcp(nvme_tcp::controller::Tcp),
+    /// NVMe/TCP with TLS 1.3 under every connection (or offered).
+    Tls(nvme_tcp::tls::controller::SecureTcp),
     Rdma(nvme_rdma::controller::Rdma),
 }
 
@@ -92,6 +94,20 @@ impl Listener {
         self
     }
 
+    /// Serve NVMe/TCP with TLS 1.3 as `port` says; NVMe/RDMA has no
+    /// secure channel of its own here.
+    pub fn with_tls(
+        self,
+        port: nvme_tcp::tls::controller::TlsPort,
+    ) -> Result<Self, UnknownTransport> {
+        match self {
+            Listener::Tcp(_) | Listener::Tls(_) => {
+                Ok(Listener::Tls(nvme_tcp::tls::controller::SecureTcp(port)))
+            }
+            Listener::Rdma(_) => Err(UnknownTransport("rdma with TLS".into())),
+        }
+    }
+
     /// The controller end of a TCP connection just accepted.
     pub fn accept(
         &self,
@@ -101,6 +117,7 @@ impl Listener {
     ) -> Box<dyn ControllerQueue> {
         let binding: &dyn controller::Transport = match self {
             Listener::Tcp(tcp) => tcp,
+            Listener::Tls(tls) => tls,
             Listener::Rdma(rdma) => rdma,
         };
         binding.accept(target, local, now)
@@ -108,7 +125,7 @@ impl Listener {
 
     pub fn transport_type(&self) -> TransportType {
         match self {
-            Listener::Tcp(_) => TransportType::Tcp,
+            Listener::Tcp(_) | Listener::Tls(_) => TransportType::Tcp,
             Listener::Rdma(_) => TransportType::Rdma,
         }
     }

@@ -206,7 +206,7 @@ done
 GUEST_PID=$!
 
 guest_alive() { kill -0 "$GUEST_PID" 2>/dev/null; }
-console() { tr -d '\r' <"$TMP/guest-console.log" 2>/dev/null || true; }
+console() { [[ -e $TMP/guest-console.log ]] && tr -d '\r' <"$TMP/guest-console.log" || true; }
 
 # The guest's verdicts, relayed as they come.
 shown=0

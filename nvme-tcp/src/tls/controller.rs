@@ -3,6 +3,7 @@
 //! TLS, else as NVMe/TCP in the clear, as nvmet-tcp peeks to decide).
 
 use super::channel::Channel;
+use super::psk::{ConfiguredPsk, Derivation};
 use super::session::{PskLookup, TlsError, TlsSession};
 use crate::controller::Connection;
 use nvme_of::controller::{CloseReason, ControllerQueue, Target, Transport};
@@ -27,9 +28,37 @@ pub struct TlsPort {
     pub lookup: PskLookup,
 }
 
+impl TlsPort {
+    /// A port whose hosts hold `psk` (the configured PSK): the TLS PSK
+    /// for an identity a host offers, `NVMe<v>R<hh> <hostnqn> <subnqn>
+    /// [<digest>]`, is derived from it for that host and subsystem, and
+    /// taken only if the identity is the one that derivation gives (the
+    /// hash, and in version 1 the digest, must match).
+    pub fn configured(required: bool, psk: ConfiguredPsk, d: Derivation) -> Self {
+        let lookup = move |identity: &str| {
+            let mut words = identity.split(' ');
+            let (version, host, sub) = (words.next()?, words.next()?, words.next()?);
+            let v = match version.get(..5)? {
+                "NVMe0" => 0,
+                "NVMe1" => 1,
+                _ => return None,
+            };
+            let (id, tls) = psk.tls_psk(v, host, sub, d);
+            (id == identity).then_some(tls)
+        };
+        Self { required, lookup: Arc::new(lookup) }
+    }
+}
+
 /// NVMe/TCP with TLS 1.3 on the controller's side.
 #[derive(Clone)]
 pub struct SecureTcp(pub TlsPort);
+
+impl std::fmt::Debug for SecureTcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecureTcp").field("required", &self.0.required).finish_non_exhaustive()
+    }
+}
 
 impl Transport for SecureTcp {
     fn accept(

@@ -6,6 +6,7 @@ use nvme_ddp::report::human_bytes;
 use nvme_ddp::size::{format_size, parse_size};
 use nvme_ddp::workload::Rw;
 use nvme_of::auth::{DhGroup, Hash, Secret, SecretError};
+use nvme_tcp::tls::ConfiguredPsk;
 use smoltcp_glue::Via;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -161,6 +162,20 @@ impl<T: Clone + Send + Sync + 'static> clap::builder::TypedValueParser for Secre
         };
         let s = value.to_str().ok_or_else(|| refuse("not UTF-8".into()))?;
         (self.0)(s).map_err(refuse)
+    }
+}
+
+/// A configured TLS PSK, as `nvme gen-tls-key` prints it, or `@FILE`
+/// holding one. Errors name the file, never the key.
+pub(crate) fn parse_tls_key(s: &str) -> Result<ConfiguredPsk, String> {
+    match s.strip_prefix('@') {
+        Some(path) => {
+            let text = zeroize::Zeroizing::new(
+                std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?,
+            );
+            text.parse().map_err(|e| format!("{path}: {e}"))
+        }
+        None => s.parse().map_err(|e: nvme_tcp::tls::PskError| e.to_string()),
     }
 }
 

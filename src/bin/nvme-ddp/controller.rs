@@ -9,6 +9,7 @@ use nvme_ddp::driver::clock::Clock;
 use nvme_ddp::driver::cpus;
 use nvme_ddp::driver::kernel_tcp::ControllerServer;
 use nvme_ddp::driver::smoltcp::{ControllerSide, serve_queues, to_smol};
+use nvme_ddp::driver::transport::Listener;
 use nvme_ddp::driver::transport::TransportType;
 use nvme_ddp::report::{OffloadReport, human_bytes};
 use nvme_ddp::size::format_size;
@@ -16,6 +17,8 @@ use nvme_of::auth::{DhGroup, Hash, Secret};
 use nvme_of::controller::{Access, Port, Target, TargetConfig};
 use nvme_of::namespace::Namespace;
 use nvme_storage::{FileNamespace, RamNamespace};
+use nvme_tcp::tls::controller::TlsPort;
+use nvme_tcp::tls::{ConfiguredPsk, Derivation};
 use smoltcp_glue::Stack;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,7 +26,7 @@ use std::sync::Arc;
 use crate::args::{
     List, NsSpec, SecretArg, check_ram, list, parse_block_size, parse_bytes, parse_cpus,
     parse_dhgroup, parse_hash, parse_host_secret, parse_listen, parse_nqn, parse_ns, parse_seconds,
-    parse_whole,
+    parse_tls_key, parse_whole,
 };
 use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
 use crate::progress::interrupt_flag;
@@ -104,8 +107,31 @@ pub(crate) struct ControllerArgs {
     /// null,ffdhe2048,...,ffdhe8192).
     #[arg(long, value_name = "LIST", value_parser = |s: &str| list(s, parse_dhgroup))]
     dhchap_dhgroup: Option<List<DhGroup>>,
+    /// TLS 1.3 secure channel on the port (NVMe/TCP): `required` (every
+    /// host), or `optional` (a host may connect in the clear too). Needs
+    /// --tls-key.
+    #[arg(long, value_parser = ["required", "optional"], requires = "tls_key")]
+    tls: Option<String>,
+    /// The configured PSK hosts hold (`NVMeTLSkey-1:...`, as `nvme
+    /// gen-tls-key` prints it, or @FILE holding it).
+    #[arg(long, value_name = "KEY", value_parser = SecretArg(parse_tls_key), requires = "tls")]
+    tls_key: Option<ConfiguredPsk>,
+    /// Derive TLS PSKs as libnvme up to 1.15 does (nvme-cli 2.13 to 2.15).
+    #[arg(long, requires = "tls")]
+    tls_compat: bool,
     #[command(flatten)]
     link: LinkArgs,
+}
+
+/// The listener the flags ask for: with TLS on the port, if asked.
+fn listener(a: &ControllerArgs, mtu: usize) -> Result<Listener> {
+    let listener = a.transport.listener(mtu).require_crc(a.ddgst);
+    let (Some(mode), Some(psk)) = (&a.tls, &a.tls_key) else { return Ok(listener) };
+    let d = if a.tls_compat { Derivation::Compat } else { Derivation::Rfc8446 };
+    let port = TlsPort::configured(mode == "required", psk.clone(), d);
+    listener
+        .with_tls(port)
+        .map_err(|_| anyhow!("--tls is NVMe/TCP's secure channel: it needs --transport tcp"))
 }
 
 /// The allow-list and secrets the flags give.
@@ -207,7 +233,7 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
             1 => vec![a.link.device(1)?.context("--ip needs --tap or --iface")?],
             n => a.link.queues(1, usize::from(n))?,
         };
-        let listener = a.transport.listener(devices[0].2).require_crc(a.ddgst);
+        let listener = listener(&a, devices[0].2)?;
         let clock = Clock::new();
         let mut sides = Vec::new();
         let mut nics = Vec::new();
@@ -241,7 +267,7 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
     let port =
         Port { traddr: first.ip().to_string(), trsvcid: first.port().to_string(), portid: 1 };
     let target = build_target(&a, Some(port))?;
-    let listener = a.transport.listener(KERNEL_TCP_MTU).require_crc(a.ddgst);
+    let listener = listener(&a, KERNEL_TCP_MTU)?;
     let groups: Vec<Option<usize>> = match &pinned {
         Some(cpus) => cpus.iter().copied().map(Some).collect(),
         None => vec![None; cpus::allowed().map_or(1, |c| c.len().max(1))],

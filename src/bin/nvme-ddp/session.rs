@@ -12,15 +12,18 @@ use nvme_ddp::driver::{kernel_tcp, smoltcp};
 use nvme_ddp::report::OffloadReport;
 use nvme_of::Digests;
 use nvme_of::auth::Secret;
-use nvme_of::host::{DhchapSecrets, HostConfig};
+use nvme_of::host::{DhchapSecrets, Host, HostConfig};
+use nvme_tcp::tls::host::TlsClient;
+use nvme_tcp::tls::{ConfiguredPsk, Derivation};
 use smoltcp_glue::Stack;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use ulp_ddp::Caps;
 
 use crate::args::{
     CtrlLossTmo, SecretArg, parse_ctrl_loss_tmo, parse_nqn, parse_on_off, parse_qd, parse_queues,
-    parse_seconds, parse_secret, parse_whole,
+    parse_seconds, parse_secret, parse_tls_key, parse_whole,
 };
 use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
 use crate::progress::{Eta, interrupt_flag};
@@ -54,6 +57,22 @@ pub(crate) struct ConnectArgs {
     /// (bidirectional). Needs --dhchap-secret.
     #[arg(long, global = true, value_name = "KEY", value_parser = SecretArg(parse_secret), requires = "dhchap_secret")]
     dhchap_ctrl_secret: Option<Secret>,
+    /// Secure channel: TLS 1.3 with a PSK under every queue (NVMe/TCP),
+    /// as `nvme connect --tls`. Needs --tls-key.
+    #[arg(long, global = true, requires = "tls_key")]
+    tls: bool,
+    /// The configured PSK (`NVMeTLSkey-1:...`, as `nvme gen-tls-key`
+    /// prints it, or @FILE holding it).
+    #[arg(long, global = true, value_name = "KEY", value_parser = SecretArg(parse_tls_key), requires = "tls")]
+    tls_key: Option<ConfiguredPsk>,
+    /// PSK identity to offer: 1 (with the PSK digest, Linux's first
+    /// choice) or 0 (what `nvme gen-tls-key` inserts by default).
+    #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    tls_identity: u8,
+    /// Derive the TLS PSK as libnvme up to 1.15 does (nvme-cli 2.13 to
+    /// 2.15; 2.16's --compat), not as RFC 8446 labels it.
+    #[arg(long, global = true, requires = "tls")]
+    tls_compat: bool,
     /// Header digests: --hdgst (on) or --hdgst=on|off.
     #[arg(long, global = true, default_value = "off", num_args = 0..=1, require_equals = true, default_missing_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
     hdgst: bool,
@@ -122,6 +141,24 @@ pub(crate) fn host_config(a: &ConnectArgs, subnqn: String) -> HostConfig {
     }
 }
 
+impl ConnectArgs {
+    /// The host this run speaks with: over TLS when asked.
+    pub(crate) fn host(&self, cfg: HostConfig, oneshot: bool, mtu: usize) -> Result<Host> {
+        let Some(psk) = self.tls_key.as_ref().filter(|_| self.tls) else {
+            return Ok(self.transport.host(cfg, oneshot, mtu));
+        };
+        if self.transport != TransportType::Tcp {
+            bail!("--tls is NVMe/TCP's secure channel: it needs --transport tcp");
+        }
+        let d = if self.tls_compat { Derivation::Compat } else { Derivation::Rfc8446 };
+        let (identity, tls) = psk.tls_psk(self.tls_identity, &cfg.hostnqn, &cfg.subnqn, d);
+        tracing::debug!(%identity, "offering TLS PSK identity");
+        let tcp = nvme_tcp::host::Tcp { digests: cfg.digests, maxr2t: cfg.maxr2t };
+        let client = TlsClient { identity, psk: tls };
+        Ok(Host::new(cfg, Arc::new(nvme_tcp::tls::host::SecureTcp { tcp, client })))
+    }
+}
+
 /// Run `apps` on one association over kernel TCP, each on a set of its
 /// I/O queues (dealt round robin) on a thread of its own, pinned to its
 /// CPU if given, until every one is done or interrupted (Ctrl-C). Returns
@@ -135,7 +172,7 @@ pub(crate) fn run_sets<A: HostApp + Send>(
 ) -> Result<(nvme_of::host::Recovery, Vec<kernel_tcp::SetRun>)> {
     let stop = interrupt_flag()?;
     let oneshot = a.link.offload.unwrap_or(Caps::ALL).contains(Caps::ONESHOT);
-    let mut host = a.transport.host(cfg, oneshot, KERNEL_TCP_MTU);
+    let mut host = a.host(cfg, oneshot, KERNEL_TCP_MTU)?;
     let mut stoppable: Vec<_> =
         apps.into_iter().map(|(app, cpu)| (Stoppable::new(app, &stop), cpu)).collect();
     let sets =
@@ -157,7 +194,7 @@ pub(crate) fn run_app(
     let oneshot = a.link.offload.unwrap_or(Caps::ALL).contains(Caps::ONESHOT);
     let offload = match (a.link.cidr()?, a.link.device(2)?) {
         (Some(cidr), Some((dev, nic, mtu))) => {
-            let host = a.transport.host(cfg, oneshot, mtu);
+            let host = a.host(cfg, oneshot, mtu)?;
             let remote = match a.connect()? {
                 SocketAddr::V4(v4) => v4,
                 SocketAddr::V6(_) => bail!("smoltcp mode speaks IPv4 only"),
@@ -170,7 +207,7 @@ pub(crate) fn run_app(
             Some(OffloadReport::new(nic.caps().1, nic.stats(), ulp, tx))
         }
         _ => {
-            let mut host = a.transport.host(cfg, oneshot, KERNEL_TCP_MTU);
+            let mut host = a.host(cfg, oneshot, KERNEL_TCP_MTU)?;
             kernel_tcp::run_host(a.connect()?, &mut host, app, limit)?;
             None
         }
