@@ -15,7 +15,7 @@ use crate::driver::smoltcp::{
     Chain, ControllerSide, HostSide, IMPAIRED_IO_TIMEOUT, IMPAIRED_KATO, RunError, chain, run_host,
     run_simulated, serve, to_smol,
 };
-use crate::driver::transport::TransportType;
+use crate::driver::transport::{TlsConfig, TransportType};
 use crate::report::{OffloadReport, PhaseReport, RecoveryReport, human_bytes};
 use crate::workload::{IoStats, Limit, Rw, WorkloadSpec};
 use nic_backend::NicHandle;
@@ -66,6 +66,8 @@ pub struct DemoOptions {
     pub io_timeout: Duration,
     /// NVMe/TCP, or NVMe/RDMA over iWARP.
     pub transport: TransportType,
+    /// NVMe/TCP over TLS 1.3 (in software: the NICs see ciphertext).
+    pub tls: bool,
     /// Also measure what the offloads save against a software-only run.
     pub baseline: bool,
     /// Jobs at once (fio's numjobs): each a host with its own wire against
@@ -98,6 +100,7 @@ impl Default for DemoOptions {
             kato: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
             transport: TransportType::Tcp,
+            tls: false,
             baseline: false,
             jobs: 1,
         }
@@ -138,6 +141,8 @@ impl From<ImpairStats> for ImpairReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct DemoReport {
     pub transport: TransportType,
+    /// Over TLS 1.3.
+    pub tls: bool,
     pub size: u64,
     pub mtu: usize,
     pub hdgst: bool,
@@ -258,10 +263,18 @@ fn build_job(o: &DemoOptions, target: &Arc<Target>, job: u16) -> Result<Demo, De
     let hdev: Arc<dyn DdpDevice> = Arc::new(host_nic.clone());
     let cdev: Arc<dyn DdpDevice> = Arc::new(ctrl_nic.clone());
     let oneshot = o.offload.contains(Caps::ONESHOT);
-    let host = o.transport.host(host_cfg, oneshot, o.mtu);
+    let tls = match o.tls {
+        true => Some(TlsConfig::embedded().map_err(|e| DemoError::Setup(e.to_string()))?),
+        false => None,
+    };
+    let mut listener = o.transport.listener(o.mtu);
+    if let Some(t) = &tls {
+        listener = listener.with_tls(t.port()).map_err(|e| DemoError::Setup(e.to_string()))?;
+    }
+    let host = o.transport.host_with(host_cfg, oneshot, o.mtu, tls.as_ref());
     let host = HostSide::new(hstack, host, remote, Some(hdev));
-    let ctrl = ControllerSide::new(cstack, target.clone(), PORT, Some(cdev))?
-        .with_listener(o.transport.listener(o.mtu));
+    let ctrl =
+        ControllerSide::new(cstack, target.clone(), PORT, Some(cdev))?.with_listener(listener);
     Ok(Demo { host, ctrl, host_nic, ctrl_nic })
 }
 
@@ -474,6 +487,7 @@ fn report(o: &DemoOptions, runs: Vec<JobRun>) -> DemoReport {
     let jobs = per_job.len() as u16;
     DemoReport {
         transport: o.transport,
+        tls: o.tls,
         size: o.size,
         mtu: o.mtu,
         hdgst: o.digests.header,
@@ -587,6 +601,7 @@ pub fn savings(o: &DemoOptions, stop: &AtomicBool) -> Result<Savings, BenchError
         jobs: o.jobs.max(1),
         mtu: o.mtu,
         ddgst: o.digests.data,
+        tls: o.tls,
         offload,
         ..Setting::default()
     };

@@ -243,7 +243,7 @@ fn a_tls_port_serves_hosts_with_its_psk_and_no_other() {
             "--listen",
             "127.0.0.1:0",
         ],
-        "needs --transport tcp",
+        "needs the tcp transport",
     );
     refused(&["host", "--connect", "127.0.0.1:1", "--tls", "list"], "required arguments");
 }
@@ -617,6 +617,24 @@ fn demo_shows_progress_digests_by_default_and_says_what_off_means() {
     assert!(num(with, "host_cpu_ns_per_io") > 0.0 && num(without, "host_cpu_ns_per_io") > 0.0);
     let report = json(&["demo", "--size", "4M", "--baseline", "off", "--json"]);
     assert!(report["savings"].is_null(), "{report}");
+}
+
+/// The demo over TLS 1.3: every byte verified, the NICs offloading
+/// nothing (they see ciphertext), and the bench's TLS axis runs points of
+/// its own; TLS over RDMA is refused.
+#[test]
+fn the_demo_and_bench_run_over_tls() {
+    let report = json(&["demo", "--tls", "--size", "4M", "--baseline", "off", "--json"]);
+    assert_eq!(report["tls"], true, "{report}");
+    let n = |v: &serde_json::Value, f: &str| v[f].as_u64().unwrap();
+    assert_eq!(n(&report["phases"][1], "verified_bytes"), 4 << 20, "{report}");
+    assert_eq!(n(&report["offload"], "nic_placed_bytes"), 0, "ciphertext is not placed");
+    let args =
+        ["bench", "--bs", "4k", "--rw", "read", "--qd", "4", "--mtu", "9000", "--offload", "none"];
+    let out = ok(&[&args[..], &["--tls", "on,off", "--reps", "1", "--time", "0.2"]].concat());
+    assert!(out.lines().any(|l| l.starts_with("tls  read")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("tcp  read")), "{out}");
+    refused(&["demo", "--tls", "--transport", "rdma"], "TLS");
 }
 
 /// `demo --jobs 2`: two hosts at once, each over its own wire against a

@@ -87,6 +87,8 @@ pub struct Select {
     pub jobs: Option<u16>,
     pub mtu: Option<usize>,
     pub ddgst: Option<bool>,
+    /// Over TLS 1.3.
+    pub tls: Option<bool>,
     /// An offload set by name, as `--offload` takes it ("all", "ddp+crc").
     #[serde(default, deserialize_with = "caps")]
     pub offload: Option<Caps>,
@@ -107,6 +109,7 @@ impl Select {
             jobs: self.jobs.unwrap_or(s.jobs),
             mtu: self.mtu.unwrap_or(s.mtu),
             ddgst: self.ddgst.unwrap_or(s.ddgst),
+            tls: self.tls.unwrap_or(s.tls),
             offload: self.offload.unwrap_or(s.offload),
             impair: s.impair,
         }

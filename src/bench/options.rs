@@ -19,6 +19,10 @@ pub struct BenchOptions {
     pub rw: Vec<Rw>,
     pub qd: Vec<u16>,
     pub ddgst: Vec<bool>,
+    /// NVMe/TCP in the clear, over TLS 1.3 (in software: the NIC sees
+    /// ciphertext), or both: an axis of the matrix. RDMA points are run
+    /// in the clear only.
+    pub tls: Vec<bool>,
     pub offload: Vec<Caps>,
     pub mtu: Vec<usize>,
     /// NVMe/TCP, NVMe/RDMA, or both on the same matrix.
@@ -87,7 +91,12 @@ impl BenchOptions {
         let mut v = Vec::new();
         for &transport in &self.transport {
             for &rw in &self.rw {
-                for &ddgst in &self.ddgst {
+                for (&ddgst, &tls) in
+                    self.ddgst.iter().flat_map(|d| self.tls.iter().map(move |t| (d, t)))
+                {
+                    if tls && transport != TransportType::Tcp {
+                        continue;
+                    }
                     for &mtu in &self.mtu {
                         for impair in self.impairments() {
                             for &jobs in &self.jobs {
@@ -102,6 +111,7 @@ impl BenchOptions {
                                                 jobs,
                                                 mtu,
                                                 ddgst,
+                                                tls,
                                                 offload,
                                                 impair,
                                             });
@@ -127,6 +137,7 @@ impl Default for BenchOptions {
             rw: vec![Rw::Read, Rw::Write],
             qd: vec![1, 32],
             ddgst: vec![true],
+            tls: vec![false],
             offload: OFFLOAD_SETS.to_vec(),
             mtu: vec![1500, 9000],
             transport: vec![TransportType::Tcp],
@@ -189,6 +200,9 @@ pub struct Setting {
     pub jobs: u16,
     pub mtu: usize,
     pub ddgst: bool,
+    /// NVMe/TCP over TLS 1.3, in software.
+    #[serde(default)]
+    pub tls: bool,
     /// Written as its name ("none", "crc", "all", "ddp+crc").
     #[serde(serialize_with = "as_name")]
     pub offload: Caps,
@@ -208,6 +222,7 @@ impl Default for Setting {
             jobs: 1,
             mtu: 0,
             ddgst: false,
+            tls: false,
             offload: Caps::default(),
             impair: Impair::default(),
         }
@@ -220,8 +235,8 @@ fn as_name<S: serde::Serializer>(caps: &Caps, s: S) -> Result<S::Ok, S::Error> {
 
 impl fmt::Display for Setting {
     /// `tcp read bs=131072 qd=32 mtu=9000 ddgst=true offload=all`, then
-    /// ` jobs=2` if more than one ran, and ` loss=0.01 reorder=0
-    /// duplicate=0` if the wire is impaired.
+    /// ` tls` over TLS, ` jobs=2` if more than one ran, and ` loss=0.01
+    /// reorder=0 duplicate=0` if the wire is impaired.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -234,6 +249,9 @@ impl fmt::Display for Setting {
             self.ddgst,
             self.offload
         )?;
+        if self.tls {
+            write!(f, " tls")?;
+        }
         if self.jobs > 1 {
             write!(f, " jobs={}", self.jobs)?;
         }

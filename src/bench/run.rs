@@ -14,6 +14,7 @@ use crate::driver::smoltcp::{
     ControllerSide, HostSide, IMPAIRED_IO_TIMEOUT, IMPAIRED_KATO, RunError, chain, run_host, serve,
     to_smol,
 };
+use crate::driver::transport::TlsConfig;
 use crate::workload::{Limit, Rw, Workload, WorkloadSpec, fill_pattern};
 use hdrhistogram::Histogram;
 use nic_backend::{NicEngine, NicHandle, NicThread};
@@ -416,8 +417,16 @@ fn run_job<M: Medium + Send + 'static>(
     let cddp: Arc<dyn DdpDevice> = Arc::new(cnic);
     let remote = SocketAddrV4::new(CONTROLLER_IP, PORT);
     let cstack = Stack::new(cdev, ccfg, now);
-    let mut ctrl = ControllerSide::new(cstack, target, PORT, Some(cddp))?
-        .with_listener(p.transport.listener(p.mtu));
+    // Over TLS, both ends hold a fresh PSK; the NIC sees ciphertext.
+    let tls = match p.tls {
+        true => Some(TlsConfig::embedded().map_err(|e| std::io::Error::other(e.to_string()))?),
+        false => None,
+    };
+    let mut listener = p.transport.listener(p.mtu);
+    if let Some(t) = &tls {
+        listener = listener.with_tls(t.port()).map_err(|e| std::io::Error::other(e.to_string()))?;
+    }
+    let mut ctrl = ControllerSide::new(cstack, target, PORT, Some(cddp))?.with_listener(listener);
     let oneshot = caps.contains(Caps::ONESHOT);
     let spec = WorkloadSpec {
         rw: p.rw,
@@ -448,7 +457,7 @@ fn run_job<M: Medium + Send + 'static>(
         let (ring, nic) = NicThread::spawn(hdev)?;
         let mut host = HostSide::new(
             Stack::new(ring, hcfg, now),
-            p.transport.host(host_cfg, oneshot, p.mtu),
+            p.transport.host_with(host_cfg, oneshot, p.mtu, tls.as_ref()),
             remote,
             Some(hddp),
         );
@@ -477,7 +486,7 @@ fn run_job<M: Medium + Send + 'static>(
         let (ring, mut nic) = NicEngine::new(hdev);
         let mut host = HostSide::new(
             Stack::new(ring, hcfg, now),
-            p.transport.host(host_cfg, oneshot, p.mtu),
+            p.transport.host_with(host_cfg, oneshot, p.mtu, tls.as_ref()),
             remote,
             Some(hddp),
         );

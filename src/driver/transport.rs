@@ -8,6 +8,7 @@ use iwarp::{Device, QpConfig};
 use nvme_of::Instant;
 use nvme_of::controller::{self, ControllerQueue, Target};
 use nvme_of::host::{Host, HostConfig};
+use nvme_tcp::tls::{ConfiguredPsk, Derivation, PskHash};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -39,9 +40,22 @@ impl TransportType {
     /// MPA CRCs, `oneshot` registers and sends in one call, and FPDUs are
     /// cut for `mtu`.
     pub fn host(self, cfg: HostConfig, oneshot: bool, mtu: usize) -> Host {
-        match self {
-            TransportType::Tcp => nvme_tcp::host::new(cfg),
-            TransportType::Rdma => {
+        self.host_with(cfg, oneshot, mtu, None)
+    }
+
+    /// A host, over TLS if `tls` is given (NVMe/TCP only: RDMA has no
+    /// secure channel here, and ignores it).
+    pub fn host_with(
+        self,
+        cfg: HostConfig,
+        oneshot: bool,
+        mtu: usize,
+        tls: Option<&TlsConfig>,
+    ) -> Host {
+        match (self, tls) {
+            (TransportType::Tcp, Some(tls)) => tls.host(cfg),
+            (TransportType::Tcp, None) => nvme_tcp::host::new(cfg),
+            (TransportType::Rdma, _) => {
                 let rdma = nvme_rdma::host::Rdma::new(cfg.digests.data, oneshot).path_mtu(mtu);
                 nvme_rdma::host::new(cfg, rdma)
             }
@@ -60,6 +74,52 @@ impl TransportType {
         }
     }
 }
+
+/// NVMe/TCP's secure channel as a run uses it: TLS 1.3 with the PSK the
+/// host and the controller hold.
+#[derive(Clone)]
+pub struct TlsConfig {
+    /// The configured PSK (nvme-cli's `NVMeTLSkey-1:...`).
+    pub psk: ConfiguredPsk,
+    /// The PSK identity version a host offers (0 or 1).
+    pub identity: u8,
+    pub derivation: Derivation,
+    /// Whether the controller's port refuses hosts in the clear.
+    pub required: bool,
+}
+
+impl TlsConfig {
+    /// A fresh random PSK both ends of an embedded run hold.
+    pub fn embedded() -> Result<Self, nvme_tcp::tls::TlsError> {
+        let psk = ConfiguredPsk::generate(PskHash::Sha256)?;
+        Ok(Self { psk, identity: 1, derivation: Derivation::Rfc8446, required: true })
+    }
+
+    /// A host over NVMe/TCP with TLS under every queue, offering the
+    /// identity and TLS PSK `cfg`'s NQNs give.
+    pub fn host(&self, cfg: HostConfig) -> Host {
+        let (identity, psk) =
+            self.psk.tls_psk(self.identity, &cfg.hostnqn, &cfg.subnqn, self.derivation);
+        tracing::debug!(%identity, "offering TLS PSK identity");
+        let tcp = nvme_tcp::host::Tcp { digests: cfg.digests, maxr2t: cfg.maxr2t };
+        let client = nvme_tcp::tls::host::TlsClient { identity, psk };
+        Host::new(cfg, Arc::new(nvme_tcp::tls::host::SecureTcp { tcp, client }))
+    }
+
+    /// The controller's port.
+    pub fn port(&self) -> nvme_tcp::tls::controller::TlsPort {
+        nvme_tcp::tls::controller::TlsPort::configured(
+            self.required,
+            self.psk.clone(),
+            self.derivation,
+        )
+    }
+}
+
+/// TLS asked of NVMe/RDMA, which has no secure channel here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("TLS is NVMe/TCP's secure channel: it needs the tcp transport")]
+pub struct NoTlsOverRdma;
 
 /// A transport name that is neither `tcp` nor `rdma`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -96,15 +156,12 @@ impl Listener {
 
     /// Serve NVMe/TCP with TLS 1.3 as `port` says; NVMe/RDMA has no
     /// secure channel of its own here.
-    pub fn with_tls(
-        self,
-        port: nvme_tcp::tls::controller::TlsPort,
-    ) -> Result<Self, UnknownTransport> {
+    pub fn with_tls(self, port: nvme_tcp::tls::controller::TlsPort) -> Result<Self, NoTlsOverRdma> {
         match self {
             Listener::Tcp(_) | Listener::Tls(_) => {
                 Ok(Listener::Tls(nvme_tcp::tls::controller::SecureTcp(port)))
             }
-            Listener::Rdma(_) => Err(UnknownTransport("rdma with TLS".into())),
+            Listener::Rdma(_) => Err(NoTlsOverRdma),
         }
     }
 

@@ -84,6 +84,13 @@ impl ConfiguredPsk {
         fits.then(|| Self { key: Zeroizing::new(key.to_vec()), transform })
     }
 
+    /// A fresh random PSK for `hash`, as `nvme gen-tls-key` makes one.
+    pub fn generate(hash: PskHash) -> Result<Self, super::TlsError> {
+        let mut key = Zeroizing::new(vec![0u8; if hash == PskHash::Sha256 { 32 } else { 48 }]);
+        openssl::rand::rand_bytes(&mut key).map_err(|e| super::TlsError::Setup(e.to_string()))?;
+        Ok(Self { key, transform: Some(hash) })
+    }
+
     /// The hash of the identity and of the cipher suite.
     pub fn hash(&self) -> PskHash {
         self.transform.unwrap_or(PskHash::for_len(self.key.len()))

@@ -46,6 +46,10 @@ pub(crate) struct BenchArgs {
     /// --ddgst is on).
     #[arg(long, num_args = 0..=1, default_missing_value = "on", value_parser = |s: &str| list(s, parse_on_off))]
     ddgst: Option<List<bool>>,
+    /// NVMe/TCP over TLS 1.3 (in software, with a fresh PSK): on, off, or
+    /// on,off to compare (default off; a bare --tls is on).
+    #[arg(long, num_args = 0..=1, default_missing_value = "on", value_parser = |s: &str| list(s, parse_on_off))]
+    tls: Option<List<bool>>,
     /// Offload sets, e.g. none,crc,ddp,all (the default); a set is one of
     /// none, all, classic, crc, ddp, crc-rx, crc-tx, oneshot, zc-tx, or several
     /// joined by '+' (ddp+crc).
@@ -168,6 +172,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         rw: a.rw.map_or(d.rw, |l| l.0),
         qd: a.qd.map_or(d.qd, |l| l.0),
         ddgst: a.ddgst.map_or(d.ddgst, |l| l.0),
+        tls: a.tls.map_or(d.tls, |l| l.0),
         offload: a.offload.map_or(d.offload, |l| l.0),
         transport: a.transport.map_or(d.transport, |l| l.0),
         // Over TAPs or interfaces, they decide the MTU.
@@ -234,7 +239,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         };
         bar.set_message(format!(
             "{} {} bs={} qd={} mtu={} ddgst={} offload={}{}",
-            p.transport.name(),
+            transport_name(p),
             p.rw.name(),
             format_size(u64::from(p.bs)),
             p.qd,
@@ -298,7 +303,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     for p in &out {
         println!(
             "{:<4} {:<5} {:>5} {:>3} {}{:>5} {:>5} {:>7} | {}{:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} {:>9.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7.1} {:>5.1} | {:>9.1}{}",
-            p.setting.transport.name(),
+            transport_name(&p.setting),
             p.setting.rw.name(),
             format_size(u64::from(p.setting.bs)),
             p.setting.qd,
@@ -422,4 +427,9 @@ fn parse_tap_pair(s: &str) -> Result<(String, String), String> {
 fn parse_iface_pair(s: &str) -> Result<(String, String), String> {
     let (h, c) = s.split_once(',').ok_or("--iface takes HOSTIF,CTRLIF (e.g. veth1,veth0)")?;
     Ok((existing_iface(h)?, existing_iface(c)?))
+}
+
+/// The transport column: `tls` for NVMe/TCP over TLS.
+fn transport_name(s: &nvme_ddp::bench::options::Setting) -> &'static str {
+    if s.tls { "tls" } else { s.transport.name() }
 }

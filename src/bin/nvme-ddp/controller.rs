@@ -9,15 +9,14 @@ use nvme_ddp::driver::clock::Clock;
 use nvme_ddp::driver::cpus;
 use nvme_ddp::driver::kernel_tcp::ControllerServer;
 use nvme_ddp::driver::smoltcp::{ControllerSide, serve_queues, to_smol};
-use nvme_ddp::driver::transport::Listener;
 use nvme_ddp::driver::transport::TransportType;
+use nvme_ddp::driver::transport::{Listener, TlsConfig};
 use nvme_ddp::report::{OffloadReport, human_bytes};
 use nvme_ddp::size::format_size;
 use nvme_of::auth::{DhGroup, Hash, Secret};
 use nvme_of::controller::{Access, Port, Target, TargetConfig};
 use nvme_of::namespace::Namespace;
 use nvme_storage::{FileNamespace, RamNamespace};
-use nvme_tcp::tls::controller::TlsPort;
 use nvme_tcp::tls::{ConfiguredPsk, Derivation};
 use smoltcp_glue::Stack;
 use std::net::SocketAddr;
@@ -127,11 +126,13 @@ pub(crate) struct ControllerArgs {
 fn listener(a: &ControllerArgs, mtu: usize) -> Result<Listener> {
     let listener = a.transport.listener(mtu).require_crc(a.ddgst);
     let (Some(mode), Some(psk)) = (&a.tls, &a.tls_key) else { return Ok(listener) };
-    let d = if a.tls_compat { Derivation::Compat } else { Derivation::Rfc8446 };
-    let port = TlsPort::configured(mode == "required", psk.clone(), d);
-    listener
-        .with_tls(port)
-        .map_err(|_| anyhow!("--tls is NVMe/TCP's secure channel: it needs --transport tcp"))
+    let tls = TlsConfig {
+        psk: psk.clone(),
+        identity: 1,
+        derivation: if a.tls_compat { Derivation::Compat } else { Derivation::Rfc8446 },
+        required: mode == "required",
+    };
+    Ok(listener.with_tls(tls.port())?)
 }
 
 /// The allow-list and secrets the flags give.

@@ -83,6 +83,10 @@ pub(crate) struct DemoArgs {
     /// RDMA, oneshot registers and sends in one call.
     #[arg(long, default_value = "tcp", value_parser = TransportType::parse)]
     transport: TransportType,
+    /// NVMe/TCP over TLS 1.3 with a fresh PSK, in software (the NICs see
+    /// ciphertext, so they offload nothing).
+    #[arg(long)]
+    tls: bool,
     /// Map transfers from this size (default: the NIC's threshold, 32k).
     #[arg(long, value_parser = parse_threshold)]
     ddp_threshold: Option<u32>,
@@ -129,6 +133,7 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
         kato: Duration::ZERO,
         io_timeout: Duration::ZERO,
         transport: a.transport,
+        tls: a.tls,
         baseline: a.baseline,
         jobs: a.jobs,
     };
@@ -156,7 +161,12 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
         let mode = if report.simulated { "simulated time" } else { "real time" };
         let integrity = match report.transport {
             TransportType::Tcp => {
-                format!("digests: header {}, data {}", on_off(report.hdgst), on_off(report.ddgst))
+                let tls = if report.tls { "TLS 1.3 in software, " } else { "" };
+                format!(
+                    "{tls}digests: header {}, data {}",
+                    on_off(report.hdgst),
+                    on_off(report.ddgst)
+                )
             }
             TransportType::Rdma => format!("MPA CRC {}", on_off(report.ddgst)),
         };

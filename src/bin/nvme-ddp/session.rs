@@ -7,17 +7,15 @@ use anyhow::{Context, Result, bail};
 use clap::{ArgAction, Args};
 use nvme_ddp::app::{HostApp, Stoppable};
 use nvme_ddp::driver::clock::Clock;
-use nvme_ddp::driver::transport::TransportType;
+use nvme_ddp::driver::transport::{TlsConfig, TransportType};
 use nvme_ddp::driver::{kernel_tcp, smoltcp};
 use nvme_ddp::report::OffloadReport;
 use nvme_of::Digests;
 use nvme_of::auth::Secret;
 use nvme_of::host::{DhchapSecrets, Host, HostConfig};
-use nvme_tcp::tls::host::TlsClient;
 use nvme_tcp::tls::{ConfiguredPsk, Derivation};
 use smoltcp_glue::Stack;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 use ulp_ddp::Caps;
 
@@ -144,18 +142,19 @@ pub(crate) fn host_config(a: &ConnectArgs, subnqn: String) -> HostConfig {
 impl ConnectArgs {
     /// The host this run speaks with: over TLS when asked.
     pub(crate) fn host(&self, cfg: HostConfig, oneshot: bool, mtu: usize) -> Result<Host> {
-        let Some(psk) = self.tls_key.as_ref().filter(|_| self.tls) else {
-            return Ok(self.transport.host(cfg, oneshot, mtu));
+        let tls = match self.tls_key.as_ref().filter(|_| self.tls) {
+            Some(_) if self.transport != TransportType::Tcp => {
+                bail!("{}", nvme_ddp::driver::transport::NoTlsOverRdma)
+            }
+            Some(psk) => Some(TlsConfig {
+                psk: psk.clone(),
+                identity: self.tls_identity,
+                derivation: if self.tls_compat { Derivation::Compat } else { Derivation::Rfc8446 },
+                required: true,
+            }),
+            None => None,
         };
-        if self.transport != TransportType::Tcp {
-            bail!("--tls is NVMe/TCP's secure channel: it needs --transport tcp");
-        }
-        let d = if self.tls_compat { Derivation::Compat } else { Derivation::Rfc8446 };
-        let (identity, tls) = psk.tls_psk(self.tls_identity, &cfg.hostnqn, &cfg.subnqn, d);
-        tracing::debug!(%identity, "offering TLS PSK identity");
-        let tcp = nvme_tcp::host::Tcp { digests: cfg.digests, maxr2t: cfg.maxr2t };
-        let client = TlsClient { identity, psk: tls };
-        Ok(Host::new(cfg, Arc::new(nvme_tcp::tls::host::SecureTcp { tcp, client })))
+        Ok(self.transport.host_with(cfg, oneshot, mtu, tls.as_ref()))
     }
 }
 
