@@ -62,7 +62,11 @@ pub fn framer(data: &[u8]) {
 }
 
 use crate::controller::{Connection, Tcp};
+use crate::tls::controller::{SecureTcp, TlsPort};
+use crate::tls::host::TlsClient;
+use crate::tls::{ConfiguredPsk, Derivation, PskHash};
 use nvme_of::auth::Secret;
+use nvme_of::controller::Transport as _;
 use nvme_of::controller::{Access, ControllerQueue, HostKeys, Target, TargetConfig};
 use nvme_of::host::{DhchapSecrets, HostConfig, HostEvent, Io, IoKind};
 use nvme_of::namespace::Namespace;
@@ -205,7 +209,9 @@ pub fn host(data: &[u8], ns: Arc<dyn Namespace>) {
 /// Byte 0: bit 0 picks from the first byte (ICReq onwards) or an I/O queue
 /// after a real host's bring-up; bit 1 makes the subsystem admit only the
 /// default host, authenticated (DH-HMAC-CHAP), so the bytes meet AUTH
-/// messages; byte 1 is the size of the pieces. Nothing panics, and once
+/// messages; bit 2, from the first byte, puts a port that requires TLS
+/// under the connection, so the bytes meet the TLS handshake and records;
+/// byte 1 is the size of the pieces. Nothing panics, and once
 /// every connection has closed no controller is left behind. `ns` (at
 /// least 1 MiB) is the controller's one namespace.
 pub fn controller(data: &[u8], ns: Arc<dyn Namespace>) {
@@ -219,7 +225,9 @@ pub fn controller(data: &[u8], ns: Arc<dyn Namespace>) {
     };
     let access = if auth { auth_access() } else { Access::any_host() };
     let mut w = pair_with(cfg, ns, access);
-    let mut conn: Box<dyn ControllerQueue> = if mode & 1 == 0 {
+    let mut conn: Box<dyn ControllerQueue> = if mode & 1 == 0 && mode & 4 != 0 {
+        tls_port().accept(w.target.clone(), None, w.now)
+    } else if mode & 1 == 0 {
         Box::new(Connection::new(w.target.clone(), None))
     } else {
         w.run_for(Duration::from_millis(50));
@@ -276,6 +284,42 @@ pub fn auth_transcript(ns: Arc<dyn Namespace>) -> Vec<u8> {
     }));
     w.run_for(Duration::from_millis(50));
     assert!(w.host.is_ready(), "authenticated bring-up failed: {:?}", w.events);
+    let bytes = sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    bytes.clone()
+}
+
+/// The PSK of the fuzzed TLS port.
+fn tls_psk() -> ConfiguredPsk {
+    ConfiguredPsk::new(&[0x5a; 32], Some(PskHash::Sha256)).expect("a 32-byte PSK")
+}
+
+fn tls_port() -> SecureTcp {
+    SecureTcp(TlsPort::configured(true, tls_psk(), Derivation::Rfc8446))
+}
+
+/// What a real host sends on its admin queue to a TLS port (ClientHello,
+/// Finished, then records), as input to [`controller`] from the first byte
+/// with TLS on: played again, its records are under keys the new
+/// handshake does not make. Seeds the fuzz corpus.
+pub fn tls_transcript(ns: Arc<dyn Namespace>) -> Vec<u8> {
+    let cfg = HostConfig { subnqn: NQN.into(), ..HostConfig::default() };
+    let (identity, psk) = tls_psk().tls_psk(1, &cfg.hostnqn, &cfg.subnqn, Derivation::Rfc8446);
+    let tcp = crate::host::Tcp { digests: cfg.digests, maxr2t: cfg.maxr2t };
+    let transport = crate::tls::host::SecureTcp { tcp, client: TlsClient { identity, psk } };
+    let host = nvme_of::host::Host::new(cfg, Arc::new(transport));
+    let target =
+        Target::new(TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() }, vec![ns])
+            .expect("target");
+    let mut w = Pair::new(host, Arc::new(tls_port()), target);
+    let sent = Arc::new(std::sync::Mutex::new(vec![4u8, 255]));
+    let into = sent.clone();
+    w.h2c_filter = Some(Box::new(move |qid, bytes: &mut Vec<u8>| {
+        if qid == 0 {
+            into.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(bytes);
+        }
+    }));
+    w.run_for(Duration::from_millis(50));
+    assert!(w.host.is_ready(), "bring-up over TLS failed: {:?}", w.events);
     let bytes = sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     bytes.clone()
 }

@@ -51,3 +51,14 @@ fn a_replayed_authentication_closes_cleanly_wherever_it_is_cut() {
         nvme_tcp::fuzzing::controller(&transcript[..end], ram());
     }
 }
+
+/// A real host's TLS admin queue played again to a fresh TLS port, whole
+/// and cut every 13 bytes: the controller closes cleanly wherever.
+#[test]
+fn a_replayed_tls_session_closes_cleanly_wherever_it_is_cut() {
+    let transcript = nvme_tcp::fuzzing::tls_transcript(ram());
+    assert_eq!(transcript[2], 0x16, "a ClientHello first");
+    for end in (2..transcript.len()).step_by(13).chain([transcript.len()]) {
+        nvme_tcp::fuzzing::controller(&transcript[..end], ram());
+    }
+}
