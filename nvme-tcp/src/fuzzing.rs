@@ -274,8 +274,13 @@ pub fn auth_transcript(ns: Arc<dyn Namespace>) -> Vec<u8> {
         dhchap: Some(DhchapSecrets { key: auth_secret(), ctrl_key: None }),
         ..HostConfig::default()
     };
-    let mut w = pair_with(cfg, ns, auth_access());
-    let sent = Arc::new(std::sync::Mutex::new(vec![2u8, 255]));
+    admin_stream(pair_with(cfg, ns, auth_access()), 2)
+}
+
+/// What the host of `w` sends on its admin queue until it is ready, after
+/// the [`controller`] mode byte `mode` and a piece size of 255.
+fn admin_stream(mut w: Pair, mode: u8) -> Vec<u8> {
+    let sent = Arc::new(std::sync::Mutex::new(vec![mode, 255]));
     let into = sent.clone();
     w.h2c_filter = Some(Box::new(move |qid, bytes: &mut Vec<u8>| {
         if qid == 0 {
@@ -283,7 +288,7 @@ pub fn auth_transcript(ns: Arc<dyn Namespace>) -> Vec<u8> {
         }
     }));
     w.run_for(Duration::from_millis(50));
-    assert!(w.host.is_ready(), "authenticated bring-up failed: {:?}", w.events);
+    assert!(w.host.is_ready(), "bring-up failed: {:?}", w.events);
     let bytes = sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     bytes.clone()
 }
@@ -310,16 +315,5 @@ pub fn tls_transcript(ns: Arc<dyn Namespace>) -> Vec<u8> {
     let target =
         Target::new(TargetConfig { subnqn: NQN.into(), ..TargetConfig::default() }, vec![ns])
             .expect("target");
-    let mut w = Pair::new(host, Arc::new(tls_port()), target);
-    let sent = Arc::new(std::sync::Mutex::new(vec![4u8, 255]));
-    let into = sent.clone();
-    w.h2c_filter = Some(Box::new(move |qid, bytes: &mut Vec<u8>| {
-        if qid == 0 {
-            into.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(bytes);
-        }
-    }));
-    w.run_for(Duration::from_millis(50));
-    assert!(w.host.is_ready(), "bring-up over TLS failed: {:?}", w.events);
-    let bytes = sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    bytes.clone()
+    admin_stream(Pair::new(host, Arc::new(tls_port()), target), 4)
 }

@@ -5,7 +5,7 @@
 use nvme_ddp::report::human_bytes;
 use nvme_ddp::size::{format_size, parse_size};
 use nvme_ddp::workload::Rw;
-use nvme_of::auth::{DhGroup, Hash, Secret, SecretError};
+use nvme_of::auth::{DhGroup, Hash, Secret};
 use nvme_tcp::tls::ConfiguredPsk;
 use smoltcp_glue::Via;
 use std::net::SocketAddr;
@@ -127,9 +127,13 @@ pub(crate) fn parse_nqn(s: &str) -> Result<String, String> {
         .map_err(|why| format!("{s:?} is not an NQN: {why}"))
 }
 
-/// A DH-HMAC-CHAP secret, as `nvme gen-dhchap-key` prints it, or `@FILE`
-/// holding one. Errors name the file, never the secret.
-pub(crate) fn parse_secret(s: &str) -> Result<Secret, String> {
+/// A key given as it is or as `@FILE` holding it; errors name the file,
+/// never the key.
+fn key_or_file<T>(s: &str) -> Result<T, String>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
     match s.strip_prefix('@') {
         Some(path) => {
             let text = zeroize::Zeroizing::new(
@@ -137,8 +141,13 @@ pub(crate) fn parse_secret(s: &str) -> Result<Secret, String> {
             );
             text.parse().map_err(|e| format!("{path}: {e}"))
         }
-        None => s.parse().map_err(|e: SecretError| e.to_string()),
+        None => s.parse().map_err(|e: T::Err| e.to_string()),
     }
+}
+
+/// A DH-HMAC-CHAP secret, as `nvme gen-dhchap-key` prints it, or `@FILE`.
+pub(crate) fn parse_secret(s: &str) -> Result<Secret, String> {
+    key_or_file(s)
 }
 
 /// A parser for arguments that hold a secret: clap would quote the value
@@ -165,18 +174,9 @@ impl<T: Clone + Send + Sync + 'static> clap::builder::TypedValueParser for Secre
     }
 }
 
-/// A configured TLS PSK, as `nvme gen-tls-key` prints it, or `@FILE`
-/// holding one. Errors name the file, never the key.
+/// A configured TLS PSK, as `nvme gen-tls-key` prints it, or `@FILE`.
 pub(crate) fn parse_tls_key(s: &str) -> Result<ConfiguredPsk, String> {
-    match s.strip_prefix('@') {
-        Some(path) => {
-            let text = zeroize::Zeroizing::new(
-                std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?,
-            );
-            text.parse().map_err(|e| format!("{path}: {e}"))
-        }
-        None => s.parse().map_err(|e: nvme_tcp::tls::PskError| e.to_string()),
-    }
+    key_or_file(s)
 }
 
 /// `NQN=SECRET`: a host's secret on the controller (SECRET as above).
