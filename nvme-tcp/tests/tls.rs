@@ -127,3 +127,21 @@ fn discovery_says_the_port_requires_tls_1_3() {
         assert_eq!((e.treq & 3, e.tsas[0]), (treq, log::SECTYPE_TLS13));
     }
 }
+
+/// A controller that refuses the handshake by closing, without an alert
+/// (tlshd under nvmet does so): the host says the handshake failed.
+#[test]
+fn a_close_during_the_handshake_is_a_failed_handshake() {
+    let mut h = host(cfg(SUBNQN, Digests::NONE), &configured());
+    let qid = h.poll_connect().unwrap();
+    h.connected(qid, nvme_of::Instant::ZERO);
+    let mut buf = vec![0u8; 4096];
+    assert!(h.poll_transmit(qid, &mut buf) > 0, "a ClientHello");
+    h.transport_closed(qid, nvme_of::Instant::ZERO);
+    let failed = std::iter::from_fn(|| h.poll_event()).find_map(|e| match e {
+        HostEvent::Failed(e) => Some(e.to_string()),
+        _ => None,
+    });
+    let failed = failed.expect("the association failed");
+    assert!(failed.contains("TLS handshake failed"), "{failed}");
+}

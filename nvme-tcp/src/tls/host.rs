@@ -139,6 +139,13 @@ impl HostQueue for Secured {
     }
 
     fn transport_closed(&mut self) {
+        // A controller (tlshd under nvmet) that refuses the handshake may
+        // just close, without an alert: still a handshake that failed.
+        if self.channel.as_ref().is_some_and(|c| !c.is_established()) {
+            self.fail(TlsError::Handshake(
+                "the controller closed the connection during the handshake (a PSK or identity it does not hold?)".into(),
+            ));
+        }
         self.inner.transport_closed();
     }
 
