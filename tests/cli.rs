@@ -674,7 +674,7 @@ fn demo_jobs_run_at_once_and_add_up() {
 #[test]
 fn vm_scripts_take_their_namespace_prefix_from_the_environment() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vm");
-    for script in ["interop.sh", "selftest.sh"] {
+    for script in ["interop.sh", "selftest.sh", "auth-interop.sh", "tls-interop.sh"] {
         let o = Command::new("bash")
             .arg(format!("{dir}/{script}"))
             .env("NVME_DDP_NETNS_PREFIX", "no/such name")

@@ -169,7 +169,8 @@ done
 # capture_stop. A large buffer: the guest's bursts must not be dropped.
 capture_start() {
 	: >"$TMP/$1.dumpcap.log"
-	in_ns dumpcap -q -i br0 -B 64 -s 0 -f "$2" -w "$TMP/$1.pcap" >"$TMP/$1.dumpcap.log" 2>&1 &
+	# (ip netns exec execs dumpcap: $! is dumpcap itself, which SIGINT stops.)
+	ip netns exec "$NS" dumpcap -q -i br0 -B 64 -s 0 -f "$2" -w "$TMP/$1.pcap" >"$TMP/$1.dumpcap.log" 2>&1 &
 	CAP_PID=$!
 	for _ in $(seq 100); do
 		grep -q "Capturing on" "$TMP/$1.dumpcap.log" && return 0
@@ -216,7 +217,7 @@ capture_start ctrl-smoltcp "host $SMOL_CTRL_IP and tcp port $PORT" || exit 1
 
 # --- the guest ------------------------------------------------------------------
 envs=()
-for v in NQN TARGET_NQN PORT SIGNAL_PORT LH0 LH1 LH2 LHW OH0 OH1 TLS_KEY WRONG_KEY; do
+for v in NQN TARGET_NQN PORT SIGNAL_PORT SMOL_HOST_IP LH0 LH1 LH2 LHW OH0 OH1 TLS_KEY WRONG_KEY; do
 	envs+=(--env "$v=${!v}")
 done
 "$HERE/run-guest.sh" --suite trixie --cache "$CACHE_DIR" --netns "$NS" --tap tap0 --ip "$GUEST_IP/24" \
@@ -264,7 +265,8 @@ signal() {
 	return 1
 }
 # guest_check KIND WHAT: the guest holds the kernel's and tlshd's lines
-# since its last check to KIND (clean, handshake-failed, clear) and says so.
+# since its last check to KIND (clean, wrong-psk, no-key, clear) and says
+# so.
 checks=0
 guest_check() {
 	checks=$((checks + 1))
@@ -316,13 +318,18 @@ if ((ready)); then
 		--tap tap2 --ip "$SMOL_HOST_IP/24" --hostnqn "$OH1" --tls --tls-key "$TLS_KEY" "${TLS[@]}" \
 		--tls-identity 1 --ddgst "${IO[@]}"
 	guest_check clean our host over TLS
+	# The refused handshakes are captured too: what tlshd answers.
+	capture_start host-refused "host $GUEST_IP and tcp port $PORT" || host_failures=$((host_failures + 1))
 	our_host "our host -> nvmet TLS port: TLS PSK from another configured PSK" "TLS handshake failed" \
 		--hostnqn "$OH0" --tls --tls-key "$WRONG_KEY" "${TLS[@]}" --tls-identity 0 "${IO[@]}"
-	guest_check handshake-failed our host with another configured PSK
+	guest_check wrong-psk our host with another configured PSK
 	our_host "our host -> nvmet TLS port: identity v1 where nvmet has only v0's key" "TLS handshake failed" \
 		--hostnqn "$OH0" --tls --tls-key "$TLS_KEY" "${TLS[@]}" --tls-identity 1 "${IO[@]}"
-	guest_check handshake-failed our host with an identity nvmet has no key for
-	our_host "our host -> nvmet TLS port: in the clear" "." \
+	guest_check no-key our host with an identity nvmet has no key for
+	capture_stop
+	# nvmet gives the ICReq to tlshd as if it were a ClientHello, which
+	# fails, and closes the connection.
+	our_host "our host -> nvmet TLS port: in the clear" "queue 0: transport closed" \
 		--hostnqn "$OH0" "${IO[@]}"
 	guest_check clear our host in the clear
 	verdict=done
@@ -437,7 +444,7 @@ unhex() { printf '%b' "$(sed 's/[^0-9a-fA-F]//g; s/../\\x&/g' <<<"$1")"; }
 # with application data both ways in at least one, and its handshakes are
 # TLS 1.3, TLS_AES_128_GCM_SHA256, (EC)DHE, the PSK identity IDENTITY_ERE.
 check_capture() {
-	local name=$1 what=$2 want_id=$3 pcap=$TMP/$1.pcap walk ids suites groups lost
+	local name=$1 what=$2 want_id=$3 pcap=$TMP/$1.pcap walk ids suites lost
 	[[ -s $pcap ]] || { say "FAIL capture $what: no capture"; host_failures=$((host_failures + 1)); return; }
 	walk=$(tls_walk "$pcap")
 	echo "$walk" >"$TMP/$name.walk.log"
@@ -447,7 +454,7 @@ check_capture() {
 	local data=$(awk '$2 == "client" && $3 == "OK" { split($8, a, "="); if (a[2] > 0) c[$1] = 1 }
 		$2 == "server" && $3 == "OK" { split($8, a, "="); if (a[2] > 0) s[$1] = 1 }
 		END { n = 0; for (k in c) if (k in s) n++; print n }' <<<"$walk")
-	local app=$(awk '{ split($8, a, "="); n += a[2]; split($9, b, "="); m += b[2] } END { printf "%d records, %d bytes", n, m }' <<<"$walk")
+	local app=$(awk '{ split($8, a, "="); n += a[2]; split($9, b, "="); m += b[2] } END { printf "%d application data records, %d bytes in all records", n, m }' <<<"$walk")
 	# What tshark makes of the handshakes (port 4420 is NVMe/TCP's to it).
 	local T=(tshark -n -r "$pcap" -d "tcp.port==$PORT,tls")
 	ids=$("${T[@]}" -Y 'tls.handshake.type == 1' -T fields -e tls.handshake.extensions.psk.identity.identity 2>/dev/null |
@@ -455,7 +462,7 @@ check_capture() {
 	suites=$("${T[@]}" -Y 'tls.handshake.type == 2' -T fields -e tls.handshake.ciphersuite \
 		-e tls.handshake.extensions.supported_version -e tls.handshake.extensions_key_share_group \
 		-e tls.handshake.extensions.psk.identity.selected 2>/dev/null | sort | uniq -c | sed 's/^ *//' | tr '\t' ' ' | paste -sd';')
-	local summary="$streams TCP streams, application data both ways in $data; $app of TLS records;" 
+	local summary="$streams TCP streams, application data both ways in $data; $app;"
 	summary+=" ClientHello PSK identities: ${ids:-none}; ServerHello (suite, version, group, selected): ${suites:-none}"
 	if ((badl == 0 && data > 0)) && grep -qE "$want_id" <<<"$ids" && [[ -n $suites ]] &&
 		! grep -qvE '^[0-9]+ 0x1301 0x0304 [0-9a-fx]+ 0$' <<<"$(tr ';' '\n' <<<"$suites")"; then
@@ -468,6 +475,22 @@ check_capture() {
 }
 check_capture ctrl-smoltcp "Linux host -> our smoltcp controller" "NVMe[01]R01 $LH0 $NQN"
 ((ready)) && check_capture host-nvmet "our host -> nvmet" "NVMe1R01 $OH1 $TARGET_NQN [A-Za-z0-9+/]{43}="
+# The refused handshakes: our host sent only TLS (its ClientHello); what
+# nvmet's tlshd answered is reported (1.0.0 sends no alert: the connection
+# is closed under the ClientHello).
+if ((ready)) && [[ -s $TMP/host-refused.pcap ]]; then
+	walk=$(tls_walk "$TMP/host-refused.pcap")
+	echo "$walk" >"$TMP/host-refused.walk.log"
+	answers=$(awk '$2 == "server" { print $4 == "records=0" ? "nothing" : $7 }' <<<"$walk" | sort | uniq -c |
+		sed 's/^ *//' | paste -sd',')
+	if ! grep -q ' BAD ' <<<"$walk" && [[ $(grep -c ' client OK records=1 handshake=1 ' <<<"$walk") == 2 ]]; then
+		say "ok   capture our host -> nvmet, refused: a ClientHello alone in each of 2 connections; nvmet (tlshd) answered: $answers"
+	else
+		say "FAIL capture our host -> nvmet, refused: streams:"
+		sed 's/^/  /' <<<"$walk"
+		host_failures=$((host_failures + 1))
+	fi
+fi
 
 if ((VERBOSE)); then
 	for f in "$TMP"/guest.out "$TMP"/*.log; do

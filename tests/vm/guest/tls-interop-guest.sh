@@ -74,8 +74,13 @@ tlshd_take() {
 	TL=$(tail -c +$((tlshd_off + 1)) "$TLSHD_LOG" | head -c $((_sz - tlshd_off)))
 	tlshd_off=$_sz
 }
-# What tlshd logs when something failed (its handshake or a key).
-tlshd_complaints() { echo "$1" | grep -iE 'fail|error|gnutls' || true; }
+# What tlshd logs when something failed (its handshake or a key), less
+# what every handshake logs: the path of GnuTLS's system config, and
+# (were a peer's address not in /etc/hosts) getnameinfo's failure.
+tlshd_complaints() {
+	echo "$1" | grep -iE 'fail|error|gnutls|alert' |
+		grep -vE 'System config file: |Temporary failure in name resolution' || true
+}
 tlshd_alive() {
 	kill -0 "$TLSHD_PID" 2>/dev/null || bad "tlshd is gone: $(tail -n 5 "$TLSHD_LOG" | tr '\n' ';')"
 }
@@ -172,15 +177,18 @@ connect_ok() {
 	[ -z "$_tc" ] || { bad "$_what: tlshd complained: $(echo "$_tc" | tr '\n' ';')"; return 1; }
 	[ "$_hs" -ge 2 ] || { bad "$_what: tlshd logged $_hs successful handshakes (admin and I/O queues)"; return 1; }
 	_id=$(echo "$TL" | sed -n 's/.*Using psk identity \(.*\)$/\1/p' | sort -u | paste -sd'|')
+	echo "$_id" | grep -qE "^NVMe[01]R01 $_hostnqn $NQN( [A-Za-z0-9+/]{43}=)?\$" ||
+		{ bad "$_what: tlshd offered identity '$_id'"; return 1; }
 	ok "$_what: nvme connect took ${_took}s -> $_dev, fio 8 MiB randwrite verified ($_bw);" \
-		"tls_key $_key, tlshd: $_hs handshakes, identity ${_id:-?}"
+		"tls_key $_key, tlshd: $_hs successful handshakes, identity ${_id:-?}"
 }
 
 # connect_fails WHAT ADDR:PORT HOSTNQN WANT ALLOW TLSHD ARGS...: nvme
 # connect must fail and leave no controller and no namespace; the kernel
 # must log WANT ("" for nothing in particular), and every complaint among
 # the lines the attempt caused must match ALLOW (both grep -E); tlshd's
-# lines must match TLSHD ("" for none at all: no handshake was asked for).
+# complaints must match TLSHD, and one at least ("" for no line at all: no
+# handshake was asked for).
 connect_fails() {
 	_what=$1 _addr=${2%:*} _port=${2##*:} _hostnqn=$3 _want=$4 _allow=$5 _tlshd=$6
 	shift 6
@@ -211,6 +219,8 @@ connect_fails() {
 	if [ -z "$_tlshd" ]; then
 		[ -z "$TL" ] || { bad "$_what: tlshd was asked for a handshake: $(echo "$TL" | tr '\n' ';')"; return 1; }
 	else
+		_other=$(tlshd_complaints "$TL" | grep -vE "$_tlshd" || true)
+		[ -z "$_other" ] || { bad "$_what: unexpected tlshd complaints: $(echo "$_other" | tr '\n' ';')"; return 1; }
 		echo "$TL" | grep -qE "$_tlshd" || { bad "$_what: tlshd did not log /$_tlshd/"; return 1; }
 	fi
 	ok "$_what: refused (nvme connect: $(echo "$_out" | tail -n1));" \
@@ -218,6 +228,10 @@ connect_fails() {
 }
 
 # --- 0. tlshd ----------------------------------------------------------------
+# tlshd names each peer (getnameinfo): the guest has no resolver.
+printf '%s\tbridge\n%s\tsmoltcp-controller\n%s\tsmoltcp-host\n%s\tguest\n' \
+	"${CTRL_TCP%:*}" "${CTRL_SMOLTCP%:*}" "${SMOL_HOST_IP:?}" "$GUEST_ADDR" >>/etc/hosts
+
 # .nvme (nvme-keyring) must exist before tlshd starts, which links it into
 # its session keyring, and before nvmet creates a port (the port's keyring).
 for m in nvme-keyring tls nvme-tcp; do modprobe "$m" || fail "modprobe $m"; done
@@ -278,18 +292,20 @@ connect_ok "Linux host -> our kernel-TCP controller: nvme connect --tls-key=KEY 
 connect_ok "Linux host -> our smoltcp controller: identity v0" "$CTRL_SMOLTCP" "$LH0" "$S0" --tls
 connect_ok "Linux host -> our smoltcp controller: identity v1, data digest" "$CTRL_SMOLTCP" "$LH1" "$S1" --tls --data-digest
 
-# A PSK the controller cannot derive: the handshake fails in tlshd (the
-# controller refuses the binder), the host gives up on queue 0.
-TLS_FAILED='queue 0: TLS handshake failed|failed to connect socket|failed to connect queue: 0 ret=|TLS handshake'
+# A PSK the controller cannot derive: our controller refuses the binder
+# with a fatal alert (GnuTLS: -12, GNUTLS_E_FATAL_ALERT_RECEIVED), tlshd
+# reports EACCES and the host gives up on queue 0.
+TLS_FAILED='queue 0: TLS handshake complete, error -13$'
+TLSHD_FAILED="unhandled error -12, returning EACCES|Handshake with '[^']*' \\([0-9.]+\\) failed"
 connect_fails "Linux host -> our kernel-TCP controller: TLS PSK from another configured PSK" "$A" "$LHW" \
-	'' "$TLS_FAILED" 'Handshake with .* failed' --tls
+	"$TLS_FAILED" "$TLS_FAILED" "$TLSHD_FAILED" --tls
 connect_fails "Linux host -> our smoltcp controller: TLS PSK from another configured PSK" "$CTRL_SMOLTCP" "$LHW" \
-	'' "$TLS_FAILED" 'Handshake with .* failed' --tls
+	"$TLS_FAILED" "$TLS_FAILED" "$TLSHD_FAILED" --tls
 # In the clear on a port that requires TLS: our controller closes the
 # connection at the ICReq; tlshd is not involved.
-CLEAR_REFUSED='failed to receive icresp|failed to connect queue: 0 ret=|Connection reset|ret=-104|ret=-32'
+CLEAR_REFUSED='nvme_tcp: queue 0: failed to receive icresp, error -104$'
 connect_fails "Linux host -> our kernel-TCP controller: in the clear on the TLS-required port" "$A" "$LH0" \
-	'' "$CLEAR_REFUSED" ''
+	"$CLEAR_REFUSED" "$CLEAR_REFUSED" ''
 # The port with TLS optional: in the clear and over TLS.
 connect_ok "Linux host -> our kernel-TCP controller, TLS optional: in the clear" "$CTRL_OPTIONAL" "$LH0" clear
 connect_ok "Linux host -> our kernel-TCP controller, TLS optional: identity v0" "$CTRL_OPTIONAL" "$LH0" "$S0" --tls
@@ -348,23 +364,35 @@ while :; do
 		# What each kind must show (WANT among the kernel lines, TWANT
 		# among tlshd's) and may show (every kernel complaint must match
 		# ALLOW, every tlshd one TALLOW).
+		# tlshd's server fails a handshake with EACCES and sends no
+		# alert (ktls-utils 1.0.0 sends none); nvmet then shuts the
+		# connection down, logging nothing.
+		failed="Handshake with '[^']*' \\([0-9.]+\\) failed\$"
 		case $kind in
 		clean)
 			want='nvmet: creating nvm controller' allow='^$'
 			twant='was successful' tallow='^$'
 			;;
-		handshake-failed)
-			# tlshd's server refuses the binder (or knows no such
-			# identity) and fails the handshake; nvmet drops the queue.
-			want='' allow='nvmet_tcp: queue [0-9]+: TLS handshake'
-			twant='Handshake with .* failed' tallow='Handshake with .* failed|gnutls|key search error|failed to search'
+		wrong-psk)
+			# The binder does not verify: GnuTLS's
+			# GNUTLS_E_RECEIVED_ILLEGAL_PARAMETER (-55).
+			want='' allow='^$'
+			twant='unhandled error -55, returning EACCES'
+			tallow="$twant|$failed"
+			;;
+		no-key)
+			# No key in .nvme for the identity offered.
+			want='' allow='^$'
+			twant="failed to search 'psk' key 'NVMe1R01 $OH0 $TARGET_NQN "
+			tallow="$twant|unhandled error -31, returning EACCES|$failed"
 			;;
 		clear)
 			# nvmet hands the connection to tlshd all the same (TLS
 			# required: no peek at the first PDU); GnuTLS finds no
-			# ClientHello in the ICReq.
-			want='' allow='nvmet_tcp: queue [0-9]+: TLS handshake'
-			twant='Handshake with .* failed' tallow='Handshake with .* failed|gnutls'
+			# ClientHello in the ICReq: GNUTLS_E_UNEXPECTED_PACKET (-15).
+			want='' allow='^$'
+			twant='unhandled error -15, returning EACCES'
+			tallow="$twant|$failed"
 			;;
 		*)
 			want='^$' allow='^$' twant='^$' tallow='^$'
@@ -384,7 +412,7 @@ while :; do
 		else
 			_id=$(echo "$TL" | sed -n 's/.*Using psk identity \(.*\)$/\1/p' | sort -u | paste -sd'|')
 			ok "$what: kernel: $( [ -n "$c" ] && echo "$c" | oneline || echo "no complaint, $(echo "$log" | grep -c 'creating nvm controller') controllers");" \
-				"tlshd: $hs handshakes$( [ -n "$tc" ] && echo ", $(echo "$tc" | sed 's/^tlshd\[[0-9]*\]: //' | sort -u | paste -sd';')")${_id:+, identity $_id}"
+				"tlshd: $hs successful handshakes$( [ -n "$tc" ] && echo ", $(echo "$tc" | sed 's/^tlshd\[[0-9]*\]: //' | sort -u | paste -sd';')")${_id:+, identity $_id}"
 		fi
 		n=$((n + 1))
 		echo "GUEST-CHECKED $n"
