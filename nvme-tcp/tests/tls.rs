@@ -145,3 +145,22 @@ fn a_close_during_the_handshake_is_a_failed_handshake() {
     let failed = failed.expect("the association failed");
     assert!(failed.contains("TLS handshake failed"), "{failed}");
 }
+
+/// A controller that never answers the ClientHello: the handshake is
+/// given up after 10 s, as Linux's host gives it up.
+#[test]
+fn a_handshake_nobody_answers_times_out() {
+    let mut h = host(cfg(SUBNQN, Digests::NONE), &configured());
+    let qid = h.poll_connect().unwrap();
+    h.connected(qid, nvme_of::Instant::ZERO);
+    let mut buf = vec![0u8; 4096];
+    assert!(h.poll_transmit(qid, &mut buf) > 0, "a ClientHello");
+    let at = h.poll_timeout().expect("a handshake deadline");
+    assert!(at <= nvme_of::Instant::ZERO + std::time::Duration::from_secs(10));
+    h.handle_timeout(at);
+    let failed = std::iter::from_fn(|| h.poll_event()).find_map(|e| match e {
+        HostEvent::Failed(e) => Some(e.to_string()),
+        _ => None,
+    });
+    assert!(failed.expect("failed").contains("did not complete it in 10 s"));
+}

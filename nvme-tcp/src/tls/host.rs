@@ -30,7 +30,13 @@ pub struct SecureTcp {
 impl Transport for SecureTcp {
     fn queue(&self, qid: u16, size: u16, inline: usize) -> Box<dyn HostQueue> {
         let inner = self.tcp.queue(qid, size, inline);
-        Box::new(Secured { inner, client: self.client.clone(), channel: None, failed: None })
+        Box::new(Secured {
+            inner,
+            client: self.client.clone(),
+            channel: None,
+            failed: None,
+            handshake_by: None,
+        })
     }
 
     fn binding(&self) -> Binding {
@@ -43,7 +49,12 @@ struct Secured {
     client: TlsClient,
     channel: Option<Box<Channel>>,
     failed: Option<TlsError>,
+    /// Until the handshake is done: when it is given up.
+    handshake_by: Option<Instant>,
 }
+
+/// How long a handshake may take (Linux's `tls_handshake_timeout`).
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Secured {
     fn fail(&mut self, e: TlsError) {
@@ -58,7 +69,7 @@ impl HostQueue for Secured {
             Ok(s) => self.channel = Some(Box::new(Channel::new(s))),
             Err(e) => self.fail(e),
         }
-        let _ = now;
+        self.handshake_by = Some(now + HANDSHAKE_TIMEOUT);
     }
 
     /// A NIC sees only ciphertext: nothing to offload.
@@ -95,6 +106,7 @@ impl HostQueue for Secured {
         };
         if !was && ch.is_established() {
             // The handshake is done: the NVMe/TCP queue starts (ICReq).
+            self.handshake_by = None;
             self.inner.connected(now);
         }
         let inner = &mut self.inner;
@@ -119,10 +131,14 @@ impl HostQueue for Secured {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.inner.poll_timeout()
+        nvme_of::earliest(self.handshake_by, self.inner.poll_timeout())
     }
 
     fn handle_timeout(&mut self, now: Instant) {
+        if self.handshake_by.is_some_and(|t| now >= t) {
+            self.handshake_by = None;
+            self.fail(TlsError::Handshake("the controller did not complete it in 10 s".into()));
+        }
         self.inner.handle_timeout(now);
     }
 
