@@ -164,3 +164,35 @@ fn a_handshake_nobody_answers_times_out() {
     });
     assert!(failed.expect("failed").contains("did not complete it in 10 s"));
 }
+
+/// More reads at once than the controller queues output for (4 MiB): the
+/// commands it could not take yet wait as plaintext in the TLS layer, and
+/// are handed over as its output drains, with no further input to prompt
+/// it; every read completes.
+#[test]
+fn commands_waiting_under_tls_are_taken_as_output_drains() {
+    use nvme_of::host::Io;
+    let host_cfg = HostConfig { queue_depth: 64, io_queues: 1, ..cfg(SUBNQN, Digests::NONE) };
+    let target =
+        pair::target(TargetConfig::default(), Arc::new(RamNamespace::new(16 << 20, 512).unwrap()));
+    let mut p = Pair::new(host(host_cfg, &configured()), Arc::new(CtrlTls(port(true))), target);
+    p.ready();
+    for tag in 0..64u64 {
+        let io = Io {
+            kind: IoKind::Read,
+            nsid: 1,
+            slba: tag * 256,
+            nlb: 256,
+            buf: Some(IoBuf::new(128 << 10)),
+            tag,
+        };
+        p.host.submit(1, io, p.now).expect("room for 64");
+    }
+    p.run_for(std::time::Duration::from_secs(2));
+    let done = p
+        .events
+        .iter()
+        .filter(|e| matches!(e, HostEvent::Completion { status, .. } if status.is_success()))
+        .count();
+    assert_eq!(done, 64, "{} of 64 reads completed", done);
+}

@@ -20,8 +20,8 @@ pub struct BenchOptions {
     pub qd: Vec<u16>,
     pub ddgst: Vec<bool>,
     /// NVMe/TCP in the clear, over TLS 1.3 (in software: the NIC sees
-    /// ciphertext), or both: an axis of the matrix. RDMA points are run
-    /// in the clear only.
+    /// ciphertext), or both: an axis of the matrix. TLS is NVMe/TCP's:
+    /// there are no RDMA points over it.
     pub tls: Vec<bool>,
     pub offload: Vec<Caps>,
     pub mtu: Vec<usize>,

@@ -7,8 +7,10 @@ use super::session::{TlsError, TlsSession};
 use ulp_ddp::TxSink;
 
 /// Plaintext received and not yet taken by the queue, at most: past it,
-/// the channel takes no more ciphertext until the queue catches up (as the
-/// queue itself pushes back when its output waits).
+/// the channel takes no more ciphertext until the queue has taken some (as
+/// the queue itself pushes back when its output waits). The wrappers hand
+/// waiting plaintext over again whenever the queue may have room: on
+/// input, on output and on timers.
 const PLAIN_LIMIT: usize = 256 * 1024;
 /// What one record carries at most (TLS 1.3's 2^14).
 const RECORD: usize = 16 * 1024;
@@ -18,13 +20,11 @@ pub(crate) struct Channel {
     plain_in: Vec<u8>,
     /// The queue's plaintext, on its way into a record.
     out: Vec<u8>,
-    /// Ciphertext on its way into the sink.
-    wire: Vec<u8>,
 }
 
 impl Channel {
     pub fn new(session: TlsSession) -> Self {
-        Self { session, plain_in: Vec::new(), out: vec![0; RECORD], wire: vec![0; RECORD + 256] }
+        Self { session, plain_in: Vec::new(), out: vec![0; RECORD] }
     }
 
     pub fn is_established(&self) -> bool {
@@ -32,7 +32,8 @@ impl Channel {
     }
 
     /// Ciphertext arrived; how much of it was taken (none while too much
-    /// plaintext waits for the queue).
+    /// plaintext waits for the queue). Plaintext decrypted before a
+    /// failure stays, to be delivered.
     pub fn receive(&mut self, ciphertext: &[u8]) -> Result<usize, TlsError> {
         if self.plain_in.len() >= PLAIN_LIMIT {
             return Ok(0);
@@ -56,11 +57,13 @@ impl Channel {
 
     /// Put ciphertext into `sink`: the handshake's, then the queue's
     /// output (from `produce`) sealed into records, while there is room.
+    /// Returns the bytes put in, and the session's failure if sealing
+    /// failed (what was put in before it still counts).
     pub fn send(
         &mut self,
         sink: &mut dyn TxSink,
         mut produce: impl FnMut(&mut [u8]) -> usize,
-    ) -> Result<usize, TlsError> {
+    ) -> (usize, Option<TlsError>) {
         let mut sent = self.flush(sink);
         while self.session.is_established() && self.session.pending() == 0 && sink.room() > 0 {
             // A record's worth at most, and no more than room for (the
@@ -69,24 +72,19 @@ impl Channel {
             if n == 0 {
                 break;
             }
-            self.session.send(&self.out[..n])?;
+            if let Err(e) = self.session.send(&self.out[..n]) {
+                return (sent + self.flush(sink), Some(e));
+            }
             sent += self.flush(sink);
         }
-        Ok(sent)
+        (sent, None)
     }
 
+    /// Ciphertext into `sink`, as much as it takes; the rest waits.
     fn flush(&mut self, sink: &mut dyn TxSink) -> usize {
-        let mut sent = 0;
-        loop {
-            let room = sink.room().min(self.wire.len());
-            if room == 0 || self.session.pending() == 0 {
-                return sent;
-            }
-            let n = self.session.transmit(&mut self.wire[..room]);
-            let w = sink.write(&self.wire[..n]);
-            debug_assert_eq!(w, n, "the sink had room");
-            sent += w;
-        }
+        let n = sink.write(self.session.unsent());
+        self.session.sent(n);
+        n
     }
 
     /// Ciphertext waiting for room.

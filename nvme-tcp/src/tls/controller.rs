@@ -1,6 +1,8 @@
-//! The controller's side: a port that requires TLS, or offers it (a
-//! connection whose first byte starts a TLS handshake record is taken as
-//! TLS, else as NVMe/TCP in the clear, as nvmet-tcp peeks to decide).
+//! The controller's side: a port that requires TLS, or offers it. On an
+//! optional port a connection whose first byte starts a TLS handshake
+//! record is taken as TLS, any other in the clear (nvmet-tcp peeks at 8
+//! bytes for an ICReq and takes anything else as TLS; both tell a
+//! ClientHello from an ICReq).
 
 use super::channel::Channel;
 use super::psk::{ConfiguredPsk, Derivation};
@@ -70,7 +72,14 @@ impl Transport for SecureTcp {
         let mut c = Connection::with_binding(target, local_addr, self.binding());
         c.core.accepted(now);
         let inner = Box::new(c);
-        Box::new(Secured { inner, mode: Mode::Detect, port: self.0.clone(), close: None })
+        Box::new(Secured {
+            inner,
+            mode: Mode::Detect,
+            port: self.0.clone(),
+            close: None,
+            now,
+            ddp: None,
+        })
     }
 
     /// The discovery log says what the port requires: TSAS secure channel
@@ -98,6 +107,11 @@ struct Secured {
     mode: Mode,
     port: TlsPort,
     close: Option<CloseReason>,
+    /// The latest time passed in, for plaintext handed over on output.
+    now: Instant,
+    /// A device that may offload the connection if it turns out to be in
+    /// the clear (a NIC sees only ciphertext under TLS).
+    ddp: Option<(Arc<dyn DdpDevice>, FlowId)>,
 }
 
 impl Secured {
@@ -106,17 +120,33 @@ impl Secured {
         self.close.get_or_insert(CloseReason::transport(e));
         self.inner.transport_closed();
     }
+
+    /// Hand waiting plaintext to the queue, which may have room again.
+    fn deliver(&mut self) {
+        if let Mode::Tls(ch) = &mut self.mode {
+            let (inner, now) = (&mut self.inner, self.now);
+            ch.deliver(|plain| inner.handle_input(plain, now));
+        }
+    }
 }
 
 impl ControllerQueue for Secured {
-    /// A NIC sees only ciphertext: nothing to offload.
-    fn attach_ddp(&mut self, _dev: Arc<dyn DdpDevice>, _flow: FlowId) {}
+    /// A NIC sees only ciphertext under TLS: it may offload a connection
+    /// in the clear only.
+    fn attach_ddp(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId) {
+        match self.mode {
+            Mode::Clear => self.inner.attach_ddp(dev, flow),
+            Mode::Detect => self.ddp = Some((dev, flow)),
+            Mode::Tls(_) => {}
+        }
+    }
 
     fn is_offloaded(&self) -> bool {
-        false
+        matches!(self.mode, Mode::Clear) && self.inner.is_offloaded()
     }
 
     fn handle_input(&mut self, data: &[u8], now: Instant) -> usize {
+        self.now = now;
         if self.close.is_some() || data.is_empty() {
             return data.len();
         }
@@ -135,39 +165,44 @@ impl ControllerQueue for Secured {
                 ));
                 return data.len();
             } else {
+                if let Some((dev, flow)) = self.ddp.take() {
+                    self.inner.attach_ddp(dev, flow);
+                }
                 Mode::Clear
             };
         }
         match &mut self.mode {
             Mode::Clear => self.inner.handle_input(data, now),
-            Mode::Tls(ch) => {
-                let taken = match ch.receive(data) {
-                    Ok(n) => n,
+            Mode::Tls(_) => {
+                // Room the queue made since, first; then the new bytes.
+                self.deliver();
+                let Mode::Tls(ch) = &mut self.mode else { unreachable!() };
+                let received = ch.receive(data);
+                // What was decrypted before a failure is the peer's too.
+                self.deliver();
+                match received {
+                    Ok(taken) => taken,
                     Err(e) => {
                         self.fail(e);
-                        return data.len();
+                        data.len()
                     }
-                };
-                let inner = &mut self.inner;
-                ch.deliver(|plain| inner.handle_input(plain, now));
-                taken
+                }
             }
             Mode::Detect => unreachable!(),
         }
     }
 
     fn poll_send(&mut self, out: &mut dyn TxSink) -> usize {
+        self.deliver();
         match &mut self.mode {
             Mode::Clear => self.inner.poll_send(out),
             Mode::Tls(ch) => {
                 let inner = &mut self.inner;
-                match ch.send(out, |buf| inner.poll_transmit(buf)) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        self.fail(e);
-                        0
-                    }
+                let (sent, failed) = ch.send(out, |buf| inner.poll_transmit(buf));
+                if let Some(e) = failed {
+                    self.fail(e);
                 }
+                sent
             }
             Mode::Detect => 0,
         }
@@ -183,7 +218,9 @@ impl ControllerQueue for Secured {
     }
 
     fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
         self.inner.handle_timeout(now);
+        self.deliver();
     }
 
     fn is_closed(&self) -> bool {

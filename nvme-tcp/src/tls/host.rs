@@ -35,7 +35,9 @@ impl Transport for SecureTcp {
             client: self.client.clone(),
             channel: None,
             failed: None,
+            dead: false,
             handshake_by: None,
+            now: Instant::ZERO,
         })
     }
 
@@ -48,9 +50,14 @@ struct Secured {
     inner: Box<dyn HostQueue>,
     client: TlsClient,
     channel: Option<Box<Channel>>,
+    /// A failure not yet reported.
     failed: Option<TlsError>,
+    /// The session failed: nothing more goes in or out.
+    dead: bool,
     /// Until the handshake is done: when it is given up.
     handshake_by: Option<Instant>,
+    /// The latest time passed in, for plaintext handed over on output.
+    now: Instant,
 }
 
 /// How long a handshake may take (Linux's `tls_handshake_timeout`).
@@ -58,8 +65,21 @@ const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10
 
 impl Secured {
     fn fail(&mut self, e: TlsError) {
+        if self.dead {
+            return;
+        }
         tracing::debug!(error = %e, "TLS failed");
-        self.failed.get_or_insert(e);
+        self.dead = true;
+        self.handshake_by = None;
+        self.failed = Some(e);
+    }
+
+    /// Hand waiting plaintext to the queue, which may have room again.
+    fn deliver(&mut self) {
+        if let Some(ch) = self.channel.as_mut().filter(|c| c.is_established()) {
+            let (inner, now) = (&mut self.inner, self.now);
+            ch.deliver(|plain| inner.handle_input(plain, now));
+        }
     }
 }
 
@@ -84,7 +104,7 @@ impl HostQueue for Secured {
     }
 
     fn is_live(&self) -> bool {
-        self.failed.is_none() && self.inner.is_live()
+        !self.dead && self.inner.is_live()
     }
 
     fn submit(&mut self, owner: Owner, sqe: Sqe, data: CmdData, deadline: Instant) -> Option<u16> {
@@ -92,38 +112,43 @@ impl HostQueue for Secured {
     }
 
     fn handle_input(&mut self, data: &[u8], now: Instant) -> usize {
-        let Some(ch) = self.channel.as_mut() else { return data.len() };
-        if self.failed.is_some() {
+        self.now = now;
+        if self.dead || self.channel.is_none() {
             return data.len();
         }
+        // Room the queue made since, first; then the new bytes.
+        self.deliver();
+        let Some(ch) = self.channel.as_mut() else { return data.len() };
         let was = ch.is_established();
-        let taken = match ch.receive(data) {
-            Ok(n) => n,
-            Err(e) => {
-                self.fail(e);
-                return data.len();
-            }
-        };
+        let received = ch.receive(data);
         if !was && ch.is_established() {
             // The handshake is done: the NVMe/TCP queue starts (ICReq).
             self.handshake_by = None;
             self.inner.connected(now);
         }
-        let inner = &mut self.inner;
-        ch.deliver(|plain| inner.handle_input(plain, now));
-        taken
+        // What was decrypted before a failure is the peer's too.
+        self.deliver();
+        match received {
+            Ok(taken) => taken,
+            Err(e) => {
+                self.fail(e);
+                data.len()
+            }
+        }
     }
 
     fn poll_send(&mut self, out: &mut dyn TxSink) -> usize {
+        if self.dead {
+            return 0;
+        }
+        self.deliver();
         let Some(ch) = self.channel.as_mut() else { return 0 };
         let inner = &mut self.inner;
-        match ch.send(out, |buf| inner.poll_transmit(buf)) {
-            Ok(n) => n,
-            Err(e) => {
-                self.fail(e);
-                0
-            }
+        let (sent, failed) = ch.send(out, |buf| inner.poll_transmit(buf));
+        if let Some(e) = failed {
+            self.fail(e);
         }
+        sent
     }
 
     fn pending_output(&self) -> usize {
@@ -135,11 +160,12 @@ impl HostQueue for Secured {
     }
 
     fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
         if self.handshake_by.is_some_and(|t| now >= t) {
-            self.handshake_by = None;
             self.fail(TlsError::Handshake("the controller did not complete it in 10 s".into()));
         }
         self.inner.handle_timeout(now);
+        self.deliver();
     }
 
     fn poll_event(&mut self) -> Option<QueueEvent> {
@@ -157,6 +183,7 @@ impl HostQueue for Secured {
     fn transport_closed(&mut self) {
         // A controller (tlshd under nvmet) that refuses the handshake may
         // just close, without an alert: still a handshake that failed.
+        self.handshake_by = None;
         if self.channel.as_ref().is_some_and(|c| !c.is_established()) {
             self.fail(TlsError::Handshake(
                 "the controller closed the connection during the handshake (a PSK or identity it does not hold?)".into(),

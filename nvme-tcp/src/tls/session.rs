@@ -28,8 +28,6 @@ pub enum TlsError {
     Handshake(String),
     #[error("TLS record rejected: {0}")]
     Record(String),
-    #[error("the peer closed the TLS session")]
-    Closed,
     #[error("TLS setup failed: {0}")]
     Setup(String),
 }
@@ -68,7 +66,15 @@ pub struct TlsSession {
     failed: Option<TlsError>,
     /// The identity the PSK was found by (the controller's side).
     identity: Arc<std::sync::Mutex<Option<String>>>,
+    /// The peer sent close_notify.
+    peer_done: bool,
 }
+
+/// The TLS PSK length OpenSSL's PSK callbacks can take for TLS 1.3: they
+/// bind the key to SHA-256.
+pub const PSK_LEN: usize = 32;
+/// The longest identity OpenSSL's PSK callbacks pass (PSK_MAX_IDENTITY_LEN).
+const MAX_IDENTITY: usize = 255;
 
 fn setup(e: ErrorStack) -> TlsError {
     TlsError::Setup(e.to_string())
@@ -93,6 +99,18 @@ fn context(server: bool) -> Result<openssl::ssl::SslContextBuilder, TlsError> {
 impl TlsSession {
     /// The host's side: offers `identity` with `psk`.
     pub fn client(identity: &str, psk: &[u8]) -> Result<Self, TlsError> {
+        if psk.len() != PSK_LEN {
+            return Err(TlsError::Setup(format!(
+                "a {}-byte TLS PSK: only 32-byte (SHA-256, hh 01) PSKs are supported",
+                psk.len()
+            )));
+        }
+        if identity.len() > MAX_IDENTITY {
+            return Err(TlsError::Setup(format!(
+                "the PSK identity is {} bytes, more than TLS with OpenSSL's PSK callbacks takes (255): shorter NQNs",
+                identity.len()
+            )));
+        }
         let mut b = context(false)?;
         let (id, key) = (identity.as_bytes().to_vec(), Zeroizing::new(psk.to_vec()));
         b.set_psk_client_callback(move |_, _hint, id_out, psk_out| {
@@ -117,7 +135,7 @@ impl TlsSession {
         b.set_psk_server_callback(move |_, identity, psk_out| {
             let identity = identity.and_then(|i| std::str::from_utf8(i).ok()).unwrap_or("");
             match lookup(identity) {
-                Some(key) if key.len() <= psk_out.len() => {
+                Some(key) if key.len() == PSK_LEN && key.len() <= psk_out.len() => {
                     psk_out[..key.len()].copy_from_slice(&key);
                     let mut f = into.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                     *f = Some(identity.to_string());
@@ -139,7 +157,13 @@ impl TlsSession {
             ssl.set_connect_state();
         }
         let stream = SslStream::new(ssl, Pipe::default()).map_err(setup)?;
-        let mut s = Self { stream, established: false, failed: None, identity: Arc::default() };
+        let mut s = Self {
+            stream,
+            established: false,
+            failed: None,
+            identity: Arc::default(),
+            peer_done: false,
+        };
         s.advance()?;
         Ok(s)
     }
@@ -163,6 +187,9 @@ impl TlsSession {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
+        if self.peer_done {
+            return Ok(());
+        }
         self.stream.get_mut().rx.extend(ciphertext);
         self.advance()?;
         if !self.established {
@@ -174,8 +201,11 @@ impl TlsSession {
                 Ok(0) => return Ok(()),
                 Ok(n) => plain.extend_from_slice(&buf[..n]),
                 Err(e) if e.code() == ErrorCode::WANT_READ => return Ok(()),
+                // close_notify: the peer sends no more; what it sent
+                // before stays delivered, and its TCP close follows.
                 Err(e) if e.code() == ErrorCode::ZERO_RETURN => {
-                    return Err(self.fail(TlsError::Closed));
+                    self.peer_done = true;
+                    return Ok(());
                 }
                 Err(e) => return Err(self.fail(TlsError::Record(e.to_string()))),
             }
@@ -202,11 +232,20 @@ impl TlsSession {
 
     /// Ciphertext waiting to go to the peer; taken up to `out.len()`.
     pub fn transmit(&mut self, out: &mut [u8]) -> usize {
-        let tx = &mut self.stream.get_mut().tx;
-        let n = tx.len().min(out.len());
-        out[..n].copy_from_slice(&tx[..n]);
-        tx.drain(..n);
+        let n = self.unsent().len().min(out.len());
+        out[..n].copy_from_slice(&self.unsent()[..n]);
+        self.sent(n);
         n
+    }
+
+    /// Ciphertext waiting to go, left in place until [`sent`](Self::sent).
+    pub fn unsent(&self) -> &[u8] {
+        &self.stream.get_ref().tx
+    }
+
+    /// The first `n` bytes of [`unsent`](Self::unsent) went.
+    pub fn sent(&mut self, n: usize) {
+        self.stream.get_mut().tx.drain(..n);
     }
 
     /// Bytes of ciphertext waiting to go.
