@@ -65,7 +65,7 @@ impl Channel {
         mut produce: impl FnMut(&mut [u8]) -> usize,
     ) -> (usize, Option<TlsError>) {
         let mut sent = self.flush(sink);
-        while self.session.is_established() && self.session.pending() == 0 && sink.room() > 0 {
+        while self.session.is_established() && self.session.unsent().is_empty() && sink.room() > 0 {
             // A record's worth at most, and no more than room for (the
             // record's 22 bytes of overhead wait for the next call).
             let n = produce(&mut self.out[..RECORD.min(sink.room())]);
@@ -89,6 +89,6 @@ impl Channel {
 
     /// Ciphertext waiting for room.
     pub fn pending(&self) -> usize {
-        self.session.pending()
+        self.session.unsent().len()
     }
 }

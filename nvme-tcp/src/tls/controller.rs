@@ -121,6 +121,11 @@ impl Secured {
         self.inner.transport_closed();
     }
 
+    /// Ciphertext waiting for room.
+    fn tls_pending(&self) -> usize {
+        if let Mode::Tls(ch) = &self.mode { ch.pending() } else { 0 }
+    }
+
     /// Hand waiting plaintext to the queue, which may have room again.
     fn deliver(&mut self) {
         if let Mode::Tls(ch) = &mut self.mode {
@@ -209,8 +214,7 @@ impl ControllerQueue for Secured {
     }
 
     fn pending_output(&self) -> usize {
-        let tls = if let Mode::Tls(ch) = &self.mode { ch.pending() } else { 0 };
-        tls + self.inner.pending_output()
+        self.tls_pending() + self.inner.pending_output()
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
@@ -224,8 +228,7 @@ impl ControllerQueue for Secured {
     }
 
     fn is_closed(&self) -> bool {
-        let tls_pending = if let Mode::Tls(ch) = &self.mode { ch.pending() } else { 0 };
-        (self.close.is_some() || self.inner.is_closed()) && tls_pending == 0
+        (self.close.is_some() || self.inner.is_closed()) && self.tls_pending() == 0
     }
 
     fn transport_closed(&mut self) {

@@ -230,14 +230,6 @@ impl TlsSession {
         Ok(())
     }
 
-    /// Ciphertext waiting to go to the peer; taken up to `out.len()`.
-    pub fn transmit(&mut self, out: &mut [u8]) -> usize {
-        let n = self.unsent().len().min(out.len());
-        out[..n].copy_from_slice(&self.unsent()[..n]);
-        self.sent(n);
-        n
-    }
-
     /// Ciphertext waiting to go, left in place until [`sent`](Self::sent).
     pub fn unsent(&self) -> &[u8] {
         &self.stream.get_ref().tx
@@ -246,11 +238,6 @@ impl TlsSession {
     /// The first `n` bytes of [`unsent`](Self::unsent) went.
     pub fn sent(&mut self, n: usize) {
         self.stream.get_mut().tx.drain(..n);
-    }
-
-    /// Bytes of ciphertext waiting to go.
-    pub fn pending(&self) -> usize {
-        self.stream.get_ref().tx.len()
     }
 
     /// Move the handshake on as far as the bytes received allow.
@@ -281,6 +268,14 @@ impl TlsSession {
 mod tests {
     use super::*;
 
+    /// Take the ciphertext waiting to go, up to `out.len()`.
+    fn transmit(s: &mut TlsSession, out: &mut [u8]) -> usize {
+        let n = s.unsent().len().min(out.len());
+        out[..n].copy_from_slice(&s.unsent()[..n]);
+        s.sent(n);
+        n
+    }
+
     const ID: &str = "NVMe0R01 nqn.2014-08.org.nvmexpress:uuid:h nqn.2026-11.io.nvme-ddp:t";
 
     fn server_knowing(key: &'static [u8]) -> TlsSession {
@@ -296,13 +291,13 @@ mod tests {
         let (mut pa, mut pb) = (Vec::new(), Vec::new());
         let mut buf = vec![0u8; 65536];
         for _ in 0..16 {
-            let n = a.transmit(&mut buf);
+            let n = transmit(a, &mut buf);
             if n > 0
                 && let Err(e) = b.receive(&buf[..n], &mut pb)
             {
                 return (Ok(pa), Err(e));
             }
-            let m = b.transmit(&mut buf);
+            let m = transmit(b, &mut buf);
             if m > 0
                 && let Err(e) = a.receive(&buf[..m], &mut pa)
             {
@@ -337,14 +332,14 @@ mod tests {
         let mut c = TlsSession::client(ID, &[7u8; 32]).unwrap();
         let mut s = server_knowing(&[7u8; 32]);
         let mut buf = vec![0u8; 65536];
-        let n = c.transmit(&mut buf);
+        let n = transmit(&mut c, &mut buf);
         s.receive(&buf[..n], &mut Vec::new()).unwrap();
-        let m = s.transmit(&mut buf);
+        let m = transmit(&mut s, &mut buf);
         c.receive(&buf[..m], &mut Vec::new()).unwrap();
-        let n = c.transmit(&mut buf);
+        let n = transmit(&mut c, &mut buf);
         s.receive(&buf[..n], &mut Vec::new()).unwrap();
         assert!(c.is_established() && s.is_established());
-        assert_eq!(s.transmit(&mut buf), 0, "a record after Finished (a session ticket)");
+        assert_eq!(transmit(&mut s, &mut buf), 0, "a record after Finished (a session ticket)");
     }
 
     #[test]
@@ -374,7 +369,7 @@ mod tests {
         let _ = pump(&mut c, &mut s);
         c.send(&[1u8; 100]).unwrap();
         let mut buf = vec![0u8; 4096];
-        let n = c.transmit(&mut buf);
+        let n = transmit(&mut c, &mut buf);
         buf[n - 1] ^= 1;
         let mut plain = Vec::new();
         assert!(matches!(s.receive(&buf[..n], &mut plain), Err(TlsError::Record(_))));
