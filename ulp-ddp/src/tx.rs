@@ -101,12 +101,24 @@ pub enum TxMode {
 /// rest when dropped (keep it until the transport is done sending: the
 /// device keeps a mapping past `sk_del`, and a segment naming a torn-down
 /// one is dropped).
+///
+/// A mapping covers its whole buffer, and runs of the buffer mapped last
+/// go out under its token: a message cut into many PDUs (an RDMA Read
+/// Response in FPDUs) is mapped once, as a driver maps a page once
+/// however many segments carry parts of it.
 pub struct ZeroCopyTx {
     dev: Arc<dyn DdpDevice>,
     sk: SkHandle,
-    /// Mappings not yet acknowledged, in stream order: the stream offset
-    /// where each one's bytes end, and its token.
-    maps: VecDeque<(u64, u64)>,
+    /// Mappings not yet acknowledged, in stream order.
+    maps: VecDeque<TxMap>,
+}
+
+/// One transmit mapping the device holds for us.
+struct TxMap {
+    /// The stream offset where the last byte queued under it ends.
+    end: u64,
+    token: u64,
+    buf: IoBuf,
 }
 
 impl ZeroCopyTx {
@@ -133,27 +145,38 @@ impl ZeroCopyTx {
         len: usize,
         done: usize,
     ) -> Option<usize> {
+        let end = out.offset() + (len - done) as u64;
+        let mut mapped_now = false;
         let token = match *mode {
             TxMode::Copy => return None,
             TxMode::Reference(token) => token,
             // Nothing to map for yet.
             TxMode::Unsent if out.room() == 0 => return Some(0),
-            TxMode::Unsent => {
-                let sg = SgEntry { buf: buf.clone(), offset, len };
-                // A refusal is counted by the device (`tx_setup_fail`).
-                let Ok(token) = self.dev.tx_setup(&self.sk, sg) else {
-                    *mode = TxMode::Copy;
-                    return None;
-                };
-                self.maps.push_back((out.offset() + (len - done) as u64, token));
-                token
-            }
+            TxMode::Unsent => match self.maps.back_mut() {
+                // The buffer mapped last: its mapping carries this run too.
+                Some(m) if m.buf.same(buf) => {
+                    m.end = m.end.max(end);
+                    m.token
+                }
+                _ => {
+                    mapped_now = true;
+                    let sg = SgEntry { buf: buf.clone(), offset: 0, len: buf.len() };
+                    // A refusal is counted by the device (`tx_setup_fail`).
+                    let Ok(token) = self.dev.tx_setup(&self.sk, sg) else {
+                        *mode = TxMode::Copy;
+                        return None;
+                    };
+                    self.maps.push_back(TxMap { end, token, buf: buf.clone() });
+                    token
+                }
+            },
         };
-        let n = out.write_by_reference(len - done, token, done as u64);
+        let n = out.write_by_reference(len - done, token, (offset + done) as u64);
         if n == 0 && *mode == TxMode::Unsent {
             // There was room: not a transport that queues by reference.
-            self.maps.pop_back();
-            self.dev.tx_teardown(&self.sk, token);
+            if mapped_now && let Some(m) = self.maps.pop_back() {
+                self.dev.tx_teardown(&self.sk, m.token);
+            }
             *mode = TxMode::Copy;
             return None;
         }
@@ -163,9 +186,10 @@ impl ZeroCopyTx {
 
     /// Tear down the mappings whose bytes the peer has acknowledged.
     pub fn release(&mut self, acked: u64) {
-        while let Some(&(end, token)) = self.maps.front()
-            && end <= acked
+        while let Some(m) = self.maps.front()
+            && m.end <= acked
         {
+            let token = m.token;
             self.maps.pop_front();
             self.dev.tx_teardown(&self.sk, token);
         }
@@ -179,8 +203,8 @@ impl ZeroCopyTx {
 
 impl Drop for ZeroCopyTx {
     fn drop(&mut self) {
-        for (_, token) in self.maps.drain(..) {
-            self.dev.tx_teardown(&self.sk, token);
+        for m in self.maps.drain(..) {
+            self.dev.tx_teardown(&self.sk, m.token);
         }
     }
 }
@@ -298,13 +322,14 @@ mod tests {
 
         // A run the device refuses goes by copy, all of it, even with
         // another run mapped since.
+        let (other, third) = (IoBuf::new(10), IoBuf::new(10));
         *dev.refuse.lock().unwrap() = true;
         let mut b = TxMode::Unsent;
-        assert_eq!(zc.send(&mut out, &mut b, &buf, 0, 10, 0), None);
+        assert_eq!(zc.send(&mut out, &mut b, &other, 0, 10, 0), None);
         *dev.refuse.lock().unwrap() = false;
         let mut c = TxMode::Unsent;
-        assert_eq!(zc.send(&mut out, &mut c, &buf, 0, 10, 0), Some(10));
-        assert_eq!(zc.send(&mut out, &mut b, &buf, 0, 10, 5), None, "b stays a copy");
+        assert_eq!(zc.send(&mut out, &mut c, &third, 0, 10, 0), Some(10));
+        assert_eq!(zc.send(&mut out, &mut b, &other, 0, 10, 5), None, "b stays a copy");
         assert_eq!(b, TxMode::Copy);
 
         // Acknowledged through the first run: its mapping goes.
@@ -315,5 +340,37 @@ mod tests {
         // The rest when the ULP lets go.
         drop(zc);
         assert!(dev.maps.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn runs_of_the_buffer_mapped_last_share_its_mapping_until_the_last_is_acknowledged() {
+        let dev = Arc::new(Dev::default());
+        let sk = SkHandle { id: 0, ctx: Arc::new(SkCtx::new()), offloads: Caps::ALL };
+        let mut zc = ZeroCopyTx::new(dev.clone(), &sk).unwrap();
+        let (buf, next) = (IoBuf::new(300), IoBuf::new(100));
+        let mut out = Sink { room: 1000, offset: 0, acked: 0, got: Vec::new() };
+
+        // Three pieces of one message, headers between them: one mapping
+        // of the whole buffer, each piece at its own offset in it.
+        let mut modes = [TxMode::Unsent; 3];
+        for (i, mode) in modes.iter_mut().enumerate() {
+            assert_eq!(out.write(&[0; 8]), 8);
+            assert_eq!(zc.send(&mut out, mode, &buf, 100 * i, 100, 0), Some(100));
+        }
+        let refs: Vec<_> = out.got.iter().filter_map(|g| g.1).collect();
+        assert_eq!(refs, [(1, 0), (1, 100), (1, 200)]);
+        assert_eq!((*dev.maps.lock().unwrap()).clone(), [1]);
+        // Another buffer gets a mapping of its own.
+        let mut m = TxMode::Unsent;
+        assert_eq!(zc.send(&mut out, &mut m, &next, 0, 100, 0), Some(100));
+        assert_eq!(m, TxMode::Reference(2));
+        // The shared mapping lasts until its last piece is acknowledged
+        // (stream offset 324), not its first.
+        zc.release(108);
+        zc.release(323);
+        assert_eq!(*dev.maps.lock().unwrap(), [1, 2]);
+        zc.release(324);
+        assert_eq!(*dev.maps.lock().unwrap(), [2]);
+        assert_eq!(zc.mapped(), 1);
     }
 }
