@@ -145,7 +145,7 @@ impl TxState {
         let at = self.buf.len();
         self.buf.resize(at + header.buffer_len(), 0);
         header.emit(&mut self.buf[at..]);
-        let mut sum = crc32c_append(0, &self.buf[start..]);
+        let mut sum = if crc { crc32c_append(0, &self.buf[start..]) } else { 0 };
         let got = pieces(&mut |b, offset, len| {
             if crc {
                 sum = crc32c_append(sum, &b.lock()[offset..offset + len]);
