@@ -208,9 +208,14 @@ fn only_listed_hosts_with_their_secret_connect_over_tcp_and_rdma() {
 #[test]
 fn a_tls_port_serves_hosts_with_its_psk_and_no_other() {
     use nvme_tcp::tls::{ConfiguredPsk, PskHash};
-    let psk = |b| ConfiguredPsk::new(&[b; 32], Some(PskHash::Sha256)).unwrap().to_interchange();
-    let (key, wrong) = (psk(0x42).to_string(), psk(0x43).to_string());
-    for compat in [false, true] {
+    let psk = |b, hash, len| {
+        ConfiguredPsk::new(&vec![b; len], Some(hash)).unwrap().to_interchange().to_string()
+    };
+    let (sha256, sha384) = (PskHash::Sha256, PskHash::Sha384);
+    // SHA-256 keys (TLS_AES_128_GCM_SHA256), both derivations, and a
+    // SHA-384 one (TLS_AES_256_GCM_SHA384).
+    for (hash, len, compat) in [(sha256, 32, false), (sha256, 32, true), (sha384, 48, false)] {
+        let (key, wrong) = (psk(0x42, hash, len), psk(0x43, hash, len));
         let mut extra = vec!["--tls", "required", "--tls-key", &key];
         if compat {
             extra.push("--tls-compat");
@@ -229,7 +234,16 @@ fn a_tls_port_serves_hosts_with_its_psk_and_no_other() {
         assert!(!err.contains(&wrong[16..40]), "no key printed");
         let clear = ["host", "--connect", &c.addr, "--ctrl-loss-tmo", "0", "list"];
         assert!(!nvme_ddp(&clear).status.success(), "a host in the clear is refused");
+        // The same bytes under the other hash are another key.
+        let other = match hash {
+            PskHash::Sha256 => psk(0x42, sha384, 48),
+            PskHash::Sha384 => psk(0x42, sha256, 32),
+        };
+        let (_, err) =
+            text(&nvme_ddp(&["host", "--connect", &c.addr, "--tls", "--tls-key", &other, "list"]));
+        assert!(err.contains("TLS handshake failed"), "{err}");
     }
+    let key = psk(0x42, sha256, 32);
     refused(
         &[
             "controller",

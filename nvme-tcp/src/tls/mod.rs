@@ -14,6 +14,7 @@
 
 mod channel;
 pub mod controller;
+mod ffi;
 pub mod host;
 mod psk;
 mod session;

@@ -72,10 +72,6 @@ pub enum PskError {
     Base64,
     #[error("the PSK's CRC does not match: it was mistyped or cut short")]
     Crc,
-    #[error(
-        "48-byte (SHA-384, hh 02) TLS PSKs are not supported yet: use a 32-byte one (nvme gen-tls-key --hmac=1)"
-    )]
-    Unsupported,
 }
 
 impl ConfiguredPsk {
@@ -93,15 +89,6 @@ impl ConfiguredPsk {
         let mut key = Zeroizing::new(vec![0u8; if hash == PskHash::Sha256 { 32 } else { 48 }]);
         openssl::rand::rand_bytes(&mut key).map_err(|e| super::TlsError::Setup(e.to_string()))?;
         Ok(Self { key, transform: Some(hash) })
-    }
-
-    /// This PSK, if TLS here can use it: a 48-byte (SHA-384) one needs
-    /// TLS_AES_256_GCM_SHA384, which OpenSSL's PSK callbacks cannot give.
-    fn supported(self) -> Result<Self, PskError> {
-        match self.hash() {
-            PskHash::Sha256 => Ok(self),
-            PskHash::Sha384 => Err(PskError::Unsupported),
-        }
     }
 
     /// The hash of the identity and of the cipher suite.
@@ -175,7 +162,7 @@ impl std::str::FromStr for ConfiguredPsk {
         if crc32fast::hash(key).to_le_bytes() != crc {
             return Err(PskError::Crc);
         }
-        Self::new(key, transform).ok_or_else(|| PskError::Hash(hh.into()))?.supported()
+        Self::new(key, transform).ok_or_else(|| PskError::Hash(hh.into()))
     }
 }
 

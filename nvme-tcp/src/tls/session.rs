@@ -3,9 +3,9 @@
 //! key schedule and the record layer are OpenSSL's (through the `openssl`
 //! crate, over in-memory buffers); nothing of TLS is written here.
 //!
-//! OpenSSL takes an external PSK for TLS 1.3 through its PSK callbacks,
-//! which bind the key to SHA-256: TLS_AES_128_GCM_SHA256, the suite the
-//! NVMe/TCP specification makes mandatory for a SHA-256 PSK.
+//! A SHA-256 PSK (32 bytes) is used with TLS_AES_128_GCM_SHA256, a
+//! SHA-384 one (48 bytes) with TLS_AES_256_GCM_SHA384, as the NVMe/TCP
+//! specification pairs them; OpenSSL takes them as sessions (`ffi`).
 
 use openssl::error::ErrorStack;
 use openssl::ssl::{ErrorCode, Ssl, SslContext, SslMethod, SslStream, SslVersion};
@@ -14,8 +14,10 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 use zeroize::Zeroizing;
 
-/// The TLS 1.3 cipher suites a PSK hashed with SHA-256 may use.
-const SUITES: &str = "TLS_AES_128_GCM_SHA256";
+use super::ffi::{self, Suite};
+
+/// The suites a server allows before a ClientHello names its PSK.
+const SUITES: &str = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
 
 /// Looks up the PSK for an identity a client offered (the controller's
 /// side); `None` refuses it.
@@ -70,10 +72,8 @@ pub struct TlsSession {
     peer_done: bool,
 }
 
-/// The TLS PSK length OpenSSL's PSK callbacks can take for TLS 1.3: they
-/// bind the key to SHA-256.
-pub const PSK_LEN: usize = 32;
-/// The longest identity OpenSSL's PSK callbacks pass (PSK_MAX_IDENTITY_LEN).
+/// The longest identity a client offers: what OpenSSL's PSK callbacks
+/// took (PSK_MAX_IDENTITY_LEN), which Linux's tlshd also keeps to.
 const MAX_IDENTITY: usize = 255;
 
 fn setup(e: ErrorStack) -> TlsError {
@@ -99,29 +99,21 @@ fn context(server: bool) -> Result<openssl::ssl::SslContextBuilder, TlsError> {
 impl TlsSession {
     /// The host's side: offers `identity` with `psk`.
     pub fn client(identity: &str, psk: &[u8]) -> Result<Self, TlsError> {
-        if psk.len() != PSK_LEN {
+        let Some(suite) = Suite::for_key(psk) else {
             return Err(TlsError::Setup(format!(
-                "a {}-byte TLS PSK: only 32-byte (SHA-256, hh 01) PSKs are supported",
+                "a {}-byte TLS PSK: TLS PSKs are 32 (SHA-256) or 48 (SHA-384) bytes",
                 psk.len()
             )));
-        }
+        };
         if identity.len() > MAX_IDENTITY {
             return Err(TlsError::Setup(format!(
-                "the PSK identity is {} bytes, more than TLS with OpenSSL's PSK callbacks takes (255): shorter NQNs",
+                "the PSK identity is {} bytes, more than TLS here takes (255): shorter NQNs",
                 identity.len()
             )));
         }
         let mut b = context(false)?;
-        let (id, key) = (identity.as_bytes().to_vec(), Zeroizing::new(psk.to_vec()));
-        b.set_psk_client_callback(move |_, _hint, id_out, psk_out| {
-            if id.len() >= id_out.len() || key.len() > psk_out.len() {
-                return Ok(0);
-            }
-            id_out[..id.len()].copy_from_slice(&id);
-            id_out[id.len()] = 0;
-            psk_out[..key.len()].copy_from_slice(&key);
-            Ok(key.len())
-        });
+        b.set_ciphersuites(suite.name()).map_err(setup)?;
+        ffi::client(&mut b, identity.as_bytes(), psk, suite);
         let ssl = Ssl::new(&b.build()).map_err(setup)?;
         Self::start(ssl, false)
     }
@@ -131,19 +123,7 @@ impl TlsSession {
     pub fn server(lookup: PskLookup) -> Result<Self, TlsError> {
         let mut b = context(true)?;
         let found = Arc::new(std::sync::Mutex::new(None));
-        let into = found.clone();
-        b.set_psk_server_callback(move |_, identity, psk_out| {
-            let identity = identity.and_then(|i| std::str::from_utf8(i).ok()).unwrap_or("");
-            match lookup(identity) {
-                Some(key) if key.len() == PSK_LEN && key.len() <= psk_out.len() => {
-                    psk_out[..key.len()].copy_from_slice(&key);
-                    let mut f = into.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    *f = Some(identity.to_string());
-                    Ok(key.len())
-                }
-                _ => Ok(0),
-            }
-        });
+        ffi::server(&mut b, lookup, found.clone());
         let ssl = Ssl::new(&b.build()).map_err(setup)?;
         let mut s = Self::start(ssl, true)?;
         s.identity = found;
@@ -170,6 +150,11 @@ impl TlsSession {
 
     pub fn is_established(&self) -> bool {
         self.established
+    }
+
+    /// The cipher suite negotiated, once established.
+    pub fn cipher(&self) -> Option<&'static str> {
+        self.established.then(|| self.stream.ssl().current_cipher().map(|c| c.name())).flatten()
     }
 
     /// The PSK identity the server took (on the server's side).
@@ -323,6 +308,31 @@ mod tests {
         let (pc, ps) = pump(&mut c, &mut s);
         assert_eq!(ps.unwrap(), b"ICReq, in a record");
         assert_eq!(pc.unwrap(), b"ICResp");
+    }
+
+    #[test]
+    fn each_psk_length_gets_the_suite_of_its_hash() {
+        for (len, suite) in [(32, "TLS_AES_128_GCM_SHA256"), (48, "TLS_AES_256_GCM_SHA384")] {
+            let key: &'static [u8] = Box::leak(vec![9u8; len].into_boxed_slice());
+            let mut c = TlsSession::client(ID, key).unwrap();
+            let mut s = server_knowing(key);
+            let _ = pump(&mut c, &mut s);
+            assert_eq!((c.cipher(), s.cipher()), (Some(suite), Some(suite)), "{len}-byte PSK");
+            assert_eq!(s.psk_identity().as_deref(), Some(ID));
+            c.send(b"ICReq").unwrap();
+            assert_eq!(pump(&mut c, &mut s).1.unwrap(), b"ICReq");
+        }
+        // A SHA-384 key against a SHA-256 one with the same first bytes,
+        // either way round: no handshake.
+        for (ours, theirs) in [(48, 32), (32, 48)] {
+            let theirs: &'static [u8] = Box::leak(vec![9u8; theirs].into_boxed_slice());
+            let mut c = TlsSession::client(ID, &vec![9u8; ours]).unwrap();
+            let mut s = server_knowing(theirs);
+            let (rc, rs) = pump(&mut c, &mut s);
+            assert!(rc.is_err() || rs.is_err(), "{ours} against {}", theirs.len());
+            assert!(!c.is_established() || !s.is_established());
+        }
+        assert!(TlsSession::client(ID, &[9u8; 40]).is_err(), "neither 32 nor 48 bytes");
     }
 
     /// After its Finished, the server sends nothing until it has data:
