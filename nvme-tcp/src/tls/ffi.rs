@@ -99,8 +99,11 @@ struct ClientPsk {
 struct ServerPsk {
     lookup: PskLookup,
     found: std::sync::Arc<Mutex<Option<String>>>,
-    key: Mutex<Option<(Vec<u8>, Zeroizing<Vec<u8>>)>>,
+    key: Mutex<Option<Offered>>,
 }
+
+/// An identity a ClientHello offered, and our key for it.
+type Offered = (Vec<u8>, Zeroizing<Vec<u8>>);
 
 fn client_index() -> openssl::ex_data::Index<openssl::ssl::SslContext, ClientPsk> {
     static I: OnceLock<openssl::ex_data::Index<openssl::ssl::SslContext, ClientPsk>> =
