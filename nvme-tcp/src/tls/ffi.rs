@@ -19,6 +19,7 @@ use std::ffi::{c_char, c_int, c_uchar, c_void};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use zeroize::Zeroizing;
 
+use super::record::Suite;
 use super::session::PskLookup;
 
 // In libssl 3 (and 1.1.1), not declared by openssl-sys.
@@ -45,48 +46,6 @@ type UseSession = unsafe extern "C" fn(
 ) -> c_int;
 type FindSession =
     unsafe extern "C" fn(*mut ffi::SSL, *const c_uchar, usize, *mut *mut ffi::SSL_SESSION) -> c_int;
-
-/// The TLS 1.3 suite a PSK of this length goes with: the NVMe/TCP
-/// specification pairs SHA-256 PSKs with TLS_AES_128_GCM_SHA256 and
-/// SHA-384 ones with TLS_AES_256_GCM_SHA384.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Suite {
-    Aes128GcmSha256,
-    Aes256GcmSha384,
-}
-
-impl Suite {
-    pub(super) fn for_key(key: &[u8]) -> Option<Self> {
-        match key.len() {
-            32 => Some(Suite::Aes128GcmSha256),
-            48 => Some(Suite::Aes256GcmSha384),
-            _ => None,
-        }
-    }
-
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Suite::Aes128GcmSha256 => "TLS_AES_128_GCM_SHA256",
-            Suite::Aes256GcmSha384 => "TLS_AES_256_GCM_SHA384",
-        }
-    }
-
-    /// Its name as a C string, for `SSL_set_ciphersuites`.
-    fn c_name(self) -> &'static [u8] {
-        match self {
-            Suite::Aes128GcmSha256 => b"TLS_AES_128_GCM_SHA256\0",
-            Suite::Aes256GcmSha384 => b"TLS_AES_256_GCM_SHA384\0",
-        }
-    }
-
-    /// Its two-byte code point (RFC 8446, Appendix B.4).
-    fn id(self) -> [u8; 2] {
-        match self {
-            Suite::Aes128GcmSha256 => [0x13, 0x01],
-            Suite::Aes256GcmSha384 => [0x13, 0x02],
-        }
-    }
-}
 
 /// A client's PSK: offered under `identity`.
 struct ClientPsk {

@@ -17,6 +17,7 @@ pub mod controller;
 mod ffi;
 pub mod host;
 mod psk;
+mod record;
 mod session;
 
 pub use psk::{ConfiguredPsk, Derivation, PskError, PskHash};

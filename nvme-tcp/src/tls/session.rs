@@ -6,6 +6,10 @@
 //! A SHA-256 PSK (32 bytes) is used with TLS_AES_128_GCM_SHA256, a
 //! SHA-384 one (48 bytes) with TLS_AES_256_GCM_SHA384, as the NVMe/TCP
 //! specification pairs them; OpenSSL takes them as sessions (`ffi`).
+//!
+//! Once the handshake is done, OpenSSL hands over the application traffic
+//! secrets (through its key log callback) and the records are `record`'s,
+//! as Linux hands them from tlshd to kTLS: a NIC can then take them over.
 
 use openssl::error::ErrorStack;
 use openssl::ssl::{ErrorCode, Ssl, SslContext, SslMethod, SslStream, SslVersion};
@@ -14,7 +18,8 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 use zeroize::Zeroizing;
 
-use super::ffi::{self, Suite};
+use super::ffi;
+use super::record::{Direction, Records, Suite};
 
 /// The suites a server allows before a ClientHello names its PSK.
 const SUITES: &str = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
@@ -68,8 +73,47 @@ pub struct TlsSession {
     failed: Option<TlsError>,
     /// The identity the PSK was found by (the controller's side).
     identity: Arc<std::sync::Mutex<Option<String>>>,
-    /// The peer sent close_notify.
+    /// The application traffic secrets, as OpenSSL logs them.
+    secrets: Arc<std::sync::Mutex<Secrets>>,
+    /// The records after the handshake.
+    records: Option<Records>,
+    server: bool,
+    /// Tests only: records left to OpenSSL, a peer that is not us.
+    #[cfg(test)]
+    openssl_records: bool,
+    /// The peer sent close_notify (to OpenSSL's records; tests only).
+    #[cfg(test)]
     peer_done: bool,
+}
+
+/// A connection's application traffic secrets (the first of each
+/// direction: there is no KeyUpdate).
+#[derive(Default)]
+struct Secrets {
+    client: Option<Zeroizing<Vec<u8>>>,
+    server: Option<Zeroizing<Vec<u8>>>,
+}
+
+impl Secrets {
+    /// Take a line of OpenSSL's key log (`LABEL <client random> <secret>`
+    /// in hex, as SSLKEYLOGFILE has it).
+    fn log(&mut self, line: &str) {
+        let mut words = line.split(' ');
+        let (Some(label), Some(_random), Some(hex)) = (words.next(), words.next(), words.next())
+        else {
+            return;
+        };
+        let slot = match label {
+            "CLIENT_TRAFFIC_SECRET_0" => &mut self.client,
+            "SERVER_TRAFFIC_SECRET_0" => &mut self.server,
+            _ => return,
+        };
+        let bytes: Option<Vec<u8>> = (0..hex.len())
+            .step_by(2)
+            .map(|i| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .collect();
+        *slot = bytes.map(Zeroizing::new);
+    }
 }
 
 /// The longest identity a client offers: what OpenSSL's PSK callbacks
@@ -96,6 +140,16 @@ fn context(server: bool) -> Result<openssl::ssl::SslContextBuilder, TlsError> {
     Ok(b)
 }
 
+/// Have `b` keep the traffic secrets its connection logs.
+fn keep_secrets(b: &mut openssl::ssl::SslContextBuilder) -> Arc<std::sync::Mutex<Secrets>> {
+    let secrets = Arc::new(std::sync::Mutex::new(Secrets::default()));
+    let into = secrets.clone();
+    b.set_keylog_callback(move |_, line| {
+        into.lock().unwrap_or_else(std::sync::PoisonError::into_inner).log(line);
+    });
+    secrets
+}
+
 impl TlsSession {
     /// The host's side: offers `identity` with `psk`.
     pub fn client(identity: &str, psk: &[u8]) -> Result<Self, TlsError> {
@@ -114,8 +168,9 @@ impl TlsSession {
         let mut b = context(false)?;
         b.set_ciphersuites(suite.name()).map_err(setup)?;
         ffi::client(&mut b, identity.as_bytes(), psk, suite);
+        let secrets = keep_secrets(&mut b);
         let ssl = Ssl::new(&b.build()).map_err(setup)?;
-        Self::start(ssl, false)
+        Self::start(ssl, false, secrets)
     }
 
     /// The controller's side: takes the PSK `lookup` gives for the
@@ -124,13 +179,18 @@ impl TlsSession {
         let mut b = context(true)?;
         let found = Arc::new(std::sync::Mutex::new(None));
         ffi::server(&mut b, lookup, found.clone());
+        let secrets = keep_secrets(&mut b);
         let ssl = Ssl::new(&b.build()).map_err(setup)?;
-        let mut s = Self::start(ssl, true)?;
+        let mut s = Self::start(ssl, true, secrets)?;
         s.identity = found;
         Ok(s)
     }
 
-    fn start(mut ssl: Ssl, server: bool) -> Result<Self, TlsError> {
+    fn start(
+        mut ssl: Ssl,
+        server: bool,
+        secrets: Arc<std::sync::Mutex<Secrets>>,
+    ) -> Result<Self, TlsError> {
         if server {
             ssl.set_accept_state();
         } else {
@@ -142,6 +202,12 @@ impl TlsSession {
             established: false,
             failed: None,
             identity: Arc::default(),
+            secrets,
+            records: None,
+            server,
+            #[cfg(test)]
+            openssl_records: false,
+            #[cfg(test)]
             peer_done: false,
         };
         s.advance()?;
@@ -172,28 +238,28 @@ impl TlsSession {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        if self.peer_done {
-            return Ok(());
+        if let Some(r) = &mut self.records {
+            let got = r.receive(ciphertext, plain);
+            return got.map_err(|e| self.fail(e));
+        }
+        #[cfg(test)]
+        if self.openssl_records && self.established {
+            return self.openssl_receive(ciphertext, plain);
         }
         self.stream.get_mut().rx.extend(ciphertext);
         self.advance()?;
-        if !self.established {
-            return Ok(());
+        #[cfg(test)]
+        if self.openssl_records && self.established {
+            return self.openssl_receive(&[], plain);
         }
-        let mut buf = [0u8; 16384];
-        loop {
-            match self.stream.ssl_read(&mut buf) {
-                Ok(0) => return Ok(()),
-                Ok(n) => plain.extend_from_slice(&buf[..n]),
-                Err(e) if e.code() == ErrorCode::WANT_READ => return Ok(()),
-                // close_notify: the peer sends no more; what it sent
-                // before stays delivered, and its TCP close follows.
-                Err(e) if e.code() == ErrorCode::ZERO_RETURN => {
-                    self.peer_done = true;
-                    return Ok(());
-                }
-                Err(e) => return Err(self.fail(TlsError::Record(e.to_string()))),
+        // What came after the handshake is the records'.
+        match &mut self.records {
+            Some(r) => {
+                let rest: Vec<u8> = self.stream.get_mut().rx.drain(..).collect();
+                let got = r.receive(&rest, plain);
+                got.map_err(|e| self.fail(e))
             }
+            None => Ok(()),
         }
     }
 
@@ -202,17 +268,15 @@ impl TlsSession {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        if !self.established {
+        #[cfg(test)]
+        if self.openssl_records && self.established {
+            return self.openssl_send(plain);
+        }
+        let Some(r) = &mut self.records else {
             return Err(TlsError::Handshake("plaintext before the handshake finished".into()));
-        }
-        let mut at = 0;
-        while at < plain.len() {
-            match self.stream.ssl_write(&plain[at..]) {
-                Ok(n) => at += n,
-                Err(e) => return Err(self.fail(TlsError::Record(e.to_string()))),
-            }
-        }
-        Ok(())
+        };
+        let sealed = r.send(plain, &mut self.stream.get_mut().tx);
+        sealed.map_err(|e| self.fail(e))
     }
 
     /// Ciphertext waiting to go, left in place until [`sent`](Self::sent).
@@ -233,6 +297,12 @@ impl TlsSession {
         match self.stream.do_handshake() {
             Ok(()) => {
                 self.established = true;
+                #[cfg(test)]
+                if self.openssl_records {
+                    return Ok(());
+                }
+                let records = self.take_records();
+                self.records = Some(records.map_err(|e| self.fail(e))?);
                 Ok(())
             }
             Err(e) if e.code() == ErrorCode::WANT_READ => Ok(()),
@@ -241,6 +311,56 @@ impl TlsSession {
                 Err(self.fail(TlsError::Handshake(why)))
             }
         }
+    }
+
+    /// The records from here on, from the secrets OpenSSL logged and the
+    /// suite it negotiated.
+    fn take_records(&mut self) -> Result<Records, TlsError> {
+        let name = self.stream.ssl().current_cipher().map(|c| c.name());
+        let suite = name.and_then(Suite::from_name).ok_or_else(|| {
+            TlsError::Handshake(format!("an unexpected cipher suite {}", name.unwrap_or("(none)")))
+        })?;
+        let mut secrets = self.secrets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (Some(client), Some(server)) = (secrets.client.take(), secrets.server.take()) else {
+            return Err(TlsError::Handshake("OpenSSL logged no traffic secrets".into()));
+        };
+        let (rx, tx) = if self.server { (client, server) } else { (server, client) };
+        Ok(Records::new(Direction::from_secret(suite, &rx)?, Direction::from_secret(suite, &tx)?))
+    }
+
+    /// Tests only: a session whose records stay OpenSSL's, to check ours
+    /// against.
+    #[cfg(test)]
+    fn with_openssl_records(mut self) -> Self {
+        self.openssl_records = true;
+        self
+    }
+
+    #[cfg(test)]
+    fn openssl_receive(&mut self, ciphertext: &[u8], plain: &mut Vec<u8>) -> Result<(), TlsError> {
+        self.stream.get_mut().rx.extend(ciphertext);
+        let mut buf = [0u8; 16384];
+        while !self.peer_done {
+            match self.stream.ssl_read(&mut buf) {
+                Ok(n) => plain.extend_from_slice(&buf[..n]),
+                Err(e) if e.code() == ErrorCode::WANT_READ => break,
+                Err(e) if e.code() == ErrorCode::ZERO_RETURN => self.peer_done = true,
+                Err(e) => return Err(self.fail(TlsError::Record(e.to_string()))),
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(test)]
+    fn openssl_send(&mut self, plain: &[u8]) -> Result<(), TlsError> {
+        let mut at = 0;
+        while at < plain.len() {
+            match self.stream.ssl_write(&plain[at..]) {
+                Ok(n) => at += n,
+                Err(e) => return Err(self.fail(TlsError::Record(e.to_string()))),
+            }
+        }
+        Ok(())
     }
 
     fn fail(&mut self, e: TlsError) -> TlsError {
@@ -333,6 +453,68 @@ mod tests {
             assert!(!c.is_established() || !s.is_established());
         }
         assert!(TlsSession::client(ID, &[9u8; 40]).is_err(), "neither 32 nor 48 bytes");
+    }
+
+    /// The client's first record right behind its Finished, in one read:
+    /// OpenSSL leaves it unread, and the records take it over.
+    #[test]
+    fn data_right_behind_the_handshake_is_the_records() {
+        let mut c = TlsSession::client(ID, &[7u8; 32]).unwrap();
+        let mut s = server_knowing(&[7u8; 32]);
+        let mut buf = vec![0u8; 65536];
+        let n = transmit(&mut c, &mut buf);
+        s.receive(&buf[..n], &mut Vec::new()).unwrap();
+        let m = transmit(&mut s, &mut buf);
+        c.receive(&buf[..m], &mut Vec::new()).unwrap();
+        assert!(c.is_established() && !s.is_established());
+        c.send(b"ICReq right behind Finished").unwrap();
+        let n = transmit(&mut c, &mut buf);
+        let mut got = Vec::new();
+        s.receive(&buf[..n], &mut got).unwrap();
+        assert!(s.is_established());
+        assert_eq!(got, b"ICReq right behind Finished");
+    }
+
+    /// Our records against OpenSSL's, both ways and both suites: records
+    /// of every size up to the largest, and close_notify.
+    #[test]
+    fn our_records_are_openssls() {
+        for len in [32, 48] {
+            let key: &'static [u8] = Box::leak(vec![5u8; len].into_boxed_slice());
+            for ours_is_client in [true, false] {
+                let mut c = TlsSession::client(ID, key).unwrap();
+                let mut s = server_knowing(key);
+                if ours_is_client {
+                    s = s.with_openssl_records();
+                } else {
+                    c = c.with_openssl_records();
+                }
+                let _ = pump(&mut c, &mut s);
+                assert!(c.is_established() && s.is_established());
+                assert_eq!(c.records.is_some(), ours_is_client);
+                let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+                for n in [1, 16_383, 16_384, 16_385, 100_000] {
+                    c.send(&data[..n]).unwrap();
+                    s.send(&data[..n]).unwrap();
+                    let (pc, ps) = pump(&mut c, &mut s);
+                    let what =
+                        format!("{len}-byte PSK, ours the client: {ours_is_client}, {n} bytes");
+                    assert_eq!(ps.unwrap(), &data[..n], "{what}");
+                    assert_eq!(pc.unwrap(), &data[..n], "{what}");
+                }
+                // OpenSSL's close_notify ends our stream.
+                let (theirs, ours) =
+                    if ours_is_client { (&mut s, &mut c) } else { (&mut c, &mut s) };
+                theirs.send(b"last").unwrap();
+                let _ = theirs.stream.shutdown();
+                let mut buf = vec![0u8; 4096];
+                let n = transmit(theirs, &mut buf);
+                let mut got = Vec::new();
+                ours.receive(&buf[..n], &mut got).unwrap();
+                assert_eq!(got, b"last");
+                assert!(ours.records.as_ref().unwrap().peer_done);
+            }
+        }
     }
 
     /// After its Finished, the server sends nothing until it has data:

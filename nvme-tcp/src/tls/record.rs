@@ -1,0 +1,428 @@
+//! The TLS 1.3 record layer once the handshake is done (RFC 8446, 5.2),
+//! as Linux splits it: the handshake in a TLS library (tlshd and GnuTLS
+//! there, OpenSSL here), the records of application data in kTLS. The split
+//! is what lets a NIC take the records over (`tls_device`): the library
+//! hands over each direction's traffic secret, and from then on a record
+//! is an AEAD seal or open with that direction's key and nonce, whoever
+//! does it.
+//!
+//! The AEAD is OpenSSL's AES-GCM, the key and IV come from the traffic
+//! secret by HKDF-Expand-Label (RFC 8446, 7.1 and 7.3) with the `hkdf`
+//! crate; here is only the framing around them.
+
+use hkdf::Hkdf;
+use openssl::symm::{Cipher, Crypter, Mode};
+use sha2::{Sha256, Sha384};
+use zeroize::Zeroizing;
+
+use super::session::TlsError;
+
+/// A TLSCiphertext's header: opaque_type, legacy_record_version, length.
+pub(super) const HEADER: usize = 5;
+/// The AEAD tag of both suites.
+pub(super) const TAG: usize = 16;
+/// The most plaintext a record carries (2^14).
+pub(super) const MAX_PLAIN: usize = 16 * 1024;
+/// The longest ciphertext a record may carry: 2^14 + 256 (RFC 8446, 5.2).
+const MAX_CIPHERTEXT: usize = MAX_PLAIN + 256;
+
+const APPLICATION_DATA: u8 = 23;
+const ALERT: u8 = 21;
+const HANDSHAKE: u8 = 22;
+const LEGACY_VERSION: [u8; 2] = [3, 3];
+/// A post-handshake NewSessionTicket (RFC 8446, 4.6.1): a client may let
+/// it go, as we never resume.
+const NEW_SESSION_TICKET: u8 = 4;
+
+/// The two suites NVMe/TCP uses: the NVMe/TCP specification pairs SHA-256
+/// PSKs (32 bytes) with TLS_AES_128_GCM_SHA256 and SHA-384 ones (48 bytes)
+/// with TLS_AES_256_GCM_SHA384.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Suite {
+    Aes128GcmSha256,
+    Aes256GcmSha384,
+}
+
+impl Suite {
+    /// The suite a PSK of this length goes with.
+    pub(super) fn for_key(key: &[u8]) -> Option<Self> {
+        match key.len() {
+            32 => Some(Suite::Aes128GcmSha256),
+            48 => Some(Suite::Aes256GcmSha384),
+            _ => None,
+        }
+    }
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Suite::Aes128GcmSha256 => "TLS_AES_128_GCM_SHA256",
+            Suite::Aes256GcmSha384 => "TLS_AES_256_GCM_SHA384",
+        }
+    }
+
+    /// Its name as a C string, for OpenSSL.
+    pub(super) fn c_name(self) -> &'static [u8] {
+        match self {
+            Suite::Aes128GcmSha256 => b"TLS_AES_128_GCM_SHA256\0",
+            Suite::Aes256GcmSha384 => b"TLS_AES_256_GCM_SHA384\0",
+        }
+    }
+
+    /// Its two-byte code point (RFC 8446, Appendix B.4).
+    pub(super) fn id(self) -> [u8; 2] {
+        match self {
+            Suite::Aes128GcmSha256 => [0x13, 0x01],
+            Suite::Aes256GcmSha384 => [0x13, 0x02],
+        }
+    }
+
+    /// The suite of an OpenSSL cipher name, if it is one of ours.
+    pub(super) fn from_name(name: &str) -> Option<Self> {
+        [Suite::Aes128GcmSha256, Suite::Aes256GcmSha384].into_iter().find(|s| s.name() == name)
+    }
+
+    fn cipher(self) -> Cipher {
+        match self {
+            Suite::Aes128GcmSha256 => Cipher::aes_128_gcm(),
+            Suite::Aes256GcmSha384 => Cipher::aes_256_gcm(),
+        }
+    }
+
+    fn key_len(self) -> usize {
+        match self {
+            Suite::Aes128GcmSha256 => 16,
+            Suite::Aes256GcmSha384 => 32,
+        }
+    }
+}
+
+/// One direction's record protection: what a NIC would be handed.
+pub(crate) struct Direction {
+    pub suite: Suite,
+    pub key: Zeroizing<Vec<u8>>,
+    pub iv: [u8; 12],
+    /// The sequence number of the next record.
+    pub seq: u64,
+}
+
+impl Direction {
+    /// The keys of `secret`, a direction's application traffic secret,
+    /// from its first record on.
+    pub fn from_secret(suite: Suite, secret: &[u8]) -> Result<Self, TlsError> {
+        let mut key = Zeroizing::new(vec![0u8; suite.key_len()]);
+        let mut iv = [0u8; 12];
+        let (k, i) = (label_info("key", key.len()), label_info("iv", iv.len()));
+        let expanded = match suite {
+            Suite::Aes128GcmSha256 => Hkdf::<Sha256>::from_prk(secret)
+                .ok()
+                .and_then(|h| h.expand(&k, &mut key).and(h.expand(&i, &mut iv)).ok()),
+            Suite::Aes256GcmSha384 => Hkdf::<Sha384>::from_prk(secret)
+                .ok()
+                .and_then(|h| h.expand(&k, &mut key).and(h.expand(&i, &mut iv)).ok()),
+        };
+        expanded.ok_or_else(|| TlsError::Setup("a traffic secret of the wrong length".into()))?;
+        Ok(Self { suite, key, iv, seq: 0 })
+    }
+
+    /// The per-record nonce: the IV with the sequence number XORed into
+    /// its last eight bytes (RFC 8446, 5.3).
+    fn nonce(&self) -> [u8; 12] {
+        let mut n = self.iv;
+        for (b, s) in n[4..].iter_mut().zip(self.seq.to_be_bytes()) {
+            *b ^= s;
+        }
+        n
+    }
+
+    fn crypter(&self, mode: Mode) -> Result<Crypter, TlsError> {
+        let e = |e: openssl::error::ErrorStack| TlsError::Record(e.to_string());
+        let mut c =
+            Crypter::new(self.suite.cipher(), mode, &self.key, Some(&self.nonce())).map_err(e)?;
+        c.pad(false);
+        Ok(c)
+    }
+
+    /// Seal `plain` (at most [`MAX_PLAIN`]) as one application data record
+    /// appended to `out`.
+    pub fn seal(&mut self, plain: &[u8], out: &mut Vec<u8>) -> Result<(), TlsError> {
+        debug_assert!(plain.len() <= MAX_PLAIN);
+        self.seal_inner(&[plain, &[APPLICATION_DATA]], out)
+    }
+
+    /// Seal an inner plaintext (content, content type, any padding), given
+    /// in pieces, as one record appended to `out`.
+    fn seal_inner(&mut self, inner: &[&[u8]], out: &mut Vec<u8>) -> Result<(), TlsError> {
+        let e = |e: openssl::error::ErrorStack| TlsError::Record(e.to_string());
+        let len = inner.iter().map(|p| p.len()).sum::<usize>() + TAG;
+        let at = out.len();
+        out.push(APPLICATION_DATA);
+        out.extend_from_slice(&LEGACY_VERSION);
+        out.extend_from_slice(&(len as u16).to_be_bytes());
+        let mut c = self.crypter(Mode::Encrypt)?;
+        c.aad_update(&out[at..at + HEADER]).map_err(e)?;
+        let body = at + HEADER;
+        // Room for a block more than the ciphertext, as OpenSSL asks.
+        out.resize(body + len + 16, 0);
+        let mut n = 0;
+        for piece in inner {
+            n += c.update(piece, &mut out[body + n..]).map_err(e)?;
+        }
+        n += c.finalize(&mut out[body + n..]).map_err(e)?;
+        c.get_tag(&mut out[body + n..body + n + TAG]).map_err(e)?;
+        out.truncate(body + len);
+        self.seq += 1;
+        Ok(())
+    }
+
+    /// Open the record `record` (header and body): its inner plaintext,
+    /// content and type, in `scratch`.
+    fn open<'a>(&mut self, record: &[u8], scratch: &'a mut Vec<u8>) -> Result<Inner<'a>, TlsError> {
+        let e = |_| TlsError::Record("a record that does not authenticate".into());
+        let (header, body) = record.split_at(HEADER);
+        let (sealed, tag) = body.split_at(body.len() - TAG);
+        let mut c = self.crypter(Mode::Decrypt)?;
+        c.aad_update(header).map_err(e)?;
+        c.set_tag(tag).map_err(e)?;
+        scratch.clear();
+        scratch.resize(sealed.len() + 16, 0);
+        let mut n = c.update(sealed, scratch).map_err(e)?;
+        n += c.finalize(&mut scratch[n..]).map_err(e)?;
+        self.seq += 1;
+        // The content type is the last byte that is not padding.
+        let Some(end) = scratch[..n].iter().rposition(|&b| b != 0) else {
+            return Err(TlsError::Record("a record with no content type".into()));
+        };
+        Ok(Inner { kind: scratch[end], content: &scratch[..end] })
+    }
+}
+
+/// A record's inner plaintext.
+struct Inner<'a> {
+    kind: u8,
+    content: &'a [u8],
+}
+
+/// HKDF-Expand-Label's info for `label`, no context, `len` bytes out
+/// (RFC 8446, 7.1).
+fn label_info(label: &str, len: usize) -> Vec<u8> {
+    let full = format!("tls13 {label}");
+    let mut info = Vec::with_capacity(4 + full.len());
+    info.extend_from_slice(&(len as u16).to_be_bytes());
+    info.push(full.len() as u8);
+    info.extend_from_slice(full.as_bytes());
+    info.push(0);
+    info
+}
+
+/// Both directions of a connection's records after the handshake.
+pub(crate) struct Records {
+    pub rx: Direction,
+    pub tx: Direction,
+    /// Received bytes of a record not yet whole.
+    partial: Vec<u8>,
+    scratch: Vec<u8>,
+    /// The peer sent close_notify: nothing after it is read.
+    pub peer_done: bool,
+}
+
+impl Records {
+    pub fn new(rx: Direction, tx: Direction) -> Self {
+        Self { rx, tx, partial: Vec::new(), scratch: Vec::new(), peer_done: false }
+    }
+
+    /// Ciphertext from the peer: the application data of every whole record
+    /// in it is appended to `plain`. What was opened before a failure stays
+    /// in `plain`.
+    pub fn receive(&mut self, mut input: &[u8], plain: &mut Vec<u8>) -> Result<(), TlsError> {
+        while !input.is_empty() && !self.peer_done {
+            // Whole records straight from the input.
+            if self.partial.is_empty()
+                && let Some(n) = record_len(input)?
+                && n <= input.len()
+            {
+                self.take(&input[..n], plain)?;
+                input = &input[n..];
+                continue;
+            }
+            // A record cut short waits in `partial` for the rest.
+            let need = record_len(&self.partial)?.unwrap_or(HEADER) - self.partial.len();
+            let k = need.min(input.len());
+            self.partial.extend_from_slice(&input[..k]);
+            input = &input[k..];
+            if record_len(&self.partial)? == Some(self.partial.len()) {
+                let record = std::mem::take(&mut self.partial);
+                let taken = self.take(&record, plain);
+                // Its room is kept for the next one.
+                self.partial = record;
+                self.partial.clear();
+                taken?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One whole record.
+    fn take(&mut self, record: &[u8], plain: &mut Vec<u8>) -> Result<(), TlsError> {
+        let inner = self.rx.open(record, &mut self.scratch)?;
+        match inner.kind {
+            APPLICATION_DATA => plain.extend_from_slice(inner.content),
+            // close_notify (warning, 0) ends the stream; any other alert
+            // ends the connection.
+            ALERT if inner.content == [1, 0] => self.peer_done = true,
+            ALERT => {
+                let what = inner.content.get(1).copied().unwrap_or(0);
+                return Err(TlsError::Record(format!("the peer sent alert {what}")));
+            }
+            HANDSHAKE if only_tickets(inner.content) => {}
+            HANDSHAKE => {
+                return Err(TlsError::Record(
+                    "a handshake message after the handshake (KeyUpdate is not supported)".into(),
+                ));
+            }
+            other => return Err(TlsError::Record(format!("a record of content type {other}"))),
+        }
+        Ok(())
+    }
+
+    /// Seal `plain` into records appended to `out`.
+    pub fn send(&mut self, plain: &[u8], out: &mut Vec<u8>) -> Result<(), TlsError> {
+        for chunk in plain.chunks(MAX_PLAIN) {
+            self.tx.seal(chunk, out)?;
+        }
+        Ok(())
+    }
+}
+
+/// The length of the record starting `bytes`, header included, once its
+/// header is there; an error if the header is not one of TLS 1.3's
+/// protected records.
+fn record_len(bytes: &[u8]) -> Result<Option<usize>, TlsError> {
+    let Some(h) = bytes.get(..HEADER) else { return Ok(None) };
+    let len = usize::from(u16::from_be_bytes([h[3], h[4]]));
+    if h[0] != APPLICATION_DATA || h[1..3] != LEGACY_VERSION {
+        return Err(TlsError::Record(format!("not a protected TLS 1.3 record: {:02x?}", &h[..3])));
+    }
+    if !(TAG + 1..=MAX_CIPHERTEXT).contains(&len) {
+        return Err(TlsError::Record(format!("a record of {len} bytes")));
+    }
+    Ok(Some(HEADER + len))
+}
+
+/// Whether handshake messages are all NewSessionTickets.
+fn only_tickets(mut msgs: &[u8]) -> bool {
+    while let [kind, a, b, c, rest @ ..] = msgs {
+        let n = usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c);
+        if *kind != NEW_SESSION_TICKET || rest.len() < n {
+            return false;
+        }
+        msgs = &rest[n..];
+    }
+    msgs.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    /// RFC 8448 (TLS 1.3 traces), section 3: the server's application
+    /// traffic secret, and the key and IV it expands to.
+    #[test]
+    fn traffic_keys_are_rfc_8448s() {
+        let secret = hex("a11af9f05531f856ad47116b45a950328204b4f44bfb6b3a4b4f1f3fcb631643");
+        let d = Direction::from_secret(Suite::Aes128GcmSha256, &secret).unwrap();
+        assert_eq!(&d.key[..], &hex("9f02283b6c9c07efc26bb9f2ac92e356")[..]);
+        assert_eq!(&d.iv[..], &hex("cf782b88dd83549aadf1e984")[..]);
+    }
+
+    fn pair(suite: Suite) -> (Records, Records) {
+        let len = if suite == Suite::Aes128GcmSha256 { 32 } else { 48 };
+        let (a, b) = (vec![1u8; len], vec![2u8; len]);
+        let d = |s: &[u8]| Direction::from_secret(suite, s).unwrap();
+        (Records::new(d(&a), d(&b)), Records::new(d(&b), d(&a)))
+    }
+
+    #[test]
+    fn records_cut_anywhere_open_in_order() {
+        for suite in [Suite::Aes128GcmSha256, Suite::Aes256GcmSha384] {
+            let (mut client, mut server) = pair(suite);
+            let data: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
+            let mut wire = Vec::new();
+            client.send(&data, &mut wire).unwrap();
+            assert_eq!(wire.len(), data.len() + 3 * (HEADER + 1 + TAG), "three records");
+            for cut in [1, 5, 6, 997, 16_406] {
+                let (mut c, mut s) = pair(suite);
+                let mut w = Vec::new();
+                c.send(&data, &mut w).unwrap();
+                let mut got = Vec::new();
+                for piece in w.chunks(cut) {
+                    s.receive(piece, &mut got).unwrap();
+                }
+                assert_eq!(got, data, "{suite:?} cut {cut}");
+            }
+            let mut got = Vec::new();
+            server.receive(&wire, &mut got).unwrap();
+            assert_eq!((got.len(), server.rx.seq), (data.len(), 3));
+        }
+    }
+
+    #[test]
+    fn a_forged_reordered_or_foreign_record_is_refused() {
+        let (mut c, _) = pair(Suite::Aes128GcmSha256);
+        let mut wire = Vec::new();
+        c.send(b"one", &mut wire).unwrap();
+        let first = wire.len();
+        c.send(b"two", &mut wire).unwrap();
+        // A flipped bit anywhere, header included.
+        for i in [0, 4, 5, first - 1] {
+            let (_, mut s) = pair(Suite::Aes128GcmSha256);
+            let mut bad = wire.clone();
+            bad[i] ^= 1;
+            let mut got = Vec::new();
+            assert!(s.receive(&bad, &mut got).is_err(), "byte {i}");
+            assert!(got.is_empty());
+        }
+        // The second record first: its sequence number does not fit.
+        let (_, mut s) = pair(Suite::Aes128GcmSha256);
+        assert!(s.receive(&wire[first..], &mut Vec::new()).is_err());
+        // Too long, too short, an unprotected handshake record.
+        for h in [[23, 3, 3, 0x41, 1], [23, 3, 3, 0, 16], [22, 3, 3, 0, 40], [23, 3, 1, 0, 40]] {
+            let (_, mut s) = pair(Suite::Aes128GcmSha256);
+            assert!(s.receive(&h, &mut Vec::new()).is_err(), "{h:?}");
+        }
+    }
+
+    #[test]
+    fn close_notify_ends_the_stream_and_tickets_are_let_go() {
+        let (mut c, mut s) = pair(Suite::Aes256GcmSha384);
+        let mut wire = Vec::new();
+        c.send(b"data", &mut wire).unwrap();
+        // Inner plaintexts of other types, padded: a ticket, data,
+        // close_notify, and data after it.
+        let ticket = [NEW_SESSION_TICKET, 0, 0, 2, 9, 9];
+        for (content, kind) in [
+            (&ticket[..], HANDSHAKE),
+            (b" more", APPLICATION_DATA),
+            (&[1, 0], ALERT),
+            (b" after", APPLICATION_DATA),
+        ] {
+            c.tx.seal_inner(&[content, &[kind], &[0, 0, 0]], &mut wire).unwrap();
+        }
+        let mut got = Vec::new();
+        s.receive(&wire, &mut got).unwrap();
+        assert_eq!(got, b"data more");
+        assert!(s.peer_done);
+        // A KeyUpdate, a fatal alert, a record of no type: errors.
+        for (content, kind) in
+            [(&[24u8, 0, 0, 1, 0][..], HANDSHAKE), (&[2, 20][..], ALERT), (&[][..], 0)]
+        {
+            let (mut c, mut s) = pair(Suite::Aes256GcmSha384);
+            let mut w = Vec::new();
+            c.tx.seal_inner(&[content, &[kind]], &mut w).unwrap();
+            assert!(s.receive(&w, &mut Vec::new()).is_err(), "{kind} {content:?}");
+        }
+    }
+}
