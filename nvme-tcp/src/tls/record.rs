@@ -11,7 +11,9 @@
 //! crate; here is only the framing around them.
 
 use hkdf::Hkdf;
-use openssl::symm::{Cipher, Crypter, Mode};
+use openssl::cipher::{Cipher, CipherRef};
+use openssl::cipher_ctx::CipherCtx;
+use openssl::error::ErrorStack;
 use sha2::{Sha256, Sha384};
 use zeroize::Zeroizing;
 
@@ -81,7 +83,7 @@ impl Suite {
         [Suite::Aes128GcmSha256, Suite::Aes256GcmSha384].into_iter().find(|s| s.name() == name)
     }
 
-    fn cipher(self) -> Cipher {
+    fn cipher(self) -> &'static CipherRef {
         match self {
             Suite::Aes128GcmSha256 => Cipher::aes_128_gcm(),
             Suite::Aes256GcmSha384 => Cipher::aes_256_gcm(),
@@ -103,6 +105,13 @@ pub(crate) struct Direction {
     pub iv: [u8; 12],
     /// The sequence number of the next record.
     pub seq: u64,
+    /// OpenSSL's AES-GCM with the key set: each record sets its nonce.
+    ctx: CipherCtx,
+    encrypt: bool,
+}
+
+fn record_error(e: ErrorStack) -> TlsError {
+    TlsError::Record(e.to_string())
 }
 
 impl Direction {
@@ -121,7 +130,8 @@ impl Direction {
                 .and_then(|h| h.expand(&k, &mut key).and(h.expand(&i, &mut iv)).ok()),
         };
         expanded.ok_or_else(|| TlsError::Setup("a traffic secret of the wrong length".into()))?;
-        Ok(Self { suite, key, iv, seq: 0 })
+        let ctx = CipherCtx::new().map_err(record_error)?;
+        Ok(Self { suite, key, iv, seq: 0, ctx, encrypt: false })
     }
 
     /// The per-record nonce: the IV with the sequence number XORed into
@@ -134,12 +144,22 @@ impl Direction {
         n
     }
 
-    fn crypter(&self, mode: Mode) -> Result<Crypter, TlsError> {
-        let e = |e: openssl::error::ErrorStack| TlsError::Record(e.to_string());
-        let mut c =
-            Crypter::new(self.suite.cipher(), mode, &self.key, Some(&self.nonce())).map_err(e)?;
-        c.pad(false);
-        Ok(c)
+    /// Ready the cipher for the next record, its header `aad`.
+    fn start(&mut self, encrypt: bool, aad: &[u8]) -> Result<(), TlsError> {
+        let nonce = self.nonce();
+        let (cipher, key) = match self.encrypt == encrypt && self.seq > 0 {
+            // The key is set already: only the nonce changes.
+            true => (None, None),
+            false => (Some(self.suite.cipher()), Some(&self.key[..])),
+        };
+        self.encrypt = encrypt;
+        match encrypt {
+            true => self.ctx.encrypt_init(cipher, key, Some(&nonce)),
+            false => self.ctx.decrypt_init(cipher, key, Some(&nonce)),
+        }
+        .map_err(record_error)?;
+        self.ctx.cipher_update(aad, None).map_err(record_error)?;
+        Ok(())
     }
 
     /// Seal `plain` (at most [`MAX_PLAIN`]) as one application data record
@@ -150,56 +170,64 @@ impl Direction {
     }
 
     /// Seal an inner plaintext (content, content type, any padding), given
-    /// in pieces, as one record appended to `out`.
+    /// in pieces, as one record appended to `out`: the pieces are copied in
+    /// and encrypted where they lie.
     fn seal_inner(&mut self, inner: &[&[u8]], out: &mut Vec<u8>) -> Result<(), TlsError> {
-        let e = |e: openssl::error::ErrorStack| TlsError::Record(e.to_string());
-        let len = inner.iter().map(|p| p.len()).sum::<usize>() + TAG;
+        let len = inner.iter().map(|p| p.len()).sum::<usize>();
         let at = out.len();
         out.push(APPLICATION_DATA);
         out.extend_from_slice(&LEGACY_VERSION);
-        out.extend_from_slice(&(len as u16).to_be_bytes());
-        let mut c = self.crypter(Mode::Encrypt)?;
-        c.aad_update(&out[at..at + HEADER]).map_err(e)?;
-        let body = at + HEADER;
-        // Room for a block more than the ciphertext, as OpenSSL asks.
-        out.resize(body + len + 16, 0);
-        let mut n = 0;
-        for piece in inner {
-            n += c.update(piece, &mut out[body + n..]).map_err(e)?;
+        out.extend_from_slice(&((len + TAG) as u16).to_be_bytes());
+        let sealed = (|| {
+            self.start(true, &out[at..at + HEADER])?;
+            for piece in inner {
+                out.extend_from_slice(piece);
+            }
+            let body = &mut out[at + HEADER..];
+            self.ctx.cipher_update_inplace(body, len).map_err(record_error)?;
+            self.ctx.cipher_final(&mut []).map_err(record_error)?;
+            let mut tag = [0u8; TAG];
+            self.ctx.tag(&mut tag).map_err(record_error)?;
+            out.extend_from_slice(&tag);
+            Ok(())
+        })();
+        if sealed.is_err() {
+            out.truncate(at);
         }
-        n += c.finalize(&mut out[body + n..]).map_err(e)?;
-        c.get_tag(&mut out[body + n..body + n + TAG]).map_err(e)?;
-        out.truncate(body + len);
         self.seq += 1;
-        Ok(())
+        sealed
     }
 
-    /// Open the record `record` (header and body): its inner plaintext,
-    /// content and type, in `scratch`.
-    fn open<'a>(&mut self, record: &[u8], scratch: &'a mut Vec<u8>) -> Result<Inner<'a>, TlsError> {
-        let e = |_| TlsError::Record("a record that does not authenticate".into());
+    /// Open the record `record` (header and body) onto the end of `plain`:
+    /// its content type, the inner plaintext (content and padding) left
+    /// there. Nothing is left there if it does not authenticate.
+    fn open(&mut self, record: &[u8], plain: &mut Vec<u8>) -> Result<u8, TlsError> {
         let (header, body) = record.split_at(HEADER);
         let (sealed, tag) = body.split_at(body.len() - TAG);
-        let mut c = self.crypter(Mode::Decrypt)?;
-        c.aad_update(header).map_err(e)?;
-        c.set_tag(tag).map_err(e)?;
-        scratch.clear();
-        scratch.resize(sealed.len() + 16, 0);
-        let mut n = c.update(sealed, scratch).map_err(e)?;
-        n += c.finalize(&mut scratch[n..]).map_err(e)?;
+        let at = plain.len();
+        plain.extend_from_slice(sealed);
+        let opened = (|| {
+            self.start(false, header)?;
+            self.ctx.set_tag(tag).map_err(record_error)?;
+            self.ctx.cipher_update_inplace(&mut plain[at..], sealed.len()).map_err(record_error)?;
+            self.ctx
+                .cipher_final(&mut [])
+                .map_err(|_| TlsError::Record("a record that does not authenticate".into()))
+        })();
         self.seq += 1;
+        if let Err(e) = opened {
+            plain.truncate(at);
+            return Err(e);
+        }
         // The content type is the last byte that is not padding.
-        let Some(end) = scratch[..n].iter().rposition(|&b| b != 0) else {
+        let Some(end) = plain[at..].iter().rposition(|&b| b != 0) else {
+            plain.truncate(at);
             return Err(TlsError::Record("a record with no content type".into()));
         };
-        Ok(Inner { kind: scratch[end], content: &scratch[..end] })
+        let kind = plain[at + end];
+        plain.truncate(at + end);
+        Ok(kind)
     }
-}
-
-/// A record's inner plaintext.
-struct Inner<'a> {
-    kind: u8,
-    content: &'a [u8],
 }
 
 /// HKDF-Expand-Label's info for `label`, no context, `len` bytes out
@@ -220,14 +248,13 @@ pub(crate) struct Records {
     pub tx: Direction,
     /// Received bytes of a record not yet whole.
     partial: Vec<u8>,
-    scratch: Vec<u8>,
     /// The peer sent close_notify: nothing after it is read.
     pub peer_done: bool,
 }
 
 impl Records {
     pub fn new(rx: Direction, tx: Direction) -> Self {
-        Self { rx, tx, partial: Vec::new(), scratch: Vec::new(), peer_done: false }
+        Self { rx, tx, partial: Vec::new(), peer_done: false }
     }
 
     /// Ciphertext from the peer: the application data of every whole record
@@ -261,19 +288,23 @@ impl Records {
         Ok(())
     }
 
-    /// One whole record.
+    /// One whole record: application data is left in `plain`.
     fn take(&mut self, record: &[u8], plain: &mut Vec<u8>) -> Result<(), TlsError> {
-        let inner = self.rx.open(record, &mut self.scratch)?;
-        match inner.kind {
-            APPLICATION_DATA => plain.extend_from_slice(inner.content),
+        let at = plain.len();
+        let kind = self.rx.open(record, plain)?;
+        if kind == APPLICATION_DATA {
+            return Ok(());
+        }
+        let content = plain.split_off(at);
+        match kind {
             // close_notify (warning, 0) ends the stream; any other alert
             // ends the connection.
-            ALERT if inner.content == [1, 0] => self.peer_done = true,
+            ALERT if content == [1, 0] => self.peer_done = true,
             ALERT => {
-                let what = inner.content.get(1).copied().unwrap_or(0);
+                let what = content.get(1).copied().unwrap_or(0);
                 return Err(TlsError::Record(format!("the peer sent alert {what}")));
             }
-            HANDSHAKE if only_tickets(inner.content) => {}
+            HANDSHAKE if only_tickets(&content) => {}
             HANDSHAKE => {
                 return Err(TlsError::Record(
                     "a handshake message after the handshake (KeyUpdate is not supported)".into(),
