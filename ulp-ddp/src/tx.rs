@@ -105,7 +105,9 @@ pub enum TxMode {
 /// A mapping covers its whole buffer, and runs of the buffer mapped last
 /// go out under its token: a message cut into many PDUs (an RDMA Read
 /// Response in FPDUs) is mapped once, as a driver maps a page once
-/// however many segments carry parts of it.
+/// however many segments carry parts of it. (The device's bounds check is
+/// then the buffer's: as with a DMA mapping of a page, the offsets within
+/// it are the ULP's to get right.)
 pub struct ZeroCopyTx {
     dev: Arc<dyn DdpDevice>,
     sk: SkHandle,
@@ -149,7 +151,13 @@ impl ZeroCopyTx {
         let mut mapped_now = false;
         let token = match *mode {
             TxMode::Copy => return None,
-            TxMode::Reference(token) => token,
+            TxMode::Reference(token) => {
+                // A run need not follow its start at once in the stream.
+                if let Some(m) = self.maps.iter_mut().rev().find(|m| m.token == token) {
+                    m.end = m.end.max(end);
+                }
+                token
+            }
             // Nothing to map for yet.
             TxMode::Unsent if out.room() == 0 => return Some(0),
             TxMode::Unsent => match self.maps.back_mut() {
@@ -173,7 +181,9 @@ impl ZeroCopyTx {
         };
         let n = out.write_by_reference(len - done, token, (offset + done) as u64);
         if n == 0 && *mode == TxMode::Unsent {
-            // There was room: not a transport that queues by reference.
+            // There was room: not a transport that queues by reference. A
+            // shared mapping keeps its extended end: it is released a
+            // little later, nothing worse.
             if mapped_now && let Some(m) = self.maps.pop_back() {
                 self.dev.tx_teardown(&self.sk, m.token);
             }

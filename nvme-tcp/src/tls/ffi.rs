@@ -35,6 +35,15 @@ unsafe extern "C" {
     fn SSL_SESSION_set_cipher(s: *mut ffi::SSL_SESSION, cipher: *const ffi::SSL_CIPHER) -> c_int;
     fn SSL_SESSION_set_protocol_version(s: *mut ffi::SSL_SESSION, version: c_int) -> c_int;
     fn SSL_CIPHER_find(ssl: *mut ffi::SSL, id: *const c_uchar) -> *const ffi::SSL_CIPHER;
+    fn SSL_has_pending(ssl: *const ffi::SSL) -> c_int;
+}
+
+/// Whether OpenSSL holds received bytes it has not handed out, processed
+/// or not: after the handshake there must be none, the records being ours.
+pub(super) fn has_pending(ssl: &openssl::ssl::SslRef) -> bool {
+    use foreign_types::ForeignTypeRef;
+    // SAFETY: a live connection.
+    unsafe { SSL_has_pending(ssl.as_ptr()) == 1 }
 }
 
 type UseSession = unsafe extern "C" fn(
@@ -181,6 +190,8 @@ unsafe extern "C" fn use_session(
 
 /// The ClientHello's `pre_shared_key` extension (RFC 8446, 4.2.11).
 const PRE_SHARED_KEY: u32 = 41;
+/// Offered identities looked up, at most.
+const MAX_IDENTITIES: usize = 4;
 
 /// The identities a `pre_shared_key` extension offers, in order.
 fn offered_identities(ext: &[u8]) -> impl Iterator<Item = &[u8]> {
@@ -212,9 +223,13 @@ unsafe extern "C" fn client_hello(ssl: *mut ffi::SSL, _alert: *mut c_int, _: *mu
             return ffi::SSL_CLIENT_HELLO_SUCCESS;
         }
         let ext = std::slice::from_raw_parts(p, n);
-        for id in offered_identities(ext) {
+        // A host offers one identity (Linux) or a few: a ClientHello is not
+        // to make us derive keys for thousands.
+        for id in offered_identities(ext).take(MAX_IDENTITIES) {
             let Ok(name) = std::str::from_utf8(id) else { continue };
-            let Some(key) = (psk.lookup)(name) else { continue };
+            // A lookup that panics must not unwind into OpenSSL.
+            let lookup = std::panic::AssertUnwindSafe(|| (psk.lookup)(name));
+            let Some(key) = std::panic::catch_unwind(lookup).ok().flatten() else { continue };
             let Some(suite) = Suite::for_key(&key) else { continue };
             if ffi::SSL_set_ciphersuites(ssl, suite.c_name().as_ptr().cast::<c_char>()) != 1 {
                 return 0;

@@ -27,9 +27,16 @@ pub(super) const TAG: usize = 16;
 pub(super) const MAX_PLAIN: usize = 16 * 1024;
 /// The longest ciphertext a record may carry: 2^14 + 256 (RFC 8446, 5.2).
 const MAX_CIPHERTEXT: usize = MAX_PLAIN + 256;
+/// Records one key may protect: AES-GCM's margin runs out at about 2^24.5
+/// full records (RFC 8446, 5.5). Without KeyUpdate (which Linux's kTLS
+/// lacks as well) the connection ends there, and the host reconnects.
+const MAX_RECORDS: u64 = 1 << 24;
 
 const APPLICATION_DATA: u8 = 23;
 const ALERT: u8 = 21;
+/// The alert descriptions that end nothing by themselves (RFC 8446, 6.1).
+const CLOSE_NOTIFY: u8 = 0;
+const USER_CANCELED: u8 = 90;
 const HANDSHAKE: u8 = 22;
 const LEGACY_VERSION: [u8; 2] = [3, 3];
 /// A post-handshake NewSessionTicket (RFC 8446, 4.6.1): a client may let
@@ -105,9 +112,10 @@ pub(crate) struct Direction {
     pub iv: [u8; 12],
     /// The sequence number of the next record.
     pub seq: u64,
-    /// OpenSSL's AES-GCM with the key set: each record sets its nonce.
+    /// OpenSSL's AES-GCM: the key is set once (`keyed`), each record sets
+    /// its nonce.
     ctx: CipherCtx,
-    encrypt: bool,
+    keyed: bool,
 }
 
 fn record_error(e: ErrorStack) -> TlsError {
@@ -131,7 +139,7 @@ impl Direction {
         };
         expanded.ok_or_else(|| TlsError::Setup("a traffic secret of the wrong length".into()))?;
         let ctx = CipherCtx::new().map_err(record_error)?;
-        Ok(Self { suite, key, iv, seq: 0, ctx, encrypt: false })
+        Ok(Self { suite, key, iv, seq: 0, ctx, keyed: false })
     }
 
     /// The per-record nonce: the IV with the sequence number XORed into
@@ -144,20 +152,26 @@ impl Direction {
         n
     }
 
-    /// Ready the cipher for the next record, its header `aad`.
+    /// Ready the cipher for the next record, its header `aad`. A direction
+    /// only ever seals or only ever opens.
     fn start(&mut self, encrypt: bool, aad: &[u8]) -> Result<(), TlsError> {
+        if self.seq >= MAX_RECORDS {
+            return Err(TlsError::Record(format!(
+                "{MAX_RECORDS} records under one key, as many as AES-GCM may protect (RFC 8446, 5.5): the connection must start over"
+            )));
+        }
         let nonce = self.nonce();
-        let (cipher, key) = match self.encrypt == encrypt && self.seq > 0 {
-            // The key is set already: only the nonce changes.
+        let (cipher, key) = match self.keyed {
+            // Only the nonce changes.
             true => (None, None),
             false => (Some(self.suite.cipher()), Some(&self.key[..])),
         };
-        self.encrypt = encrypt;
         match encrypt {
             true => self.ctx.encrypt_init(cipher, key, Some(&nonce)),
             false => self.ctx.decrypt_init(cipher, key, Some(&nonce)),
         }
         .map_err(record_error)?;
+        self.keyed = true;
         self.ctx.cipher_update(aad, None).map_err(record_error)?;
         Ok(())
     }
@@ -165,7 +179,9 @@ impl Direction {
     /// Seal `plain` (at most [`MAX_PLAIN`]) as one application data record
     /// appended to `out`.
     pub fn seal(&mut self, plain: &[u8], out: &mut Vec<u8>) -> Result<(), TlsError> {
-        debug_assert!(plain.len() <= MAX_PLAIN);
+        if plain.len() > MAX_PLAIN {
+            return Err(TlsError::Record(format!("{} bytes for one record", plain.len())));
+        }
         self.seal_inner(&[plain, &[APPLICATION_DATA]], out)
     }
 
@@ -204,6 +220,11 @@ impl Direction {
     fn open(&mut self, record: &[u8], plain: &mut Vec<u8>) -> Result<u8, TlsError> {
         let (header, body) = record.split_at(HEADER);
         let (sealed, tag) = body.split_at(body.len() - TAG);
+        // A GCM record's inner plaintext is its ciphertext's length: at
+        // most 2^14 bytes and the content type (RFC 8446, 5.4).
+        if sealed.len() > MAX_PLAIN + 1 {
+            return Err(TlsError::Record(format!("record_overflow: {} bytes", sealed.len())));
+        }
         let at = plain.len();
         plain.extend_from_slice(sealed);
         let opened = (|| {
@@ -297,9 +318,11 @@ impl Records {
         }
         let content = plain.split_off(at);
         match kind {
-            // close_notify (warning, 0) ends the stream; any other alert
-            // ends the connection.
-            ALERT if content == [1, 0] => self.peer_done = true,
+            // close_notify ends the stream (whatever its level, which TLS
+            // 1.3 has one ignore), user_canceled nothing by itself; any
+            // other alert ends the connection.
+            ALERT if content.len() == 2 && content[1] == CLOSE_NOTIFY => self.peer_done = true,
+            ALERT if content.len() == 2 && content[1] == USER_CANCELED => {}
             ALERT => {
                 let what = content.get(1).copied().unwrap_or(0);
                 return Err(TlsError::Record(format!("the peer sent alert {what}")));
@@ -339,8 +362,12 @@ fn record_len(bytes: &[u8]) -> Result<Option<usize>, TlsError> {
     Ok(Some(HEADER + len))
 }
 
-/// Whether handshake messages are all NewSessionTickets.
+/// Whether handshake messages are all whole NewSessionTickets, and at
+/// least one (a handshake record is never empty, RFC 8446, 5.1).
 fn only_tickets(mut msgs: &[u8]) -> bool {
+    if msgs.is_empty() {
+        return false;
+    }
     while let [kind, a, b, c, rest @ ..] = msgs {
         let n = usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c);
         if *kind != NEW_SESSION_TICKET || rest.len() < n {
@@ -367,6 +394,17 @@ mod tests {
         let d = Direction::from_secret(Suite::Aes128GcmSha256, &secret).unwrap();
         assert_eq!(&d.key[..], &hex("9f02283b6c9c07efc26bb9f2ac92e356")[..]);
         assert_eq!(&d.iv[..], &hex("cf782b88dd83549aadf1e984")[..]);
+    }
+
+    #[test]
+    fn a_key_protects_at_most_2_to_the_24_records() {
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        c.tx.seq = MAX_RECORDS - 1;
+        s.rx.seq = MAX_RECORDS - 1;
+        let mut w = Vec::new();
+        c.send(b"last", &mut w).unwrap();
+        s.receive(&w, &mut Vec::new()).unwrap();
+        assert!(c.send(b"one more", &mut w).is_err());
     }
 
     fn pair(suite: Suite) -> (Records, Records) {
@@ -446,10 +484,25 @@ mod tests {
         s.receive(&wire, &mut got).unwrap();
         assert_eq!(got, b"data more");
         assert!(s.peer_done);
-        // A KeyUpdate, a fatal alert, a record of no type: errors.
-        for (content, kind) in
-            [(&[24u8, 0, 0, 1, 0][..], HANDSHAKE), (&[2, 20][..], ALERT), (&[][..], 0)]
-        {
+        // close_notify at level 2 ends it too; user_canceled does not.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = Vec::new();
+        c.tx.seal_inner(&[&[1, USER_CANCELED], &[ALERT]], &mut w).unwrap();
+        c.send(b"still", &mut w).unwrap();
+        c.tx.seal_inner(&[&[2, CLOSE_NOTIFY], &[ALERT]], &mut w).unwrap();
+        let mut got = Vec::new();
+        s.receive(&w, &mut got).unwrap();
+        assert_eq!((got.as_slice(), s.peer_done), (&b"still"[..], true));
+        // A KeyUpdate, a fatal alert, an empty handshake record, a record
+        // of no type, an inner plaintext past 2^14 + 1 bytes: errors.
+        let long = vec![1u8; MAX_PLAIN + 1];
+        for (content, kind) in [
+            (&[24u8, 0, 0, 1, 0][..], HANDSHAKE),
+            (&[2, 20][..], ALERT),
+            (&[][..], HANDSHAKE),
+            (&[][..], 0),
+            (&long[..], APPLICATION_DATA),
+        ] {
             let (mut c, mut s) = pair(Suite::Aes256GcmSha384);
             let mut w = Vec::new();
             c.tx.seal_inner(&[content, &[kind]], &mut w).unwrap();

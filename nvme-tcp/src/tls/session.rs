@@ -316,6 +316,9 @@ impl TlsSession {
     /// The records from here on, from the secrets OpenSSL logged and the
     /// suite it negotiated.
     fn take_records(&mut self) -> Result<Records, TlsError> {
+        if ffi::has_pending(self.stream.ssl()) {
+            return Err(TlsError::Handshake("OpenSSL read past the handshake".into()));
+        }
         let name = self.stream.ssl().current_cipher().map(|c| c.name());
         let suite = name.and_then(Suite::from_name).ok_or_else(|| {
             TlsError::Handshake(format!("an unexpected cipher suite {}", name.unwrap_or("(none)")))
@@ -457,8 +460,9 @@ mod tests {
 
     /// The client's first record right behind its Finished, in one read:
     /// OpenSSL leaves it unread, and the records take it over.
-    #[test]
-    fn data_right_behind_the_handshake_is_the_records() {
+    /// A client and a server two flights into a handshake: the client is
+    /// done, its Finished not yet sent.
+    fn up_to_the_clients_finished() -> (TlsSession, TlsSession, Vec<u8>) {
         let mut c = TlsSession::client(ID, &[7u8; 32]).unwrap();
         let mut s = server_knowing(&[7u8; 32]);
         let mut buf = vec![0u8; 65536];
@@ -467,6 +471,12 @@ mod tests {
         let m = transmit(&mut s, &mut buf);
         c.receive(&buf[..m], &mut Vec::new()).unwrap();
         assert!(c.is_established() && !s.is_established());
+        (c, s, buf)
+    }
+
+    #[test]
+    fn data_right_behind_the_handshake_is_the_records() {
+        let (mut c, mut s, mut buf) = up_to_the_clients_finished();
         c.send(b"ICReq right behind Finished").unwrap();
         let n = transmit(&mut c, &mut buf);
         let mut got = Vec::new();
@@ -521,13 +531,7 @@ mod tests {
     /// no NewSessionTicket, which kTLS under a Linux host cannot take.
     #[test]
     fn the_server_sends_no_ticket_after_the_handshake() {
-        let mut c = TlsSession::client(ID, &[7u8; 32]).unwrap();
-        let mut s = server_knowing(&[7u8; 32]);
-        let mut buf = vec![0u8; 65536];
-        let n = transmit(&mut c, &mut buf);
-        s.receive(&buf[..n], &mut Vec::new()).unwrap();
-        let m = transmit(&mut s, &mut buf);
-        c.receive(&buf[..m], &mut Vec::new()).unwrap();
+        let (mut c, mut s, mut buf) = up_to_the_clients_finished();
         let n = transmit(&mut c, &mut buf);
         s.receive(&buf[..n], &mut Vec::new()).unwrap();
         assert!(c.is_established() && s.is_established());
