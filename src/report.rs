@@ -160,6 +160,9 @@ pub struct OffloadReport {
     pub host_tx_copy_bytes: u64,
     /// Data bytes the upper layer digested (received and sent).
     pub host_crc_bytes: u64,
+    /// Over TLS: bytes of records decrypted and encrypted in software.
+    pub host_decrypt_bytes: u64,
+    pub host_encrypt_bytes: u64,
     pub nic_placed_bytes: u64,
     pub nic_crc_bytes: u64,
     pub tx_crc_offloaded_bytes: u64,
@@ -219,6 +222,8 @@ impl OffloadReport {
             host_copy_bytes: ulp.copy_bytes + tx.data_bytes,
             host_tx_copy_bytes: tx.data_bytes,
             host_crc_bytes: ulp.crc_bytes + tx.crc_bytes,
+            host_decrypt_bytes: ulp.tls_decrypt_bytes,
+            host_encrypt_bytes: tx.tls_encrypt_bytes,
             nic_placed_bytes: nic.nic_placed_bytes,
             nic_crc_bytes: nic.nic_crc_bytes,
             tx_crc_offloaded_bytes: nic.tx_crc_offloaded_bytes,
@@ -260,12 +265,19 @@ impl OffloadReport {
 
     /// A few lines for people.
     pub fn lines(&self, side: &str) -> Vec<String> {
-        let software = format!(
+        let mut software = format!(
             "software copied {} rx / {} tx and digested {}",
             human_bytes((self.host_copy_bytes - self.host_tx_copy_bytes) as f64),
             human_bytes(self.host_tx_copy_bytes as f64),
             human_bytes(self.host_crc_bytes as f64),
         );
+        if self.host_decrypt_bytes + self.host_encrypt_bytes > 0 {
+            software += &format!(
+                ", decrypted {} rx / encrypted {} tx (TLS)",
+                human_bytes(self.host_decrypt_bytes as f64),
+                human_bytes(self.host_encrypt_bytes as f64),
+            );
+        }
         if self.caps == "none" {
             return vec![format!(
                 "{side} offload [none]: the NIC offloads nothing; {software}; bad TCP checksum {}",

@@ -643,11 +643,30 @@ fn the_demo_and_bench_run_over_tls() {
     let n = |v: &serde_json::Value, f: &str| v[f].as_u64().unwrap();
     assert_eq!(n(&report["phases"][1], "verified_bytes"), 4 << 20, "{report}");
     assert_eq!(n(&report["offload"], "nic_placed_bytes"), 0, "ciphertext is not placed");
+    // The host decrypted every record it received (the data read, and the
+    // responses) and encrypted every one it sent (the data written too).
+    let size = 4u64 << 20;
+    assert!(n(&report["offload"], "host_decrypt_bytes") > size, "{report}");
+    assert!(n(&report["offload"], "host_encrypt_bytes") > size, "{report}");
+    let points = std::env::temp_dir().join(format!("nvme-ddp-tls-{}.json", std::process::id()));
     let args =
         ["bench", "--bs", "4k", "--rw", "read", "--qd", "4", "--mtu", "9000", "--offload", "none"];
-    let out = ok(&[&args[..], &["--tls", "on,off", "--reps", "1", "--time", "0.2"]].concat());
+    let more =
+        ["--tls", "on,off", "--reps", "1", "--time", "0.2", "--json", points.to_str().unwrap()];
+    let out = ok(&[&args[..], &more].concat());
     assert!(out.lines().any(|l| l.starts_with("tls  read")), "{out}");
     assert!(out.lines().any(|l| l.starts_with("tcp  read")), "{out}");
+    // Per 4 KiB read: the data's record and more decrypted over TLS, and
+    // nothing in the clear.
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&points).unwrap()).unwrap();
+    std::fs::remove_file(&points).ok();
+    for p in doc["points"].as_array().unwrap() {
+        let decrypted = p["host_decrypt_bytes_per_io"].as_f64().unwrap();
+        match p["tls"].as_bool().unwrap() {
+            true => assert!(decrypted > 4096.0, "{p}"),
+            false => assert_eq!(decrypted, 0.0, "{p}"),
+        }
+    }
     refused(&["demo", "--tls", "--transport", "rdma"], "TLS");
 }
 

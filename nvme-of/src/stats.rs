@@ -29,6 +29,8 @@ pub struct UlpStats {
     /// PDUs of any kind that passed meanwhile.
     pub offload_gaps: u64,
     pub offload_gap_pdus: u64,
+    /// TLS: ciphertext bytes of received records decrypted in software.
+    pub tls_decrypt_bytes: u64,
 }
 
 impl UlpStats {
@@ -44,6 +46,7 @@ impl UlpStats {
         self.resyncs += o.resyncs;
         self.offload_gaps += o.offload_gaps;
         self.offload_gap_pdus += o.offload_gap_pdus;
+        self.tls_decrypt_bytes += o.tls_decrypt_bytes;
     }
 
     /// What was counted since `earlier`, a reading of the same counters.
@@ -61,6 +64,7 @@ impl UlpStats {
             resyncs: d(self.resyncs, earlier.resyncs),
             offload_gaps: d(self.offload_gaps, earlier.offload_gaps),
             offload_gap_pdus: d(self.offload_gap_pdus, earlier.offload_gap_pdus),
+            tls_decrypt_bytes: d(self.tls_decrypt_bytes, earlier.tls_decrypt_bytes),
         }
     }
 
@@ -91,6 +95,9 @@ pub struct TxStats {
     /// Data bytes queued by reference: gathered from the command's
     /// buffer by the NIC, never copied here.
     pub zero_copy_bytes: u64,
+    /// TLS: plaintext bytes of sent records encrypted in software (the
+    /// queue's whole output, not only data).
+    pub tls_encrypt_bytes: u64,
 }
 
 impl TxStats {
@@ -99,6 +106,7 @@ impl TxStats {
         self.crc_bytes += o.crc_bytes;
         self.crc_offloaded_bytes += o.crc_offloaded_bytes;
         self.zero_copy_bytes += o.zero_copy_bytes;
+        self.tls_encrypt_bytes += o.tls_encrypt_bytes;
     }
 }
 

@@ -85,6 +85,7 @@ pub fn work(s: &QpStats) -> (UlpStats, TxStats) {
         crc_bytes: s.tx_crc_bytes,
         crc_offloaded_bytes: s.tx_nic_crc_bytes,
         zero_copy_bytes: s.tx_zero_copy_bytes,
+        ..TxStats::default()
     };
     (rx, tx)
 }

@@ -109,6 +109,10 @@ pub struct Measures {
     /// ring on transmit) and digested, per I/O.
     pub host_copy_bytes_per_io: f64,
     pub host_crc_bytes_per_io: f64,
+    /// Over TLS: bytes of records the host decrypted (received) and
+    /// encrypted (sent) in software, per I/O.
+    pub host_decrypt_bytes_per_io: f64,
+    pub host_encrypt_bytes_per_io: f64,
     pub nic_placed_bytes_per_io: f64,
     /// Receive and transmit data bytes the NIC digested, per I/O.
     pub nic_crc_bytes_per_io: f64,
@@ -170,6 +174,9 @@ impl Measures {
             host_copy_bytes_per_io: ((ulp.copy_bytes + b.tx.data_bytes - a.tx.data_bytes) as f64)
                 / ios,
             host_crc_bytes_per_io: ((ulp.crc_bytes + b.tx.crc_bytes - a.tx.crc_bytes) as f64) / ios,
+            host_decrypt_bytes_per_io: ulp.tls_decrypt_bytes as f64 / ios,
+            host_encrypt_bytes_per_io: (b.tx.tls_encrypt_bytes - a.tx.tls_encrypt_bytes) as f64
+                / ios,
             nic_placed_bytes_per_io: (b.nic.nic_placed_bytes - a.nic.nic_placed_bytes) as f64 / ios,
             nic_crc_bytes_per_io: ((b.nic.nic_crc_bytes - a.nic.nic_crc_bytes)
                 + (b.nic.tx_crc_offloaded_bytes - a.nic.tx_crc_offloaded_bytes))
@@ -213,6 +220,8 @@ impl Measures {
             process_cpu_ns_per_io: widest.fold(0.0, f64::max) / ios,
             host_copy_bytes_per_io: per_io(|m| m.host_copy_bytes_per_io),
             host_crc_bytes_per_io: per_io(|m| m.host_crc_bytes_per_io),
+            host_decrypt_bytes_per_io: per_io(|m| m.host_decrypt_bytes_per_io),
+            host_encrypt_bytes_per_io: per_io(|m| m.host_encrypt_bytes_per_io),
             nic_placed_bytes_per_io: per_io(|m| m.nic_placed_bytes_per_io),
             nic_crc_bytes_per_io: per_io(|m| m.nic_crc_bytes_per_io),
             control_calls_per_io: per_io(|m| m.control_calls_per_io),
@@ -235,7 +244,7 @@ impl Measures {
     }
 
     /// Each measure, so statistics can go over all of them alike.
-    pub fn each_mut(&mut self) -> [&mut f64; 17] {
+    pub fn each_mut(&mut self) -> [&mut f64; 19] {
         [
             &mut self.iops,
             &mut self.bytes_per_sec,
@@ -248,6 +257,8 @@ impl Measures {
             &mut self.process_cpu_ns_per_io,
             &mut self.host_copy_bytes_per_io,
             &mut self.host_crc_bytes_per_io,
+            &mut self.host_decrypt_bytes_per_io,
+            &mut self.host_encrypt_bytes_per_io,
             &mut self.nic_placed_bytes_per_io,
             &mut self.nic_crc_bytes_per_io,
             &mut self.control_calls_per_io,

@@ -3,7 +3,9 @@
 //! in records. The queue (host or controller) is the cleartext one,
 //! unchanged: it never knows TLS is there.
 
+use super::record::RecordStats;
 use super::session::{TlsError, TlsSession};
+use nvme_of::{TxStats, UlpStats};
 use ulp_ddp::TxSink;
 
 /// Plaintext received and not yet taken by the queue, at most: past it,
@@ -29,6 +31,19 @@ impl Channel {
 
     pub fn is_established(&self) -> bool {
         self.session.is_established()
+    }
+
+    /// What the records cost in software so far.
+    pub fn record_stats(&self) -> RecordStats {
+        self.session.record_stats()
+    }
+
+    /// The queue's counters with the TLS layer's added.
+    pub fn add_stats(&self, (mut rx, mut tx): (UlpStats, TxStats)) -> (UlpStats, TxStats) {
+        let r = self.record_stats();
+        rx.tls_decrypt_bytes += r.opened_bytes;
+        tx.tls_encrypt_bytes += r.sealed_bytes;
+        (rx, tx)
     }
 
     /// Ciphertext arrived; how much of it was taken (none while too much

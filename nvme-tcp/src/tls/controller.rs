@@ -240,7 +240,10 @@ impl ControllerQueue for Secured {
     }
 
     fn stats(&self) -> (UlpStats, TxStats) {
-        self.inner.stats()
+        match &self.mode {
+            Mode::Tls(ch) => ch.add_stats(self.inner.stats()),
+            _ => self.inner.stats(),
+        }
     }
 
     fn close_reason(&self) -> Option<&CloseReason> {

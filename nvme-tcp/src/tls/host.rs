@@ -197,7 +197,10 @@ impl HostQueue for Secured {
     }
 
     fn stats(&self) -> (UlpStats, TxStats) {
-        self.inner.stats()
+        match &self.channel {
+            Some(ch) => ch.add_stats(self.inner.stats()),
+            None => self.inner.stats(),
+        }
     }
 
     fn commands(&self) -> &dyn Commands {

@@ -263,10 +263,20 @@ fn label_info(label: &str, len: usize) -> Vec<u8> {
     info
 }
 
+/// The work the record layer did in software.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RecordStats {
+    /// Ciphertext bytes of records opened (decrypted and authenticated).
+    pub opened_bytes: u64,
+    /// Inner plaintext bytes sealed (encrypted).
+    pub sealed_bytes: u64,
+}
+
 /// Both directions of a connection's records after the handshake.
 pub(crate) struct Records {
     pub rx: Direction,
     pub tx: Direction,
+    pub stats: RecordStats,
     /// Received bytes of a record not yet whole.
     partial: Vec<u8>,
     /// The peer sent close_notify: nothing after it is read.
@@ -275,7 +285,7 @@ pub(crate) struct Records {
 
 impl Records {
     pub fn new(rx: Direction, tx: Direction) -> Self {
-        Self { rx, tx, partial: Vec::new(), peer_done: false }
+        Self { rx, tx, stats: RecordStats::default(), partial: Vec::new(), peer_done: false }
     }
 
     /// Ciphertext from the peer: the application data of every whole record
@@ -313,6 +323,7 @@ impl Records {
     fn take(&mut self, record: &[u8], plain: &mut Vec<u8>) -> Result<(), TlsError> {
         let at = plain.len();
         let kind = self.rx.open(record, plain)?;
+        self.stats.opened_bytes += (record.len() - HEADER - TAG) as u64;
         if kind == APPLICATION_DATA {
             return Ok(());
         }
@@ -342,6 +353,7 @@ impl Records {
     pub fn send(&mut self, plain: &[u8], out: &mut Vec<u8>) -> Result<(), TlsError> {
         for chunk in plain.chunks(MAX_PLAIN) {
             self.tx.seal(chunk, out)?;
+            self.stats.sealed_bytes += chunk.len() as u64 + 1;
         }
         Ok(())
     }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use zeroize::Zeroizing;
 
 use super::ffi;
-use super::record::{Direction, Records, Suite};
+use super::record::{Direction, RecordStats, Records, Suite};
 
 /// The suites a server allows before a ClientHello names its PSK.
 const SUITES: &str = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
@@ -216,6 +216,11 @@ impl TlsSession {
 
     pub fn is_established(&self) -> bool {
         self.established
+    }
+
+    /// What the records cost in software so far.
+    pub(crate) fn record_stats(&self) -> RecordStats {
+        self.records.as_ref().map(|r| r.stats).unwrap_or_default()
     }
 
     /// The cipher suite negotiated, once established.
