@@ -46,6 +46,8 @@ BIN=${NVME_DDP_BIN:-$ROOT/target/release/nvme-ddp}
 TIMEOUT=${INTEROP_TIMEOUT:-1200}
 
 . "$HERE/netns.sh"
+. "$HERE/harness.sh"
+HARNESS=interop
 netns_name nvmeddp-io
 BRIDGE_IP=198.18.0.1
 SMOL_CTRL_IP=198.18.0.2
@@ -60,63 +62,13 @@ SIGNAL_PORT=7777
 NQN=nqn.2026-11.io.nvme-ddp:interop
 TARGET_NQN=nqn.2026-11.org.linux:nvmet-ram
 
-skip() { echo "interop: skipping: $*" >&2; exit 77; }
-# Failed checks are said where they happen and again last thing on exit,
-# after the logs, so the tail of a CI log names them.
-FAILED=()
-say() {
-	echo "interop: $*"
-	[[ $1 == FAIL* ]] && FAILED+=("$*")
-	return 0
-}
-
-((EUID == 0)) || skip "not root"
-command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 not installed"
-command -v ip >/dev/null || skip "ip (iproute2) not installed"
-command -v tshark >/dev/null || skip "tshark not installed"
-[[ -c /dev/net/tun ]] || skip "/dev/net/tun missing"
-
-netns_sweep
-say "network namespace $NS"
-
-start=$SECONDS
-TMP=$(mktemp -d /tmp/nvme-ddp-interop.XXXXXX)
-PIDS=()
-GUEST_PID=
-cleanup() {
-	local rc=$?
-	# A `wait` on a process just killed fails (143), and under set -e that
-	# would end the clean-up there, leaving controllers and the namespace.
-	set +e
-	if [[ -n $GUEST_PID ]]; then kill "$GUEST_PID" 2>/dev/null && wait "$GUEST_PID" 2>/dev/null; fi
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-	ip netns del "$NS" 2>/dev/null || true
-	if ((rc != 0 && rc != 77)); then
-		for f in "$TMP"/*.log; do
-			[[ -s $f ]] || continue
-			echo "--- $(basename "$f") (last 40 lines) ---"
-			tail -n 40 "$f"
-		done >&2
-		printf 'interop: failed: %s\n' "${FAILED[@]:-exit status $rc}" >&2
-	fi
-	rm -rf "$TMP"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+harness_start tshark
 
 # --- build -------------------------------------------------------------------
-if [[ -z ${NVME_DDP_BIN:-} ]]; then
-	(cd "$ROOT" && cargo build --release --quiet) || { say "FAIL: cargo build"; exit 1; }
-fi
-[[ -x $BIN ]] || { say "FAIL: no binary at $BIN"; exit 1; }
-rc=0
-"$HERE/build-guest.sh" "$CACHE_DIR" >"$TMP/build-guest.log" 2>&1 || rc=$?
-((rc == 0)) || { ((rc == 77)) && skip "cannot build the guest: $(tail -n1 "$TMP/build-guest.log")"; say "FAIL: build-guest.sh ($rc)"; exit 1; }
+harness_build
 
 # --- namespace: bridge, four TAPs and a veth pair --------------------------------
 ip netns add "$NS" || skip "cannot create a network namespace"
-in_ns() { ip netns exec "$NS" "$@"; }
 ip -n "$NS" link set lo up
 ip -n "$NS" link add br0 type bridge
 ip -n "$NS" addr add "$BRIDGE_IP/24" dev br0
@@ -185,21 +137,7 @@ done
 	--log "$TMP/guest-console.log" >"$TMP/guest.out" 2>"$TMP/guest.err" &
 GUEST_PID=$!
 
-guest_alive() { kill -0 "$GUEST_PID" 2>/dev/null; }
-
-# Part 1 runs in the guest; relay its verdicts as they come.
-shown=0
-relay() {
-	local lines
-	[ -e "$TMP/guest-console.log" ] || return 0
-	lines=$(tr -d '\r' <"$TMP/guest-console.log" | grep -aE '^(ok  |FAIL)' || true)
-	local n
-	n=$(printf '%s' "$lines" | grep -c . || true)
-	if ((n > shown)); then
-		printf '%s\n' "$lines" | tail -n "$((n - shown))" | sed 's/^/guest: /'
-		shown=$n
-	fi
-}
+# Part 1 runs in the guest; its verdicts are relayed as they come.
 ready=0
 restarted=0
 while guest_alive && ((SECONDS - start < TIMEOUT)); do
@@ -272,11 +210,7 @@ if ((ready)); then
 	fi
 	verdict=done
 	((host_failures == 0)) || verdict="failed: $host_failures host checks"
-	for _ in $(seq 30); do
-		guest_alive || break
-		in_ns timeout 5 bash -c 'echo "$2" >"/dev/tcp/$0/$1"' "$GUEST_IP" "$SIGNAL_PORT" "$verdict" 2>/dev/null && break
-		sleep 1
-	done
+	signal "$verdict" || say "FAIL: could not tell the guest we are done"
 fi
 
 guest_rc=0
@@ -285,18 +219,7 @@ GUEST_PID=
 relay
 # Every controller must have outlived everything thrown at it (but the
 # one killed on purpose, which was started again).
-for p in "${PIDS[@]}"; do
-	kill -0 "$p" 2>/dev/null || { say "FAIL: a controller died (see its log)"; exit 1; }
-done
-for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
-for _ in $(seq 50); do
-	alive=0
-	for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-	((alive)) || break
-	sleep 0.1
-done
-for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-PIDS=()
+stop_controllers
 # Our smoltcp controllers' NICs placed the Linux host's H2CData by TTAG
 # and its Read Responses by STag.
 # The guest's segments reach veth0 with their checksums left partial

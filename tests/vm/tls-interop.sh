@@ -64,6 +64,8 @@ BIN=${NVME_DDP_BIN:-$ROOT/target/release/nvme-ddp}
 TIMEOUT=${TLS_INTEROP_TIMEOUT:-900}
 
 . "$HERE/netns.sh"
+. "$HERE/harness.sh"
+HARNESS=tls-interop
 netns_name nvmeddp-tls
 BRIDGE_IP=198.18.0.1
 SMOL_CTRL_IP=198.18.0.2
@@ -80,62 +82,10 @@ uuid_nqn() { echo "nqn.2014-08.org.nvmexpress:uuid:7e150000-0000-4000-8000-00000
 LH0=$(uuid_nqn 00) LH1=$(uuid_nqn 01) LH2=$(uuid_nqn 02) LHW=$(uuid_nqn 0f)
 OH0=$(uuid_nqn 10) OH1=$(uuid_nqn 11)
 
-skip() { echo "tls-interop: skipping: $*" >&2; exit 77; }
-# Failed checks are said where they happen and again last thing on exit,
-# after the logs, so the tail of a CI log names them.
-FAILED=()
-say() {
-	echo "tls-interop: $*"
-	[[ $1 == FAIL* ]] && FAILED+=("$*")
-	return 0
-}
-
-((EUID == 0)) || skip "not root"
-command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 not installed"
-command -v ip >/dev/null || skip "ip (iproute2) not installed"
-command -v tshark >/dev/null || skip "tshark not installed"
-command -v dumpcap >/dev/null || skip "dumpcap (wireshark-common) not installed"
-[[ -c /dev/net/tun ]] || skip "/dev/net/tun missing"
-
-netns_sweep
-say "network namespace $NS"
-
-start=$SECONDS
-TMP=$(mktemp -d /tmp/nvme-ddp-tls-interop.XXXXXX)
-PIDS=()
-CAP_PID=
-GUEST_PID=
-cleanup() {
-	local rc=$?
-	# A `wait` on a process just killed fails (143), and under set -e that
-	# would end the clean-up there, leaving controllers and the namespace.
-	set +e
-	if [[ -n $GUEST_PID ]]; then kill "$GUEST_PID" 2>/dev/null && wait "$GUEST_PID" 2>/dev/null; fi
-	if [[ -n $CAP_PID ]]; then kill "$CAP_PID" 2>/dev/null && wait "$CAP_PID" 2>/dev/null; fi
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-	ip netns del "$NS" 2>/dev/null || true
-	if ((rc != 0 && rc != 77)); then
-		for f in "$TMP"/*.log; do
-			[[ -s $f ]] || continue
-			echo "--- $(basename "$f") (last 40 lines) ---"
-			tail -n 40 "$f"
-		done >&2
-		printf 'tls-interop: failed: %s\n' "${FAILED[@]:-exit status $rc}" >&2
-	fi
-	rm -rf "$TMP"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+harness_start tshark dumpcap
 
 # --- build -------------------------------------------------------------------
-if [[ -z ${NVME_DDP_BIN:-} ]]; then
-	(cd "$ROOT" && cargo build --release --quiet) || { say "FAIL: cargo build"; exit 1; }
-fi
-[[ -x $BIN ]] || { say "FAIL: no binary at $BIN"; exit 1; }
-rc=0
-"$HERE/build-guest.sh" --suite trixie "$CACHE_DIR" >"$TMP/build-guest.log" 2>&1 || rc=$?
-((rc == 0)) || { ((rc == 77)) && skip "cannot build the guest: $(tail -n1 "$TMP/build-guest.log")"; say "FAIL: build-guest.sh --suite trixie ($rc)"; exit 1; }
+harness_build --suite trixie
 
 # --- keys ----------------------------------------------------------------------
 # tls_key: a configured PSK as `nvme gen-tls-key` (hmac 1) makes it:
@@ -153,7 +103,6 @@ echo "$TLS_KEY" >"$TMP/tls.key"
 
 # --- namespace: bridge and three TAPs --------------------------------------------
 ip netns add "$NS" || skip "cannot create a network namespace"
-in_ns() { ip netns exec "$NS" "$@"; }
 ip -n "$NS" link set lo up
 ip -n "$NS" link add br0 type bridge
 ip -n "$NS" addr add "$BRIDGE_IP/24" dev br0
@@ -227,20 +176,6 @@ done
 	--log "$TMP/guest-console.log" >"$TMP/guest.out" 2>"$TMP/guest.err" &
 GUEST_PID=$!
 
-guest_alive() { kill -0 "$GUEST_PID" 2>/dev/null; }
-console() { [[ -e $TMP/guest-console.log ]] && tr -d '\r' <"$TMP/guest-console.log" || true; }
-
-# The guest's verdicts, relayed as they come.
-shown=0
-relay() {
-	local lines n
-	lines=$(console | grep -aE '^(ok  |FAIL)' || true)
-	n=$(printf '%s' "$lines" | grep -c . || true)
-	if ((n > shown)); then
-		printf '%s\n' "$lines" | tail -n "$((n - shown))" | sed 's/^/guest: /'
-		shown=$n
-	fi
-}
 # Part 1 runs in the guest.
 ready=0
 while guest_alive && ((SECONDS - start < TIMEOUT)); do
@@ -255,56 +190,6 @@ relay
 capture_stop
 
 # --- part 2: our host against nvmet ------------------------------------------------
-# signal MSG: one line to the guest's wait_signal.
-signal() {
-	for _ in $(seq 30); do
-		guest_alive || return 1
-		in_ns timeout 5 bash -c 'echo "$2" >"/dev/tcp/$0/$1"' "$GUEST_IP" "$SIGNAL_PORT" "$1" 2>/dev/null && return 0
-		sleep 1
-	done
-	return 1
-}
-# guest_check KIND WHAT: the guest holds the kernel's and tlshd's lines
-# since its last check to KIND (clean, wrong-psk, no-key, clear) and says
-# so.
-checks=0
-guest_check() {
-	checks=$((checks + 1))
-	signal "check $*" || { say "FAIL: the guest did not take check $*"; return 0; }
-	for _ in $(seq 120); do
-		console | grep -aqx "GUEST-CHECKED $checks" && break
-		guest_alive || break
-		sleep 0.5
-	done
-	relay
-	console | grep -aqx "GUEST-CHECKED $checks" || say "FAIL: the guest did not answer check $*"
-}
-# our_host WHAT WANT ARGS...: our host against nvmet with ARGS; WANT is ok,
-# or an ERE its error must match (it must fail).
-host_failures=0
-our_host() {
-	local what=$1 want=$2 out rc=0 t0=${EPOCHREALTIME/./}
-	shift 2
-	out=$(in_ns timeout 300 "$BIN" host --connect "$GUEST_IP:$PORT" --nqn "$TARGET_NQN" "$@" 2>&1) || rc=$?
-	local ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
-	TOOK=$(printf '%d.%02d' $((ms / 1000)) $((ms % 1000 / 10)))
-	{
-		echo "### $what (status $rc, ${TOOK}s): $*"
-		echo "$out"
-	} >>"$TMP/host.log"
-	if [[ $want == ok ]]; then
-		if ((rc == 0)); then
-			say "ok   $what (${TOOK}s): $(echo "$out" | grep -E 'IOPS|^nvme\+tcp://' | head -n1 | tr -s ' ')"
-			return 0
-		fi
-	elif ((rc != 0)) && grep -qE "$want" <<<"$out"; then
-		say "ok   $what: refused, status $rc: $(grep -E "$want" <<<"$out" | head -n1)"
-		return 0
-	fi
-	say "FAIL $what (status $rc)"
-	echo "$out" | sed 's/^/  /'
-	host_failures=$((host_failures + 1))
-}
 if ((ready)); then
 	IO=(io --rw randrw --bs 4k --time 2 --verify --eta never)
 	our_host "our host -> nvmet TLS port: identity v0" ok \
@@ -343,18 +228,7 @@ GUEST_PID=
 relay
 
 # --- our controllers' side ------------------------------------------------------------
-for p in "${PIDS[@]}"; do
-	kill -0 "$p" 2>/dev/null || { say "FAIL: a controller died (see its log)"; exit 1; }
-done
-for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
-for _ in $(seq 50); do
-	alive=0
-	for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-	((alive)) || break
-	sleep 0.1
-done
-for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-PIDS=()
+stop_controllers
 # Each refusal was logged where it happened, and nothing worse than a
 # warning, and no warning but those of the refusals.
 expect_log() { # CTRL PATTERN WHAT
