@@ -116,9 +116,11 @@ impl Secrets {
     }
 }
 
-/// The longest identity a client offers: what OpenSSL's PSK callbacks
-/// took (PSK_MAX_IDENTITY_LEN), which Linux's tlshd also keeps to.
-const MAX_IDENTITY: usize = 255;
+/// The longest PSK identity TLS 1.3 carries (`opaque identity<1..2^16-1>`,
+/// RFC 8446 4.2.11). A version 1 identity of two 223-byte NQNs and a
+/// SHA-384 digest is about 530 bytes: OpenSSL's older PSK callbacks, which
+/// stopped at 255, would have refused it; its session callbacks do not.
+const MAX_IDENTITY: usize = u16::MAX as usize;
 
 fn setup(e: ErrorStack) -> TlsError {
     TlsError::Setup(e.to_string())
@@ -161,7 +163,7 @@ impl TlsSession {
         };
         if identity.len() > MAX_IDENTITY {
             return Err(TlsError::Setup(format!(
-                "the PSK identity is {} bytes, more than TLS here takes (255): shorter NQNs",
+                "the PSK identity is {} bytes, more than TLS carries (65535)",
                 identity.len()
             )));
         }
@@ -461,6 +463,29 @@ mod tests {
             assert!(!c.is_established() || !s.is_established());
         }
         assert!(TlsSession::client(ID, &[9u8; 40]).is_err(), "neither 32 nor 48 bytes");
+    }
+
+    /// A version 1 identity of two NQNs of the longest kind (223 bytes) and
+    /// a SHA-384 digest: past the 255 bytes OpenSSL's older callbacks took.
+    #[test]
+    fn an_identity_of_the_longest_nqns_is_carried() {
+        let nqn = |who: &str| {
+            format!("nqn.2026-11.io.nvme-ddp:{who}{}", "x".repeat(223 - 24 - who.len()))
+        };
+        let digest = "A".repeat(64);
+        let id = format!("NVMe1R02 {} {} {digest}", nqn("h"), nqn("s"));
+        assert!(id.len() > 500, "{}", id.len());
+        let key: &'static [u8] = Box::leak(vec![3u8; 48].into_boxed_slice());
+        let want = id.clone();
+        let mut s = TlsSession::server(Arc::new(move |offered| {
+            (offered == want).then(|| Zeroizing::new(key.to_vec()))
+        }))
+        .unwrap();
+        let mut c = TlsSession::client(&id, key).unwrap();
+        let _ = pump(&mut c, &mut s);
+        assert!(c.is_established() && s.is_established());
+        assert_eq!(s.psk_identity(), Some(id));
+        assert!(TlsSession::client(&"x".repeat(70_000), key).is_err(), "past what TLS carries");
     }
 
     /// The client's first record right behind its Finished, in one read:
