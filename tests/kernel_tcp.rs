@@ -494,6 +494,25 @@ fn a_connection_over_the_limit_is_closed_and_counted() {
     assert_eq!(target.stats().connections_refused, 1);
 }
 
+/// A server that stops lets go of the controllers of hosts still
+/// connected, as it does of those that closed a moment before: one of
+/// these raced the other in `poll_groups_share_the_connections_of_several_hosts`.
+#[test]
+fn a_stopped_server_lets_go_of_the_controllers_it_held() {
+    let target =
+        Target::new(TargetConfig { subnqn: NQN.into(), ..Default::default() }, vec![ram(1 << 20)])
+            .unwrap();
+    let listen = ["127.0.0.1:0".parse().unwrap()];
+    let server = ControllerServer::spawn(target.clone(), &listen, Listener::default()).unwrap();
+    let mut s = TcpStream::connect(server.local_addrs()[0]).unwrap();
+    connect_queue(&mut s, 0, 0xffff, 0);
+    assert_eq!(target.stats().controllers, 1);
+    server.stop().unwrap();
+    assert_eq!(target.stats().controllers, 0, "the controller goes with its server");
+    let mut rest = Vec::new();
+    assert_eq!(s.read_to_end(&mut rest).unwrap(), 0, "and its connection is closed");
+}
+
 #[test]
 fn keep_alive_expiry_tears_down_the_association() {
     let (_server, addr) = serve(TargetConfig::default(), ram(1 << 20));

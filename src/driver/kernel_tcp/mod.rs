@@ -526,6 +526,19 @@ impl GroupLoop {
                 }
             }
         }
+        // Stopped: the connections still held close, and a controller whose
+        // admin queue one was goes with it (a host that closed a moment ago
+        // and one that did not are alike to a controller shutting down).
+        let held = conns.into_values().map(Box::new).chain(
+            std::iter::from_fn(|| self.arrivals.try_recv().ok()).filter_map(|a| match a {
+                Arrival::Moved(c) => Some(c),
+                Arrival::New(..) => None,
+            }),
+        );
+        for mut c in held {
+            c.conn.transport_closed();
+            let _ = c.sock.shutdown(std::net::Shutdown::Both);
+        }
         let cpu_time = Duration::from_nanos(cpus::cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID));
         Ok(GroupStats { cpu: self.cpu, connections: served, io_queues, cpu_time })
     }
