@@ -42,6 +42,8 @@ pub(crate) struct State {
     pub by_key: HashMap<(SocketAddrV4, SocketAddrV4), usize>,
     pub tx_maps: TxMaps,
     pub stats: Stats,
+    /// Received frames a socket rewrites, copied here first.
+    pub rx_copy: Vec<u8>,
 }
 
 /// The NIC's state, shared by the device and its handle.
@@ -86,8 +88,11 @@ impl Shared {
     }
 
     /// After a change of sockets or capabilities.
+    /// After a change of sockets or capabilities: received frames take
+    /// the DMA path while some socket may be placed into or rewrites.
     pub fn update_placing(&self, st: &State) {
-        let placing = st.cfg.zero_copy && st.cfg.active.contains(Caps::DDP) && !st.flows.is_empty();
+        let placing = st.cfg.zero_copy && st.cfg.active.contains(Caps::DDP) && !st.flows.is_empty()
+            || st.flows.iter().any(|(_, f)| f.rx_rewrites());
         self.placing.store(placing, Ordering::Relaxed);
     }
 
@@ -98,9 +103,16 @@ impl Shared {
         rx: impl phy::RxToken,
         deliver: impl FnOnce(Option<(&[u8], &Placed)>) -> R,
     ) -> R {
-        rx.consume(|frame| match self.on_rx(frame, true) {
-            Some(placed) => deliver(Some((frame, &placed))),
-            None => deliver(None),
+        rx.consume(|frame| {
+            // Under the lock: a rewritten frame is the NIC's copy.
+            let mut st = self.lock();
+            let mut placed =
+                Placed { zero_copy: st.cfg.zero_copy, may_rewrite: true, ..Placed::default() };
+            if !st.rx(frame, &mut placed) {
+                return deliver(None);
+            }
+            let frame = if placed.rewritten { &st.rx_copy[..] } else { frame };
+            deliver(Some((frame, &placed)))
         })
     }
 }
@@ -130,7 +142,7 @@ impl State {
         if !verified && !frame::verify(frame, &seg) {
             return true;
         }
-        let State { flows, stats, cfg, .. } = self;
+        let State { flows, stats, cfg, rx_copy, .. } = self;
         let Some(flow) = flows.get_mut(id) else { return true };
         let (peer_isn, local_isn) = flow.isns();
         if let Some(ack) = seg.ack {
@@ -139,11 +151,19 @@ impl State {
         }
         if seg.payload_len > 0 {
             let off = frame::stream_offset(seg.seq, peer_isn, flow.rx_next());
-            let payload = &frame[seg.payload_at..seg.payload_at + seg.payload_len];
+            let range = seg.payload_at..seg.payload_at + seg.payload_len;
             placed.base = off;
-            let mut env = Env { active: cfg.active, stats, placed };
-            flow.rx_segment(off, payload, &mut env);
             placed.frame_at = seg.payload_at;
+            let rewrite = placed.may_rewrite && flow.rx_rewrites();
+            let mut env = Env { active: cfg.active, stats, placed };
+            if rewrite {
+                rx_copy.clear();
+                rx_copy.extend_from_slice(frame);
+                flow.rx_segment_mut(off, &mut rx_copy[range], &mut env);
+                env.placed.rewritten = true;
+            } else {
+                flow.rx_segment(off, &frame[range], &mut env);
+            }
         }
         true
     }
@@ -169,6 +189,10 @@ impl State {
         let Some(&id) = self.by_key.get(&key) else { return false };
         let State { flows, stats, cfg, .. } = self;
         let Some(flow) = flows.get_mut(id) else { return false };
+        if let Some(ack) = seg.ack {
+            let (peer_isn, _) = flow.isns();
+            flow.rx_acked(frame::stream_offset(ack, peer_isn, flow.rx_next()));
+        }
         if seg.payload_len == 0 || !flow.tx_wanted(cfg.active) {
             return false;
         }

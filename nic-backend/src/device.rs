@@ -48,6 +48,7 @@ impl<D> OffloadNic<D> {
             by_key: HashMap::new(),
             tx_maps: Default::default(),
             stats: Stats::default(),
+            rx_copy: Vec::new(),
         };
         Self {
             inner,

@@ -8,13 +8,14 @@
 use crate::classify::{Shared, State};
 use crate::flow::iwarp::{Iwarp, StagMapping};
 use crate::flow::nvme_tcp::NvmeTcp;
+use crate::flow::tls::Tls;
 use crate::flow::{Flow, Protocol, Socket};
 use crate::place::Mapping;
 use std::any::Any;
 use std::sync::Arc;
 use ulp_ddp::{
     Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, Limits, NvmeTcpConfig, SgEntry, SkHandle,
-    Stag, StagIo, Stats,
+    Stag, StagIo, Stats, TlsCryptoInfo, TlsDirection,
 };
 
 /// The NIC as its driver sees it: the ULP DDP device operations.
@@ -217,6 +218,79 @@ impl DdpDevice for NicHandle {
         }
     }
 
+    fn tls_dev_add(
+        &self,
+        id: FlowId,
+        dir: TlsDirection,
+        crypto: &TlsCryptoInfo,
+        start: u64,
+    ) -> Result<SkHandle, DdpError> {
+        let mut st = self.shared.lock();
+        let key = (id.local, id.remote);
+        let cap = match dir {
+            TlsDirection::Rx => Caps::TLS_RX,
+            TlsDirection::Tx => Caps::TLS_TX,
+        };
+        let result = (|| {
+            if !st.cfg.active.contains(cap) {
+                return Err(DdpError::NotActive(cap));
+            }
+            let slot = match st.by_key.get(&key) {
+                Some(&slot) => slot,
+                None => {
+                    let isn = st.handshakes.get(&key).copied().unwrap_or_default();
+                    let (Some(peer), Some(local)) = (isn.peer, isn.local) else {
+                        return Err(DdpError::NoHandshake);
+                    };
+                    let slot = st.flows.insert(Box::new(Tls::new(peer, local)));
+                    st.by_key.insert(key, slot);
+                    slot
+                }
+            };
+            let tls = tls(&mut st, slot).ok_or(DdpError::Exists)?;
+            let added = tls.add(dir, crypto, start);
+            let ctx = tls.ctx.clone();
+            if added.is_err() && tls.del(TlsDirection::Rx) && tls.del(TlsDirection::Tx) {
+                // Made for this call alone: gone with it.
+                st.flows.remove(slot);
+                st.by_key.remove(&key);
+            }
+            added.map(|()| SkHandle { id: slot as u32, ctx, offloads: cap })
+        })();
+        self.shared.update_placing(&st);
+        match &result {
+            Ok(_) => st.stats.tls_dev_add += 1,
+            Err(e) => {
+                st.stats.sk_add_fail += 1;
+                tracing::debug!(error = %e, ?dir, "tls_dev_add refused");
+            }
+        }
+        result
+    }
+
+    fn tls_dev_del(&self, sk: &SkHandle, dir: TlsDirection) {
+        let mut st = self.shared.lock();
+        let Some(tls) = tls(&mut st, sk.id as usize) else { return };
+        if !Arc::ptr_eq(&tls.ctx, &sk.ctx) {
+            return;
+        }
+        if tls.del(dir) {
+            st.flows.remove(sk.id as usize);
+            st.by_key.retain(|_, v| *v != sk.id as usize);
+        }
+        st.stats.tls_dev_del += 1;
+        self.shared.update_placing(&st);
+    }
+
+    fn tls_dev_resync(&self, sk: &SkHandle, seq: u64, rec_seq: u64) {
+        let mut st = self.shared.lock();
+        let State { flows, stats, .. } = &mut *st;
+        let flow: Option<&mut dyn Any> = flows.get_mut(sk.id as usize).map(|f| f.as_mut() as _);
+        if let Some(tls) = flow.and_then(|f| f.downcast_mut::<Tls>()) {
+            tls.tls_resync(seq, rec_seq, stats);
+        }
+    }
+
     fn recv_setup(&self, sk: &SkHandle, msn: u32, sgl: Vec<SgEntry>) -> Result<(), DdpError> {
         let mut st = self.shared.lock();
         let (active, limits) = (st.cfg.active, st.cfg.limits);
@@ -235,6 +309,12 @@ impl DdpDevice for NicHandle {
 fn proto<'a, P: Protocol>(st: &'a mut State, sk: &SkHandle) -> Result<&'a mut P, DdpError> {
     let flow: &mut dyn Any = st.flows.get_mut(sk.id as usize).ok_or(DdpError::NoSocket)?.as_mut();
     Ok(&mut flow.downcast_mut::<Flow<P>>().ok_or(DdpError::WrongUlp)?.proto)
+}
+
+/// The TLS socket in slot `slot`, if it is one.
+fn tls(st: &mut State, slot: usize) -> Option<&mut Tls> {
+    let flow: &mut dyn Any = st.flows.get_mut(slot)?.as_mut();
+    flow.downcast_mut::<Tls>()
 }
 
 /// Check a request to map `sgl` against the offloads it needs (one-shot

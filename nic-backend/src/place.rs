@@ -80,6 +80,11 @@ pub(crate) struct Placed {
     pub ranges: PlacedRanges,
     /// Placed bytes may be kept out of the ring.
     pub zero_copy: bool,
+    /// The frame is being copied for the stack, so the NIC may change
+    /// what it carries (TLS decrypts) ...
+    pub may_rewrite: bool,
+    /// ... and did: the stack gets the NIC's copy.
+    pub rewritten: bool,
 }
 
 impl Placed {

@@ -32,15 +32,21 @@
 //!   The capabilities keep their meanings on it: placement of tagged
 //!   segments, MPA CRC verify and compute, and one-shot STags (armed by
 //!   the Send that advertises them, freed by the Send that closes them).
+//! - TLS record offload ([`Caps::TLS_RX`], [`Caps::TLS_TX`]), which Linux
+//!   keeps apart in `tls_device`, is here too, so that one device can do
+//!   both: [`DdpDevice::tls_dev_add`] hands it a direction's crypto state
+//!   (see [`tls`]).
 
 mod iobuf;
 mod sk;
 mod stag;
+pub mod tls;
 mod tx;
 
 pub use iobuf::IoBuf;
 pub use sk::{Freed, HintFlags, RxHint, SkCtx, TaggedRun};
 pub use stag::{Access, Stag, StagIo};
+pub use tls::{TlsCipher, TlsCryptoInfo, TlsDirection};
 pub use tx::{SliceSink, TxMode, TxSink, ZeroCopyTx};
 
 use std::fmt;
@@ -72,27 +78,40 @@ impl Caps {
     /// gathers the pages of an `MSG_SPLICE_PAGES` send by DMA.
     #[doc(alias = "MSG_ZEROCOPY")]
     pub const ZC_TX: Caps = Caps(1 << 4);
+    /// TLS receive offload: records decrypted and authenticated by the
+    /// device (`NETIF_F_HW_TLS_RX`).
+    #[doc(alias = "NETIF_F_HW_TLS_RX")]
+    pub const TLS_RX: Caps = Caps(1 << 5);
+    /// TLS transmit offload: records encrypted by the device
+    /// (`NETIF_F_HW_TLS_TX`).
+    #[doc(alias = "NETIF_F_HW_TLS_TX")]
+    pub const TLS_TX: Caps = Caps(1 << 6);
 
     pub const NONE: Caps = Caps(0);
-    pub const ALL: Caps = Caps(0x1f);
+    pub const ALL: Caps = Caps(0x7f);
 
     /// Every offload but one-shot: mappings set up and torn down (RDMA:
     /// STags registered and invalidated) by calls of their own.
     pub const CLASSIC: Caps = Caps::ALL.without(Caps::ONESHOT);
     /// Data digest offload both ways (on an iWARP socket, the MPA CRC).
     pub const CRC: Caps = Caps::CRC_RX.union(Caps::CRC_TX);
+    /// TLS record offload both ways.
+    pub const TLS: Caps = Caps::TLS_RX.union(Caps::TLS_TX);
 
     /// Names as the command line writes them: whole sets, which print as
     /// their own name, then the parts other sets print as, joined by `+`.
     const SETS: [(Caps, &'static str); 3] =
         [(Caps::NONE, "none"), (Caps::ALL, "all"), (Caps::CLASSIC, "classic")];
-    const PARTS: [(Caps, &'static str); 6] = [
+    const PARTS: [(Caps, &'static str); 9] = [
         (Caps::DDP, "ddp"),
         (Caps::CRC, "crc"),
         (Caps::CRC_RX, "crc-rx"),
         (Caps::CRC_TX, "crc-tx"),
         (Caps::ONESHOT, "oneshot"),
         (Caps::ZC_TX, "zc-tx"),
+        (Caps::TLS, "tls"),
+        (Caps::TLS_RX, "tls-rx"),
+        (Caps::TLS_TX, "tls-tx"),
     ];
 
     fn names() -> impl Iterator<Item = &'static (Caps, &'static str)> {
@@ -143,7 +162,7 @@ impl Caps {
             let one = Caps::names().find(|(_, n)| *n == word).map(|(c, _)| *c);
             one.map(|c| caps.union(c)).ok_or_else(|| {
                 format!(
-                    "unknown offload {word:?} (use none, all, classic, crc, ddp, crc-rx, crc-tx, oneshot, zc-tx, joined by '+')"
+                    "unknown offload {word:?} (use none, all, classic, crc, ddp, crc-rx, crc-tx, oneshot, zc-tx, tls, tls-rx, tls-tx, joined by '+')"
                 )
             })
         })
@@ -341,6 +360,8 @@ pub enum DdpError {
     WrongUlp,
     #[error("too many transmit mappings on the socket ({0})")]
     TooManyTxMaps(usize),
+    #[error("TLS crypto state the device cannot use (a key of the wrong length?)")]
+    BadCrypto,
 }
 
 /// Device counters: Linux's ten `rx_nvmeotcp_*` stats, then the work the
@@ -414,6 +435,31 @@ pub struct Stats {
     /// no transmit mapping (one torn down before the peer acknowledged
     /// it): sending whatever the frame held would corrupt the stream.
     pub tx_gather_refused: u64,
+    /// TLS contexts handed to the device and taken back
+    /// (`tls_dev_add`, `tls_dev_del`), either direction.
+    pub tls_dev_add: u64,
+    pub tls_dev_del: u64,
+    /// Received records the device decrypted and authenticated whole
+    /// (their packets: `rx_tls_decrypted_packets`), and their bytes
+    /// (`rx_tls_decrypted_bytes`, the body: inner plaintext and tag).
+    pub rx_tls_records: u64,
+    pub rx_tls_decrypted_packets: u64,
+    pub rx_tls_decrypted_bytes: u64,
+    /// Records whose tag did not verify: left to software, which fails
+    /// the connection.
+    pub rx_tls_auth_fail: u64,
+    /// Record resyncs asked of the ULP (`rx_tls_resync_req_pkt`), and
+    /// those it confirmed (`rx_tls_resync_res_ok`).
+    pub rx_tls_resync_req: u64,
+    pub rx_tls_resync_res_ok: u64,
+    /// Records encrypted for the first time (`tx_tls_encrypted_packets`
+    /// counts their packets), their body bytes
+    /// (`tx_tls_encrypted_bytes`), and retransmitted segments encrypted
+    /// again from the records kept (`tx_tls_ooo`).
+    pub tx_tls_records: u64,
+    pub tx_tls_encrypted_packets: u64,
+    pub tx_tls_encrypted_bytes: u64,
+    pub tx_tls_ooo: u64,
 }
 
 impl std::ops::AddAssign<&Stats> for Stats {
@@ -455,6 +501,18 @@ impl std::ops::AddAssign<&Stats> for Stats {
             tx_teardown,
             tx_gathered_bytes,
             tx_gather_refused,
+            tls_dev_add,
+            tls_dev_del,
+            rx_tls_records,
+            rx_tls_decrypted_packets,
+            rx_tls_decrypted_bytes,
+            rx_tls_auth_fail,
+            rx_tls_resync_req,
+            rx_tls_resync_res_ok,
+            tx_tls_records,
+            tx_tls_encrypted_packets,
+            tx_tls_encrypted_bytes,
+            tx_tls_ooo,
         } = *o;
         self.sk_add += sk_add;
         self.sk_add_fail += sk_add_fail;
@@ -489,6 +547,18 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.tx_teardown += tx_teardown;
         self.tx_gathered_bytes += tx_gathered_bytes;
         self.tx_gather_refused += tx_gather_refused;
+        self.tls_dev_add += tls_dev_add;
+        self.tls_dev_del += tls_dev_del;
+        self.rx_tls_records += rx_tls_records;
+        self.rx_tls_decrypted_packets += rx_tls_decrypted_packets;
+        self.rx_tls_decrypted_bytes += rx_tls_decrypted_bytes;
+        self.rx_tls_auth_fail += rx_tls_auth_fail;
+        self.rx_tls_resync_req += rx_tls_resync_req;
+        self.rx_tls_resync_res_ok += rx_tls_resync_res_ok;
+        self.tx_tls_records += tx_tls_records;
+        self.tx_tls_encrypted_packets += tx_tls_encrypted_packets;
+        self.tx_tls_encrypted_bytes += tx_tls_encrypted_bytes;
+        self.tx_tls_ooo += tx_tls_ooo;
     }
 }
 
@@ -558,6 +628,37 @@ pub trait DdpDevice: Send + Sync {
     fn tx_teardown(&self, sk: &SkHandle, token: u64) {
         let _ = (sk, token);
     }
+
+    /// Hand the device one direction of a TLS connection (`tls_dev_add`):
+    /// records from stream offset `start` on, the first of them numbered
+    /// `crypto.rec_seq`. Both directions of one connection share a
+    /// handle, whose mailbox carries the receive hints and record resync
+    /// requests, by stream offsets of the TCP connection.
+    fn tls_dev_add(
+        &self,
+        flow: FlowId,
+        dir: TlsDirection,
+        crypto: &TlsCryptoInfo,
+        start: u64,
+    ) -> Result<SkHandle, DdpError> {
+        let _ = (flow, crypto, start);
+        Err(DdpError::Unsupported(match dir {
+            TlsDirection::Rx => Caps::TLS_RX,
+            TlsDirection::Tx => Caps::TLS_TX,
+        }))
+    }
+
+    /// Take one direction back (`tls_dev_del`); the handle goes with the
+    /// last. Transmit records already queued are still encrypted.
+    fn tls_dev_del(&self, sk: &SkHandle, dir: TlsDirection) {
+        let _ = (sk, dir);
+    }
+
+    /// Answer a record resync request (`tls_dev_resync`): a record
+    /// numbered `rec_seq` starts at stream offset `seq`.
+    fn tls_dev_resync(&self, sk: &SkHandle, seq: u64, rec_seq: u64) {
+        let _ = (sk, seq, rec_seq);
+    }
 }
 
 #[cfg(test)]
@@ -574,13 +675,16 @@ mod tests {
             ("ddp+crc-rx", Caps::DDP.union(Caps::CRC_RX)),
             ("ddp+oneshot", Caps::DDP.union(Caps::ONESHOT)),
             ("crc+oneshot", Caps::CRC.union(Caps::ONESHOT)),
-            ("ddp+crc-tx+oneshot+zc-tx", Caps::ALL.without(Caps::CRC_RX)),
+            ("ddp+crc-tx+oneshot+zc-tx+tls", Caps::ALL.without(Caps::CRC_RX)),
             ("ddp+zc-tx", Caps::DDP.union(Caps::ZC_TX)),
+            ("tls", Caps::TLS),
+            ("crc+tls-rx", Caps::CRC.union(Caps::TLS_RX)),
+            ("ddp+tls-tx", Caps::DDP.union(Caps::TLS_TX)),
         ] {
             assert_eq!(Caps::parse(name), Ok(caps), "{name}");
             assert_eq!(caps.to_string(), name);
         }
-        assert_eq!(Caps::parse("ddp+crc-rx+crc-tx+zc-tx"), Ok(Caps::CLASSIC));
+        assert_eq!(Caps::parse("ddp+crc-rx+crc-tx+zc-tx+tls-rx+tls-tx"), Ok(Caps::CLASSIC));
         assert!(Caps::parse("ddp,crc").unwrap_err().contains("join offloads with '+'"));
         assert!(Caps::parse("dpp").unwrap_err().contains("unknown offload \"dpp\""));
         assert!(Caps::parse("").is_err());

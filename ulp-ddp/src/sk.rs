@@ -20,6 +20,12 @@ impl HintFlags {
     /// The device ran its data digest over these bytes from the start of
     /// their PDU; on digest bytes, it also found the digest correct.
     pub const CRC_OK: HintFlags = HintFlags(1 << 1);
+    /// TLS: these bytes of a record reached the stack decrypted. On the
+    /// record's tag it means the device authenticated the whole record;
+    /// a record whose every body byte carries it is plaintext the ULP may
+    /// take as it is (`skb->decrypted`). Any other mix is ciphertext and
+    /// plaintext side by side, for software to sort out.
+    pub const DECRYPTED: HintFlags = HintFlags(1 << 2);
 
     pub const fn contains(self, other: HintFlags) -> bool {
         self.0 & other.0 == other.0

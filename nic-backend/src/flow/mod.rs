@@ -26,6 +26,7 @@ pub(crate) mod iwarp;
 pub(crate) mod nvme_tcp;
 #[cfg(test)]
 mod tests;
+pub(crate) mod tls;
 
 use crate::place::{Mapping, Placed};
 use crate::track::{Event, Tracker};
@@ -188,12 +189,25 @@ pub(crate) trait Socket: Any + Send {
     fn tx_next(&self) -> u64;
     /// An in-order or old segment: `payload` at stream offset `off`.
     fn rx_segment(&mut self, off: u64, payload: &[u8], env: &mut Env);
+    /// Whether the socket rewrites what it receives (TLS decrypts), and
+    /// so must be given each segment in a copy it may change.
+    fn rx_rewrites(&self) -> bool {
+        false
+    }
+    /// `rx_segment` on a copy of the segment the stack will get.
+    fn rx_segment_mut(&mut self, off: u64, payload: &mut [u8], env: &mut Env) {
+        self.rx_segment(off, payload, env)
+    }
     /// Whether the receive context is following real unit boundaries.
     fn rx_synced(&self) -> bool;
     /// The ULP confirmed that a unit starts at `seq`.
     fn resync(&mut self, seq: u64, stats: &mut Stats) -> bool;
     /// An acknowledgment for everything before stream offset `ack`.
     fn tx_acked(&mut self, ack: u64);
+    /// Our own acknowledgment: the stack has every byte before `ack`.
+    fn rx_acked(&mut self, ack: u64) {
+        let _ = ack;
+    }
     fn tx_wanted(&self, active: Caps) -> bool;
     /// An outgoing segment at stream offset `off`: digests the ULP left
     /// to us written. Returns whether the payload changed.

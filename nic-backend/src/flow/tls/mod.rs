@@ -1,0 +1,168 @@
+//! A TLS connection as the NIC follows it ([`Tls`]): each direction whose
+//! crypto state the driver handed over (`tls_dev_add`), records decrypted
+//! on the way up ([`rx`]) and encrypted on the way down ([`tx`]), with
+//! OpenSSL's AES-GCM ([`aead`]).
+//!
+//! It is a socket of its own, beside the ULP DDP flows, as Linux's
+//! `tls_device` is beside ULP DDP; its mailbox carries the `DECRYPTED`
+//! hints and record resync requests by stream offsets of the TCP
+//! connection.
+
+mod aead;
+mod rx;
+#[cfg(test)]
+mod tests;
+mod tx;
+
+use crate::flow::{Env, Socket};
+use aead::Aead;
+use rx::RxRecords;
+use std::sync::Arc;
+use tx::TxRecords;
+use ulp_ddp::{Caps, DdpError, SkCtx, Stats, TlsCryptoInfo, TlsDirection};
+
+pub(crate) struct Tls {
+    pub ctx: Arc<SkCtx>,
+    peer_isn: u32,
+    local_isn: u32,
+    rx: Option<RxRecords>,
+    tx: Option<TxRecords>,
+    /// How far each direction has come when it is not offloaded, as a
+    /// reference for unwrapping sequence numbers.
+    rx_seen: u64,
+    tx_seen: u64,
+}
+
+impl Tls {
+    pub fn new(peer_isn: u32, local_isn: u32) -> Self {
+        Self {
+            ctx: Arc::new(SkCtx::new()),
+            peer_isn,
+            local_isn,
+            rx: None,
+            tx: None,
+            rx_seen: 0,
+            tx_seen: 0,
+        }
+    }
+
+    /// Take over direction `dir` from stream offset `start` on.
+    pub fn add(
+        &mut self,
+        dir: TlsDirection,
+        crypto: &TlsCryptoInfo,
+        start: u64,
+    ) -> Result<(), DdpError> {
+        let encrypt = dir == TlsDirection::Tx;
+        let aead = Aead::new(crypto, encrypt).ok_or(DdpError::BadCrypto)?;
+        match dir {
+            TlsDirection::Rx if self.rx.is_none() => {
+                self.rx = Some(RxRecords::new(aead, start, crypto.rec_seq));
+            }
+            TlsDirection::Tx if self.tx.is_none() => {
+                self.tx = Some(TxRecords::new(aead, start, crypto.rec_seq));
+            }
+            _ => return Err(DdpError::Exists),
+        }
+        Ok(())
+    }
+
+    /// Give direction `dir` back; whether the connection has none left.
+    pub fn del(&mut self, dir: TlsDirection) -> bool {
+        match dir {
+            TlsDirection::Rx => {
+                if let Some(r) = self.rx.take() {
+                    self.rx_seen = r.next;
+                }
+            }
+            TlsDirection::Tx => {
+                if let Some(t) = self.tx.take() {
+                    self.tx_seen = t.next;
+                }
+            }
+        }
+        self.rx.is_none() && self.tx.is_none()
+    }
+
+    /// The ULP confirmed that record `rec_seq` starts at `start`.
+    pub fn tls_resync(&mut self, start: u64, rec_seq: u64, stats: &mut Stats) {
+        if self.rx.as_mut().is_some_and(|r| r.resync(start, rec_seq)) {
+            stats.rx_tls_resync_res_ok += 1;
+        }
+    }
+}
+
+impl Socket for Tls {
+    fn ctx(&self) -> &Arc<SkCtx> {
+        &self.ctx
+    }
+
+    fn isns(&self) -> (u32, u32) {
+        (self.peer_isn, self.local_isn)
+    }
+
+    fn rx_next(&self) -> u64 {
+        self.rx.as_ref().map_or(self.rx_seen, |r| r.next)
+    }
+
+    fn tx_next(&self) -> u64 {
+        self.tx.as_ref().map_or(self.tx_seen, |t| t.next)
+    }
+
+    fn rx_segment(&mut self, off: u64, payload: &[u8], _env: &mut Env) {
+        let end = off + payload.len() as u64;
+        match &mut self.rx {
+            Some(r) => r.pass(off, payload.len()),
+            None => self.rx_seen = self.rx_seen.max(end),
+        }
+    }
+
+    fn rx_rewrites(&self) -> bool {
+        self.rx.is_some()
+    }
+
+    fn rx_segment_mut(&mut self, off: u64, payload: &mut [u8], env: &mut Env) {
+        let Tls { rx, ctx, rx_seen, .. } = self;
+        match rx {
+            Some(r) => r.segment(off, payload, ctx, env),
+            None => *rx_seen = (*rx_seen).max(off + payload.len() as u64),
+        }
+    }
+
+    fn rx_synced(&self) -> bool {
+        self.rx.as_ref().is_some_and(|r| r.synced())
+    }
+
+    /// PDU resyncs are a DDP flow's; records resync by `tls_resync`.
+    fn resync(&mut self, _seq: u64, _stats: &mut Stats) -> bool {
+        false
+    }
+
+    fn rx_acked(&mut self, ack: u64) {
+        if let Some(r) = &mut self.rx {
+            r.acked(ack);
+        }
+    }
+
+    fn tx_acked(&mut self, ack: u64) {
+        if let Some(t) = &mut self.tx {
+            t.acked(ack);
+        }
+    }
+
+    /// Transmit records are the NIC's to encrypt from `tls_dev_add` on,
+    /// whatever becomes of the capability: software left them to it.
+    fn tx_wanted(&self, _active: Caps) -> bool {
+        true
+    }
+
+    fn tx_segment(&mut self, off: u64, payload: &mut [u8], env: &mut Env) -> bool {
+        match &mut self.tx {
+            Some(t) => t.segment(off, payload, env),
+            None => {
+                self.tx_seen = self.tx_seen.max(off + payload.len() as u64);
+                false
+            }
+        }
+    }
+}

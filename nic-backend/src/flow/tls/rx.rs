@@ -1,0 +1,329 @@
+//! Receive: the records of one connection as the NIC follows them.
+//!
+//! In-sequence segments are walked record by record. A record the NIC
+//! meets from its header on, knowing its sequence number, is decrypted in
+//! the segment as it passes (the stack then holds plaintext) and hinted
+//! `DECRYPTED`; when its tag is in and verifies, the tag's bytes are
+//! hinted too, and the ULP may take the record as it is. A record that
+//! fails its tag, or that a gap cut, is left with whatever was decrypted
+//! of it, hinted as such, for software to encrypt back and open itself.
+//!
+//! A gap inside a record's body is stepped over by its length; a gap over
+//! a header loses the records. The NIC then hunts for a header that a
+//! second one follows at its length, asks the ULP to confirm it, follows
+//! the chain meanwhile without decrypting, and starts again at the header
+//! after the confirmation, with the sequence number the ULP gave.
+//!
+//! Bytes that come a second time (a retransmission the stack may take in
+//! place of a copy it dropped) are decrypted again wherever the first
+//! copy was, so that the stack's bytes always match the hints.
+//!
+//! It must never hint a byte it did not decrypt, nor a tag it did not
+//! verify.
+
+use super::aead::Aead;
+use crate::flow::Env;
+use std::collections::VecDeque;
+use ulp_ddp::tls::record::{self, HEADER, TAG};
+use ulp_ddp::{Caps, HintFlags, SkCtx};
+
+/// Record starts remembered while a resync waits for confirmation.
+const CHAIN_MEMORY: usize = 64;
+/// Ask again (at the current record) after this many unconfirmed ones.
+const REREQUEST_AFTER: u32 = 8;
+/// Decrypted records remembered for their bytes coming again, at most;
+/// acknowledgments prune them long before.
+const DECRYPTED_MEMORY: usize = 1 << 16;
+
+#[derive(Debug)]
+enum State {
+    /// A header starts at `start`; `got` of its bytes are in.
+    Header {
+        start: u64,
+        buf: [u8; HEADER],
+        got: usize,
+    },
+    Body(Record),
+    /// Records lost; hunting. `candidate` is where a header must be.
+    Lost {
+        candidate: Option<u64>,
+    },
+}
+
+#[derive(Debug)]
+struct Record {
+    tag_at: u64,
+    end: u64,
+    /// Decrypted from its first body byte, every byte in order so far.
+    decrypting: bool,
+    tag: [u8; TAG],
+}
+
+/// Body bytes `[body, to)` of record `seq`, which ends at `end`, were
+/// decrypted in the stack's copy.
+#[derive(Debug, Clone, Copy)]
+struct Decrypted {
+    seq: u64,
+    body: u64,
+    to: u64,
+    end: u64,
+}
+
+pub(crate) struct RxRecords {
+    aead: Aead,
+    /// Stream offset of the next byte in sequence.
+    pub next: u64,
+    state: State,
+    /// Sequence number of the record whose header comes next; `None`
+    /// until a resync is confirmed.
+    seq: Option<u64>,
+    /// Records begun since the resync request, by start.
+    chain: VecDeque<u64>,
+    since_request: u32,
+    decrypted: VecDeque<Decrypted>,
+}
+
+impl RxRecords {
+    pub fn new(aead: Aead, start: u64, seq: u64) -> Self {
+        Self {
+            aead,
+            next: start,
+            state: State::Header { start, buf: [0; HEADER], got: 0 },
+            seq: Some(seq),
+            chain: VecDeque::new(),
+            since_request: 0,
+            decrypted: VecDeque::new(),
+        }
+    }
+
+    pub fn synced(&self) -> bool {
+        self.seq.is_some() && !matches!(self.state, State::Lost { .. })
+    }
+
+    /// An in-order or old segment, `payload` at stream offset `off`,
+    /// which the NIC may rewrite.
+    pub fn segment(&mut self, off: u64, payload: &mut [u8], ctx: &SkCtx, env: &mut Env) {
+        let end = off + payload.len() as u64;
+        if off < self.next {
+            let old = (self.next.min(end) - off) as usize;
+            self.again(off, &mut payload[..old]);
+        }
+        if end <= self.next {
+            return;
+        }
+        let at = self.next.max(off);
+        if off > self.next {
+            self.gap(off - self.next);
+        }
+        self.next = end;
+        let from = (at - off) as usize;
+        let before = env.stats.rx_tls_decrypted_bytes;
+        self.walk(at, &mut payload[from..], ctx, env);
+        if env.stats.rx_tls_decrypted_bytes > before {
+            env.stats.rx_tls_decrypted_packets += 1;
+        }
+    }
+
+    /// An in-order segment the NIC may not rewrite: its records go up as
+    /// they came, and the NIC steps over them as over a gap.
+    pub fn pass(&mut self, off: u64, len: usize) {
+        let end = off + len as u64;
+        if end > self.next {
+            self.gap(end - self.next);
+            self.next = end;
+        }
+    }
+
+    /// The ULP confirmed that record `rec_seq` starts at `start`.
+    pub fn resync(&mut self, start: u64, rec_seq: u64) -> bool {
+        if self.seq.is_some() || matches!(self.state, State::Lost { .. }) {
+            return false;
+        }
+        let Some(i) = self.chain.iter().position(|&s| s == start) else { return false };
+        // The records begun since `start`, it included, numbered on.
+        self.seq = Some(rec_seq + (self.chain.len() - i) as u64);
+        self.chain.clear();
+        true
+    }
+
+    /// Our acknowledgment: the stack holds everything before `ack`, and
+    /// takes no copy of it again.
+    pub fn acked(&mut self, ack: u64) {
+        while self.decrypted.front().is_some_and(|d| d.end <= ack) {
+            self.decrypted.pop_front();
+        }
+    }
+
+    fn lose(&mut self) {
+        self.state = State::Lost { candidate: None };
+        self.seq = None;
+        self.chain.clear();
+    }
+
+    /// `n` bytes from `next` on never came in order.
+    fn gap(&mut self, n: u64) {
+        let to = self.next + n;
+        match &mut self.state {
+            State::Body(r) if to < r.end => r.decrypting = false,
+            State::Body(r) if to == r.end => {
+                self.state = State::Header { start: to, buf: [0; HEADER], got: 0 };
+            }
+            State::Lost { candidate } => {
+                if candidate.is_some_and(|c| c < to) {
+                    *candidate = None;
+                }
+            }
+            _ => self.lose(),
+        }
+    }
+
+    /// Decrypt again the bytes of `old` (at stream offset `off`) that
+    /// were decrypted when they first came.
+    fn again(&mut self, off: u64, old: &mut [u8]) {
+        let end = off + old.len() as u64;
+        for d in self.decrypted.iter().filter(|d| d.body < end && d.to > off) {
+            let (a, b) = (d.body.max(off), d.to.min(end));
+            let buf = &mut old[(a - off) as usize..(b - off) as usize];
+            let ok = self.aead.keystream(d.seq, (a - d.body) as usize, buf);
+            debug_assert!(ok, "the keystream of a record decrypted before");
+        }
+    }
+
+    fn walk(&mut self, at: u64, data: &mut [u8], ctx: &SkCtx, env: &mut Env) {
+        let mut pos = 0;
+        while pos < data.len() {
+            let here = at + pos as u64;
+            match &mut self.state {
+                State::Lost { .. } => {
+                    let Some(p) = self.hunt(here, &data[pos..]) else { return };
+                    pos += p;
+                    let start = at + pos as u64;
+                    self.state = State::Header { start, buf: [0; HEADER], got: 0 };
+                    self.chain.clear();
+                    self.since_request = 0;
+                    ctx.request_resync(start);
+                    env.stats.rx_tls_resync_req += 1;
+                }
+                State::Header { start, buf, got } => {
+                    let k = (HEADER - *got).min(data.len() - pos);
+                    buf[*got..*got + k].copy_from_slice(&data[pos..pos + k]);
+                    *got += k;
+                    pos += k;
+                    if *got == HEADER {
+                        let (start, header) = (*start, *buf);
+                        match record::plausible(&header) {
+                            Some(len) => self.begin(start, &header, len, ctx, env),
+                            // Not a record: lost, and hunting from here.
+                            None => self.lose(),
+                        }
+                    }
+                }
+                State::Body(r) => {
+                    if here < r.tag_at {
+                        let k = ((r.tag_at - here) as usize).min(data.len() - pos);
+                        if r.decrypting {
+                            let buf = &mut data[pos..pos + k];
+                            let ok = self.aead.update(buf);
+                            if ok && ctx.push_hint(here, here + k as u64, HintFlags::DECRYPTED) {
+                                env.stats.rx_tls_decrypted_bytes += k as u64;
+                                if let Some(d) = self.decrypted.back_mut() {
+                                    d.to = here + k as u64;
+                                }
+                            } else {
+                                // Unhinted bytes must reach the stack as they came.
+                                if ok && let Some(d) = self.decrypted.back() {
+                                    self.aead.keystream(d.seq, (here - d.body) as usize, buf);
+                                }
+                                r.decrypting = false;
+                            }
+                        }
+                        pos += k;
+                        continue;
+                    }
+                    let k = ((r.end - here) as usize).min(data.len() - pos);
+                    let t = (here - r.tag_at) as usize;
+                    r.tag[t..t + k].copy_from_slice(&data[pos..pos + k]);
+                    pos += k;
+                    if here + (k as u64) < r.end {
+                        continue;
+                    }
+                    if r.decrypting {
+                        if self.aead.verify(&r.tag) {
+                            if ctx.push_hint(r.tag_at, r.end, HintFlags::DECRYPTED) {
+                                env.stats.rx_tls_decrypted_bytes += TAG as u64;
+                                env.stats.rx_tls_records += 1;
+                            }
+                        } else {
+                            env.stats.rx_tls_auth_fail += 1;
+                        }
+                    }
+                    let start = r.end;
+                    self.state = State::Header { start, buf: [0; HEADER], got: 0 };
+                }
+            }
+        }
+    }
+
+    /// A header of a record with a `len`-byte body starts at `start`.
+    fn begin(&mut self, start: u64, header: &[u8], len: usize, ctx: &SkCtx, env: &mut Env) {
+        let body = start + HEADER as u64;
+        let end = body + len as u64;
+        let mut r = Record { tag_at: end - TAG as u64, end, decrypting: false, tag: [0; TAG] };
+        match self.seq {
+            None => {
+                self.chain.push_back(start);
+                if self.chain.len() > CHAIN_MEMORY {
+                    self.chain.pop_front();
+                }
+                self.since_request += 1;
+                if self.since_request >= REREQUEST_AFTER {
+                    self.since_request = 0;
+                    ctx.request_resync(start);
+                    env.stats.rx_tls_resync_req += 1;
+                }
+            }
+            Some(seq) => {
+                self.seq = Some(seq + 1);
+                // Only what the ULP will hear of may be decrypted.
+                if env.active.contains(Caps::TLS_RX)
+                    && ctx.has_room()
+                    && self.aead.begin(seq, header)
+                {
+                    r.decrypting = true;
+                    if self.decrypted.len() >= DECRYPTED_MEMORY {
+                        self.decrypted.pop_front();
+                    }
+                    self.decrypted.push_back(Decrypted { seq, body, to: body, end });
+                }
+            }
+        }
+        self.state = State::Body(r);
+    }
+
+    /// Where in `data` (at stream offset `at`) a record header starts
+    /// that another follows at its length, after a loss.
+    fn hunt(&mut self, at: u64, data: &[u8]) -> Option<usize> {
+        let end = at + data.len() as u64;
+        if let State::Lost { candidate: Some(c) } = self.state {
+            if c >= end {
+                return None;
+            }
+            self.state = State::Lost { candidate: None };
+            if c >= at && record::plausible(&data[(c - at) as usize..]).is_some() {
+                return Some((c - at) as usize);
+            }
+        }
+        for p in 0..data.len().saturating_sub(HEADER - 1) {
+            let Some(len) = record::plausible(&data[p..]) else { continue };
+            let next = p + HEADER + len;
+            if next + HEADER > data.len() {
+                self.state = State::Lost { candidate: Some(at + next as u64) };
+                return None;
+            }
+            if record::plausible(&data[next..]).is_some() {
+                return Some(p);
+            }
+        }
+        None
+    }
+}

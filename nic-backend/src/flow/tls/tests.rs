@@ -1,0 +1,272 @@
+//! The TLS socket driven directly: records sealed by OpenSSL's own AEAD
+//! (not the NIC's code) cut into segments at awkward places; what the
+//! stack would get, the hints, and the resync requests out.
+
+use super::Tls;
+use crate::flow::{Env, Socket};
+use crate::place::Placed;
+use openssl::symm::{Cipher, encrypt_aead};
+use ulp_ddp::tls::record::{HEADER, TAG};
+use ulp_ddp::{Caps, HintFlags, Stats, TlsCipher, TlsCryptoInfo, TlsDirection};
+use zeroize::Zeroizing;
+
+fn info(cipher: TlsCipher, rec_seq: u64) -> TlsCryptoInfo {
+    TlsCryptoInfo {
+        cipher,
+        key: Zeroizing::new((100..100 + cipher.key_len() as u8).collect()),
+        salt: [9, 8, 7, 6],
+        iv: [1, 2, 3, 4, 5, 6, 7, 8],
+        rec_seq,
+    }
+}
+
+/// Record `seq` carrying `content` (application data, no padding), sealed.
+fn seal(i: &TlsCryptoInfo, seq: u64, content: &[u8]) -> Vec<u8> {
+    let cipher = match i.cipher {
+        TlsCipher::Aes128Gcm => Cipher::aes_128_gcm(),
+        TlsCipher::Aes256Gcm => Cipher::aes_256_gcm(),
+    };
+    let mut inner = content.to_vec();
+    inner.push(23);
+    let len = (inner.len() + TAG) as u16;
+    let mut header = vec![23, 3, 3];
+    header.extend_from_slice(&len.to_be_bytes());
+    let mut tag = [0u8; TAG];
+    let sealed =
+        encrypt_aead(cipher, &i.key, Some(&i.nonce(seq)), &header, &inner, &mut tag).unwrap();
+    [header, sealed, tag.to_vec()].concat()
+}
+
+/// The record in the clear, as software frames it for the NIC to seal.
+fn framed(content: &[u8]) -> Vec<u8> {
+    let len = (content.len() + 1 + TAG) as u16;
+    let mut r = vec![23, 3, 3];
+    r.extend_from_slice(&len.to_be_bytes());
+    r.extend_from_slice(content);
+    r.push(23);
+    r.extend_from_slice(&[0; TAG]);
+    r
+}
+
+fn content(seq: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u64 * 31 + seq * 7) as u8).collect()
+}
+
+struct Rx {
+    tls: Tls,
+    stats: Stats,
+    /// What the stack would hold, as the segments left the NIC.
+    got: Vec<u8>,
+}
+
+impl Rx {
+    fn new(i: &TlsCryptoInfo) -> Self {
+        let mut tls = Tls::new(0, 0);
+        tls.add(TlsDirection::Rx, i, 0).unwrap();
+        Self { tls, stats: Stats::default(), got: Vec::new() }
+    }
+
+    /// `stream[range]` arrives as one segment; in-order bytes land in `got`.
+    fn segment(&mut self, stream: &[u8], range: std::ops::Range<usize>) -> Vec<u8> {
+        let mut seg = stream[range.clone()].to_vec();
+        let mut placed = Placed::default();
+        let mut env = Env { active: Caps::ALL, stats: &mut self.stats, placed: &mut placed };
+        self.tls.rx_segment_mut(range.start as u64, &mut seg, &mut env);
+        if range.start <= self.got.len() && range.end > self.got.len() {
+            self.got.extend_from_slice(&seg[self.got.len() - range.start..]);
+        }
+        seg
+    }
+
+    fn decrypted(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
+        let mut v = Vec::new();
+        self.tls.ctx.with_hints(from, to, |a, b, h| {
+            if h.flags.contains(HintFlags::DECRYPTED) {
+                v.push((a, b));
+            }
+        });
+        v
+    }
+}
+
+/// Records of `sizes`, numbered from `seq`, back to back; their spans.
+fn stream(i: &TlsCryptoInfo, seq: u64, sizes: &[usize]) -> (Vec<u8>, Vec<(usize, usize)>) {
+    let mut s = Vec::new();
+    let mut spans = Vec::new();
+    for (k, &n) in sizes.iter().enumerate() {
+        let at = s.len();
+        s.extend(seal(i, seq + k as u64, &content(seq + k as u64, n)));
+        spans.push((at, s.len()));
+    }
+    (s, spans)
+}
+
+#[test]
+fn records_cut_anywhere_are_decrypted_in_place_and_vouched_for() {
+    for cipher in [TlsCipher::Aes128Gcm, TlsCipher::Aes256Gcm] {
+        let i = info(cipher, 3);
+        let sizes = [1000, 1, 16384, 77];
+        let (s, spans) = stream(&i, 3, &sizes);
+        let mut rx = Rx::new(&i);
+        // Cuts inside headers, bodies and tags.
+        let mut at = 0;
+        for step in [2, 700, 305, 20, 9000, 3, 7000].iter().cycle() {
+            let end = (at + step).min(s.len());
+            rx.segment(&s, at..end);
+            at = end;
+            if at == s.len() {
+                break;
+            }
+        }
+        for (k, &(a, b)) in spans.iter().enumerate() {
+            let body = a + HEADER;
+            assert_eq!(rx.got[a..body], s[a..body], "headers go up as they came");
+            assert_eq!(rx.got[body..b - TAG - 1], content(3 + k as u64, sizes[k])[..]);
+            assert_eq!(rx.got[b - TAG - 1], 23, "the content type, decrypted");
+            assert_eq!(rx.decrypted(a as u64, b as u64), vec![(body as u64, b as u64)]);
+        }
+        assert_eq!(rx.stats.rx_tls_records, 4);
+        assert!(rx.tls.rx_synced());
+    }
+}
+
+#[test]
+fn a_record_whose_tag_fails_is_not_vouched_for() {
+    let i = info(TlsCipher::Aes128Gcm, 0);
+    let (mut s, spans) = stream(&i, 0, &[500, 500]);
+    s[spans[0].1 - 1] ^= 0x80;
+    let mut rx = Rx::new(&i);
+    rx.segment(&s, 0..s.len());
+    let (a, b) = spans[0];
+    assert_eq!(rx.decrypted(a as u64, b as u64), vec![((a + HEADER) as u64, (b - TAG) as u64)]);
+    assert_eq!(rx.stats.rx_tls_auth_fail, 1);
+    let (a, b) = spans[1];
+    assert_eq!(rx.decrypted(a as u64, b as u64), vec![((a + HEADER) as u64, b as u64)]);
+}
+
+#[test]
+fn a_gap_in_a_body_costs_that_record_alone() {
+    let i = info(TlsCipher::Aes128Gcm, 0);
+    let (s, spans) = stream(&i, 0, &[3000, 3000]);
+    let mut rx = Rx::new(&i);
+    rx.segment(&s, 0..1000);
+    rx.segment(&s, 1500..s.len());
+    let (a, b) = spans[0];
+    assert_eq!(rx.decrypted(a as u64, b as u64), vec![(HEADER as u64, 1000)]);
+    let (a, b) = spans[1];
+    assert_eq!(rx.decrypted(a as u64, b as u64), vec![((a + HEADER) as u64, b as u64)]);
+    // The missing bytes come again, as ciphertext: they pass as they are,
+    // and the decrypted bytes before them, sent again too, are decrypted
+    // again to match what the stack may already hold.
+    let again = rx.segment(&s, 900..1500);
+    assert_eq!(again[..100], rx.got[900..1000]);
+    assert_eq!(again[100..], s[1000..1500]);
+    assert!(rx.stats.rx_tls_resync_req == 0);
+}
+
+#[test]
+fn after_a_lost_header_records_are_found_confirmed_and_decrypted_again() {
+    let i = info(TlsCipher::Aes256Gcm, 10);
+    let (s, spans) = stream(&i, 10, &[2000; 8]);
+    let mut rx = Rx::new(&i);
+    rx.segment(&s, 0..1000);
+    // Lost: the end of record 0 and the header of record 1.
+    let from = spans[1].0 + 3;
+    rx.segment(&s, from..spans[3].0 + 10);
+    assert!(!rx.tls.rx_synced());
+    let asked = rx.tls.ctx.take_resync_request().expect("a resync request");
+    assert_eq!(asked, spans[2].0 as u64, "the first header a second one follows");
+    assert_eq!(rx.stats.rx_tls_resync_req, 1);
+    // Nothing decrypted while unconfirmed.
+    assert!(rx.decrypted(from as u64, spans[3].0 as u64).is_empty());
+    // A wrong offset is no confirmation; the right one is.
+    let mut stats = Stats::default();
+    rx.tls.tls_resync(asked + 1, 12, &mut stats);
+    assert!(!rx.tls.rx_synced());
+    rx.tls.tls_resync(asked, 12, &mut stats);
+    assert_eq!(stats.rx_tls_resync_res_ok, 1);
+    let last = spans[3].0 + 10;
+    let seg = rx.segment(&s, last..s.len());
+    // Record 3 was under way at the confirmation; 4 on are the NIC's.
+    assert!(rx.decrypted(spans[3].0 as u64, spans[3].1 as u64).is_empty());
+    for (k, &(a, b)) in spans.iter().enumerate().skip(4) {
+        assert_eq!(rx.decrypted(a as u64, b as u64), vec![((a + HEADER) as u64, b as u64)]);
+        let body = a + HEADER - last;
+        assert_eq!(seg[body..body + 2000], content(10 + k as u64, 2000));
+    }
+    assert_eq!(rx.stats.rx_tls_records, 4);
+}
+
+#[test]
+fn without_the_capability_records_go_up_as_they_came() {
+    let i = info(TlsCipher::Aes128Gcm, 0);
+    let (s, _) = stream(&i, 0, &[100, 100]);
+    let mut tls = Tls::new(0, 0);
+    tls.add(TlsDirection::Rx, &i, 0).unwrap();
+    let mut stats = Stats::default();
+    let mut placed = Placed::default();
+    let mut env = Env { active: Caps::DDP, stats: &mut stats, placed: &mut placed };
+    let mut seg = s.clone();
+    tls.rx_segment_mut(0, &mut seg, &mut env);
+    assert_eq!(seg, s);
+    assert_eq!(stats.rx_tls_records, 0);
+}
+
+#[test]
+fn transmitted_records_are_sealed_and_sealed_again_on_retransmission() {
+    for cipher in [TlsCipher::Aes128Gcm, TlsCipher::Aes256Gcm] {
+        let i = info(cipher, 5);
+        let sizes = [1200, 1, 16384, 40];
+        let clear: Vec<u8> =
+            sizes.iter().enumerate().flat_map(|(k, &n)| framed(&content(k as u64, n))).collect();
+        let want: Vec<u8> = sizes
+            .iter()
+            .enumerate()
+            .flat_map(|(k, &n)| seal(&i, 5 + k as u64, &content(k as u64, n)))
+            .collect();
+        let mut tls = Tls::new(0, 0);
+        tls.add(TlsDirection::Tx, &i, 0).unwrap();
+        let mut stats = Stats::default();
+        let mut placed = Placed::default();
+        let mut send = |tls: &mut Tls, stats: &mut Stats, a: usize, b: usize| {
+            let mut seg = clear[a..b].to_vec();
+            let mut env = Env { active: Caps::ALL, stats, placed: &mut placed };
+            tls.tx_segment(a as u64, &mut seg, &mut env);
+            seg
+        };
+        let mut out = Vec::new();
+        for (a, b) in [(0, 3), (3, 1200), (1200, 1230), (1230, 9000), (9000, clear.len())] {
+            out.extend(send(&mut tls, &mut stats, a, b));
+        }
+        assert_eq!(out, want, "{cipher:?}");
+        assert_eq!(stats.tx_tls_records, 4);
+        // Retransmissions: across a tag, inside a body, from a header.
+        for (a, b) in [(1200, 1260), (5000, 9000), (0, clear.len())] {
+            assert_eq!(send(&mut tls, &mut stats, a, b), want[a..b], "again {a}..{b}");
+        }
+        assert_eq!(stats.tx_tls_ooo, 3);
+        // Acknowledged, the records are forgotten.
+        tls.tx_acked(clear.len() as u64);
+        assert_eq!(send(&mut tls, &mut stats, 0, 100), clear[..100]);
+    }
+}
+
+#[test]
+fn a_stream_that_is_not_records_goes_out_as_zeros() {
+    let i = info(TlsCipher::Aes128Gcm, 0);
+    let mut tls = Tls::new(0, 0);
+    tls.add(TlsDirection::Tx, &i, 0).unwrap();
+    let mut stats = Stats::default();
+    let mut placed = Placed::default();
+    let mut env = Env { active: Caps::ALL, stats: &mut stats, placed: &mut placed };
+    let mut stream = framed(b"fine");
+    stream.extend_from_slice(b"ICReq in the clear, never");
+    let mut seg = stream.clone();
+    tls.tx_segment(0, &mut seg, &mut env);
+    let r = framed(b"fine").len();
+    assert!(seg[r..].iter().all(|&b| b == 0));
+    assert_ne!(seg[..r], stream[..r]);
+    let mut again = stream.clone();
+    tls.tx_segment(0, &mut again, &mut env);
+    assert_eq!(again, seg, "and again");
+}

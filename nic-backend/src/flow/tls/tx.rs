@@ -1,0 +1,205 @@
+//! Transmit: the records the stack hands down in plaintext, encrypted by
+//! the NIC.
+//!
+//! Software frames each record (header, content, content type, sixteen
+//! bytes left for the tag); the stack's send ring keeps that plaintext.
+//! New bytes are walked record by record and encrypted as they pass, the
+//! tag computed after the body's last byte and written where it falls. A
+//! record stays known until the peer acknowledges its last byte, so that
+//! a retransmitted segment is encrypted again from its place (counter
+//! mode alone) and gets the tag it carried the first time, as
+//! `tls_device` re-encrypts from the records it keeps.
+//!
+//! It must never let plaintext out: a stream that stops being records
+//! (a ULP's bug) goes out as zeros from there on, which the peer refuses.
+
+use super::aead::Aead;
+use crate::flow::Env;
+use std::collections::VecDeque;
+use ulp_ddp::tls::record::{self, HEADER, TAG};
+
+/// A record the NIC encrypted, kept until acknowledged.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    seq: u64,
+    body: u64,
+    tag_at: u64,
+    end: u64,
+    /// Computed once the body's last byte went by.
+    tag: Option<[u8; TAG]>,
+}
+
+#[derive(Debug)]
+enum State {
+    Header {
+        start: u64,
+        buf: [u8; HEADER],
+        got: usize,
+    },
+    /// Inside the newest record of `sent`.
+    Body,
+    /// The stream stopped being records at this offset.
+    Poisoned(u64),
+}
+
+pub(crate) struct TxRecords {
+    aead: Aead,
+    /// Stream offset of the next new byte.
+    pub next: u64,
+    seq: u64,
+    state: State,
+    sent: VecDeque<Sent>,
+}
+
+impl TxRecords {
+    pub fn new(aead: Aead, start: u64, seq: u64) -> Self {
+        Self {
+            aead,
+            next: start,
+            seq,
+            state: State::Header { start, buf: [0; HEADER], got: 0 },
+            sent: VecDeque::new(),
+        }
+    }
+
+    /// The peer holds everything before `ack`.
+    pub fn acked(&mut self, ack: u64) {
+        while self.sent.front().is_some_and(|s| s.end <= ack) {
+            self.sent.pop_front();
+        }
+    }
+
+    /// An outgoing segment, `payload` at stream offset `off`, encrypted
+    /// where it carries records. Whether any byte changed.
+    pub fn segment(&mut self, off: u64, payload: &mut [u8], env: &mut Env) -> bool {
+        let end = off + payload.len() as u64;
+        let mut edited = false;
+        if off < self.next {
+            let old = (self.next.min(end) - off) as usize;
+            edited |= self.again(off, &mut payload[..old]);
+            env.stats.tx_tls_ooo += 1;
+        }
+        if end <= self.next {
+            return edited;
+        }
+        if off > self.next {
+            // Our own stream has no gaps; if it seems to, nothing of it
+            // can be trusted to be records any more.
+            self.state = State::Poisoned(self.next);
+        }
+        let at = self.next.max(off);
+        self.next = end;
+        let from = (at - off) as usize;
+        let before = env.stats.tx_tls_encrypted_bytes;
+        edited |= self.walk(at, &mut payload[from..], env);
+        if env.stats.tx_tls_encrypted_bytes > before {
+            env.stats.tx_tls_encrypted_packets += 1;
+        }
+        edited
+    }
+
+    /// Encrypt again the old bytes `old`, at stream offset `off`.
+    fn again(&mut self, off: u64, old: &mut [u8]) -> bool {
+        let end = off + old.len() as u64;
+        let mut edited = false;
+        for s in self.sent.iter().filter(|s| s.body < end && s.end > off) {
+            let (a, b) = (s.body.max(off), s.tag_at.min(end));
+            if a < b {
+                let buf = &mut old[(a - off) as usize..(b - off) as usize];
+                edited |= self.aead.keystream(s.seq, (a - s.body) as usize, buf);
+            }
+            let (a, b) = (s.tag_at.max(off), s.end.min(end));
+            if a < b {
+                // A tag's bytes went out once, so it was computed then.
+                let Some(tag) = s.tag else { continue };
+                let t = &tag[(a - s.tag_at) as usize..(b - s.tag_at) as usize];
+                old[(a - off) as usize..(b - off) as usize].copy_from_slice(t);
+                edited = true;
+            }
+        }
+        if let State::Poisoned(from) = self.state
+            && from < end
+        {
+            old[(from.max(off) - off) as usize..].fill(0);
+            edited = true;
+        }
+        edited
+    }
+
+    fn walk(&mut self, at: u64, data: &mut [u8], env: &mut Env) -> bool {
+        let mut pos = 0;
+        let mut edited = false;
+        while pos < data.len() {
+            let here = at + pos as u64;
+            match &mut self.state {
+                State::Poisoned(_) => {
+                    data[pos..].fill(0);
+                    return true;
+                }
+                State::Header { start, buf, got } => {
+                    let k = (HEADER - *got).min(data.len() - pos);
+                    buf[*got..*got + k].copy_from_slice(&data[pos..pos + k]);
+                    *got += k;
+                    pos += k;
+                    if *got < HEADER {
+                        continue;
+                    }
+                    let (start, header) = (*start, *buf);
+                    let body = start + HEADER as u64;
+                    match record::plausible(&header) {
+                        Some(len) if self.aead.begin(self.seq, &header) => {
+                            let end = body + len as u64;
+                            let tag_at = end - TAG as u64;
+                            self.sent.push_back(Sent {
+                                seq: self.seq,
+                                body,
+                                tag_at,
+                                end,
+                                tag: None,
+                            });
+                            self.seq += 1;
+                            self.state = State::Body;
+                        }
+                        _ => {
+                            tracing::warn!(at = start, "not a TLS record: sending zeros from here");
+                            // The header's bytes in this segment too.
+                            let from = (start.max(at) - at) as usize;
+                            self.state = State::Poisoned(start);
+                            data[from..pos].fill(0);
+                            edited = true;
+                        }
+                    }
+                }
+                State::Body => {
+                    let Some(s) = self.sent.back_mut() else { return edited };
+                    if here < s.tag_at {
+                        let k = ((s.tag_at - here) as usize).min(data.len() - pos);
+                        edited |= self.aead.update(&mut data[pos..pos + k]);
+                        env.stats.tx_tls_encrypted_bytes += k as u64;
+                        pos += k;
+                        continue;
+                    }
+                    let tag = match s.tag {
+                        Some(t) => t,
+                        None => {
+                            let t = self.aead.seal().unwrap_or([0; TAG]);
+                            s.tag = Some(t);
+                            t
+                        }
+                    };
+                    let t = (here - s.tag_at) as usize;
+                    let k = (TAG - t).min(data.len() - pos);
+                    data[pos..pos + k].copy_from_slice(&tag[t..t + k]);
+                    edited = true;
+                    pos += k;
+                    if t + k == TAG {
+                        env.stats.tx_tls_records += 1;
+                        let start = s.end;
+                        self.state = State::Header { start, buf: [0; HEADER], got: 0 };
+                    }
+                }
+            }
+        }
+        edited
+    }
+}
