@@ -192,6 +192,19 @@ pub struct OffloadReport {
     /// and PDUs that passed meanwhile, on average.
     pub offload_gaps: u64,
     pub resync_latency_pdus: f64,
+    /// TLS record offload: directions handed to the NIC; records and body
+    /// bytes it decrypted and authenticated, tags that failed there;
+    /// records and bytes it encrypted, retransmitted segments it
+    /// encrypted again; record resyncs asked and confirmed.
+    pub tls_dev_add: u64,
+    pub nic_tls_rx_records: u64,
+    pub nic_decrypt_bytes: u64,
+    pub nic_tls_auth_fail: u64,
+    pub nic_tls_tx_records: u64,
+    pub nic_encrypt_bytes: u64,
+    pub nic_tls_tx_again: u64,
+    pub tls_resync: u64,
+    pub tls_resync_confirmed: u64,
     /// One-shot was asked for on a side that has no buffers to map (a
     /// controller): it runs without it.
     #[serde(skip)]
@@ -245,6 +258,15 @@ impl OffloadReport {
             offload_share: ulp.offload_share(),
             offload_gaps: ulp.offload_gaps,
             resync_latency_pdus: ulp.resync_latency_pdus(),
+            tls_dev_add: nic.tls_dev_add,
+            nic_tls_rx_records: nic.rx_tls_records,
+            nic_decrypt_bytes: nic.rx_tls_decrypted_bytes,
+            nic_tls_auth_fail: nic.rx_tls_auth_fail,
+            nic_tls_tx_records: nic.tx_tls_records,
+            nic_encrypt_bytes: nic.tx_tls_encrypted_bytes,
+            nic_tls_tx_again: nic.tx_tls_ooo,
+            tls_resync: nic.rx_tls_resync_req,
+            tls_resync_confirmed: nic.rx_tls_resync_res_ok,
             oneshot_is_the_hosts: false,
         }
     }
@@ -293,7 +315,7 @@ impl OffloadReport {
             true => format!("{}; one-shot maps a host's buffers, so not here", self.caps),
             false => self.caps.clone(),
         };
-        vec![
+        let mut lines = vec![
             format!(
                 "{side} offload [{caps}]: sk_add {} (fail {}), ddp_setup {} (fail {}), teardown {}, resync {} (confirmed {}), {} packets / {} offloaded, drop {} (bad TCP checksum {})",
                 self.sk_add,
@@ -321,7 +343,21 @@ impl OffloadReport {
                 "{side}   {placed}; offload stopped {} times, for {:.1} PDUs on average",
                 self.offload_gaps, self.resync_latency_pdus
             ),
-        ]
+        ];
+        if self.tls_dev_add > 0 {
+            lines.push(format!(
+                "{side}   TLS: NIC decrypted {} records / {} rx ({} tags failed), encrypted {} records / {} tx ({} segments again); record resyncs {} (confirmed {})",
+                self.nic_tls_rx_records,
+                human_bytes(self.nic_decrypt_bytes as f64),
+                self.nic_tls_auth_fail,
+                self.nic_tls_tx_records,
+                human_bytes(self.nic_encrypt_bytes as f64),
+                self.nic_tls_tx_again,
+                self.tls_resync,
+                self.tls_resync_confirmed,
+            ));
+        }
+        lines
     }
 }
 

@@ -123,6 +123,23 @@ impl TxSink for Sink<'_> {
     }
 }
 
+/// Offer `f` the first bytes of `s`'s receive ring copied together across
+/// its wrap, and take from the ring what it took. Returns that.
+fn bounce(s: &mut tcp::Socket, buf: &mut Vec<u8>, f: &mut impl FnMut(&[u8]) -> usize) -> usize {
+    buf.resize(s.recv_queue().min(BOUNCE), 0);
+    let len = s.peek_slice(buf).unwrap_or(0);
+    let n = f(&buf[..len]).min(len);
+    let mut left = n;
+    while left > 0 {
+        let k = s.recv(|b| (b.len().min(left), b.len().min(left))).unwrap_or(0);
+        if k == 0 {
+            break;
+        }
+        left -= k;
+    }
+    n - left
+}
+
 /// smoltcp over a medium.
 pub struct Stack<D: Medium> {
     iface: Interface,
@@ -131,7 +148,14 @@ pub struct Stack<D: Medium> {
     cfg: StackConfig,
     listening: Vec<(u16, SocketHandle)>,
     next_port: u16,
+    /// Bytes across the receive ring's wrap, copied together for a ULP
+    /// that takes its units whole.
+    bounce: Vec<u8>,
 }
+
+/// What a ULP is offered across the receive ring's wrap at most: one TLS
+/// record (2^14 + 256 bytes and a header) and more.
+const BOUNCE: usize = 32 * 1024;
 
 impl<D: Medium> Stack<D> {
     pub fn new(mut device: D, cfg: StackConfig, now: Instant) -> Self {
@@ -149,6 +173,7 @@ impl<D: Medium> Stack<D> {
             cfg,
             listening: Vec::new(),
             next_port,
+            bounce: Vec::new(),
         }
     }
 
@@ -245,19 +270,33 @@ impl<D: Medium> Stack<D> {
 
     /// Hand received bytes to `f`, which returns how many it took; repeats
     /// while the ring has bytes and `f` takes them. Returns the total.
+    ///
+    /// The ring hands its bytes over in at most two pieces, split where
+    /// it wraps. A ULP that takes units only whole (TLS records, with a
+    /// NIC that decrypts them) may take nothing of a first piece that ends
+    /// inside one; it is then offered the bytes across the wrap once more,
+    /// copied together (at most [`BOUNCE`] of them), as a driver bounces
+    /// a buffer that straddles a page.
     pub fn recv(&mut self, conn: &mut TcpConn, mut f: impl FnMut(&[u8]) -> usize) -> usize {
         let s = self.sockets.get_mut::<tcp::Socket>(conn.handle);
         let mut total = 0;
         while s.can_recv() {
+            let mut cut = false;
+            let queued = s.recv_queue();
             let n = s
                 .recv(|buf| {
                     let n = f(buf);
                     debug_assert!(n <= buf.len(), "took {n} of {} bytes", buf.len());
                     let n = n.min(buf.len());
+                    cut = n == 0 && buf.len() < queued.min(BOUNCE);
                     (n, n)
                 })
                 .unwrap_or(0);
             total += n;
+            if cut {
+                total += bounce(s, &mut self.bounce, &mut f);
+                break;
+            }
             if n == 0 {
                 break;
             }

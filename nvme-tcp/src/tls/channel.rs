@@ -2,11 +2,27 @@
 //! becomes plaintext for the queue above, and what the queue sends leaves
 //! in records. The queue (host or controller) is the cleartext one,
 //! unchanged: it never knows TLS is there.
+//!
+//! With a NIC that offloads TLS, the channel is also the driver's half of
+//! `tls_device`: once the handshake is done it hands each direction's
+//! crypto state to the NIC, at a record boundary.
+//! - Receive: a record whose every body byte the NIC hinted `DECRYPTED`
+//!   (the tag included: it verified) is plaintext where it lies, and its
+//!   application data goes to the queue from there, uncopied. Any other
+//!   record is opened here: bytes the NIC decrypted of it are encrypted
+//!   back first, as `tls_device_reencrypt` does, so a record the NIC cut
+//!   short or could not authenticate costs a copy and nothing else. With
+//!   a NIC, records are taken whole from the transport's buffer (which
+//!   hands a record over its wrap in one piece).
+//! - Transmit: records are framed in the clear, the tag left to the NIC.
+//! - The NIC's record resync requests are answered here, where the record
+//!   boundaries and sequence numbers are known.
 
-use super::record::RecordStats;
+use super::record::{HEADER, RecordStats, TAG, record_len};
 use super::session::{TlsError, TlsSession};
 use nvme_of::{TxStats, UlpStats};
-use ulp_ddp::TxSink;
+use std::sync::Arc;
+use ulp_ddp::{Caps, DdpDevice, FlowId, HintFlags, SkHandle, TlsDirection, TxSink};
 
 /// Plaintext received and not yet taken by the queue, at most: past it,
 /// the channel takes no more ciphertext until the queue has taken some (as
@@ -22,11 +38,61 @@ pub(crate) struct Channel {
     plain_in: Vec<u8>,
     /// The queue's plaintext, on its way into a record.
     out: Vec<u8>,
+    /// Stream offsets of the TCP connection: of the next byte received,
+    /// and of the next byte queued to send.
+    rx_at: u64,
+    tx_at: u64,
+    nic: Option<Nic>,
+}
+
+/// A NIC that may take the records over, and what it took.
+struct Nic {
+    dev: Arc<dyn DdpDevice>,
+    flow: FlowId,
+    /// Once a direction is handed over.
+    sk: Option<SkHandle>,
+    rx: bool,
+    tx: bool,
+    /// Each direction is offered once.
+    offered_rx: bool,
+    offered_tx: bool,
+    /// Inside a record the NIC opened: its application data ends at the
+    /// first offset, the record at the second.
+    opened: Option<(u64, u64)>,
+    /// Body ranges the NIC decrypted of the record at hand.
+    decrypted: Vec<(usize, usize)>,
 }
 
 impl Channel {
     pub fn new(session: TlsSession) -> Self {
-        Self { session, plain_in: Vec::new(), out: vec![0; RECORD] }
+        Self {
+            session,
+            plain_in: Vec::new(),
+            out: vec![0; HEADER + RECORD + 1 + TAG],
+            rx_at: 0,
+            tx_at: 0,
+            nic: None,
+        }
+    }
+
+    /// A NIC that may take the records over once the handshake is done.
+    pub fn offload(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId) {
+        self.nic = Some(Nic {
+            dev,
+            flow,
+            sk: None,
+            rx: false,
+            tx: false,
+            offered_rx: false,
+            offered_tx: false,
+            opened: None,
+            decrypted: Vec::new(),
+        });
+    }
+
+    /// Whether a NIC took either direction over.
+    pub fn is_offloaded(&self) -> bool {
+        self.nic.as_ref().is_some_and(|n| n.rx || n.tx)
     }
 
     pub fn is_established(&self) -> bool {
@@ -41,46 +107,226 @@ impl Channel {
     /// The queue's counters with the TLS layer's added.
     pub fn add_stats(&self, (mut rx, mut tx): (UlpStats, TxStats)) -> (UlpStats, TxStats) {
         let r = self.record_stats();
-        rx.tls_decrypt_bytes += r.opened_bytes;
+        rx.tls_decrypt_bytes += r.opened_bytes + r.reencrypted_bytes;
         tx.tls_encrypt_bytes += r.sealed_bytes;
         (rx, tx)
     }
 
-    /// Ciphertext arrived; how much of it was taken (none while too much
-    /// plaintext waits for the queue). Plaintext decrypted before a
+    /// Ciphertext arrived; `take` is the queue's input. Returns how much
+    /// of it was taken: none while too much plaintext waits for the queue;
+    /// with a NIC, whole records only. Plaintext decrypted before a
     /// failure stays, to be delivered.
-    pub fn receive(&mut self, ciphertext: &[u8]) -> Result<usize, TlsError> {
-        if self.plain_in.len() >= PLAIN_LIMIT {
-            return Ok(0);
-        }
-        self.session.receive(ciphertext, &mut self.plain_in)?;
-        Ok(ciphertext.len())
+    pub fn receive(
+        &mut self,
+        ciphertext: &[u8],
+        mut take: impl FnMut(&[u8]) -> usize,
+    ) -> Result<usize, TlsError> {
+        deliver(&mut self.plain_in, &mut take);
+        self.hand_over();
+        let received = if self.nic.as_ref().is_some_and(|n| n.rx) {
+            self.receive_records(ciphertext, &mut take)
+        } else if self.plain_in.len() >= PLAIN_LIMIT {
+            Ok(0)
+        } else {
+            self.session.receive(ciphertext, &mut self.plain_in).map(|()| ciphertext.len())
+        };
+        self.rx_at += *received.as_ref().unwrap_or(&ciphertext.len()) as u64;
+        // The handshake may have ended in these bytes.
+        self.hand_over();
+        deliver(&mut self.plain_in, &mut take);
+        received
     }
 
     /// Hand waiting plaintext to the queue, which takes what it can.
     pub fn deliver(&mut self, mut take: impl FnMut(&[u8]) -> usize) {
-        let mut at = 0;
-        while at < self.plain_in.len() {
-            let n = take(&self.plain_in[at..]);
-            if n == 0 {
-                break;
-            }
-            at += n;
+        deliver(&mut self.plain_in, &mut take);
+    }
+
+    /// Offer the NIC each direction it may take, once the handshake is
+    /// done: transmit after the records already sealed, receive at the
+    /// next record boundary the records know of.
+    fn hand_over(&mut self) {
+        let Channel { session, nic: Some(nic), rx_at, tx_at, .. } = self else { return };
+        if nic.offered_rx && nic.offered_tx || !session.is_established() {
+            return;
         }
-        self.plain_in.drain(..at);
+        let unsent = session.unsent().len() as u64;
+        let Ok(Some(records)) = session.records() else { return };
+        let active = nic.dev.caps().1;
+        let mut offer = |dir, info, start, wanted: Caps| {
+            if !active.contains(wanted) {
+                return false;
+            }
+            match nic.dev.tls_dev_add(nic.flow, dir, &info, start) {
+                Ok(sk) => {
+                    nic.sk.get_or_insert(sk);
+                    true
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, ?dir, "the NIC did not take the records");
+                    false
+                }
+            }
+        };
+        let mut tx = false;
+        if !nic.offered_tx {
+            tx = offer(TlsDirection::Tx, records.tx.crypto_info(), *tx_at + unsent, Caps::TLS_TX);
+        }
+        let mut rx = None;
+        if !nic.offered_rx
+            && let Some(ahead) = records.next_record()
+        {
+            let mut info = records.rx.crypto_info();
+            // A record cut short is the software's, the one after the NIC's.
+            info.rec_seq += u64::from(ahead > 0);
+            rx = Some(offer(TlsDirection::Rx, info, *rx_at + ahead as u64, Caps::TLS_RX));
+        }
+        nic.offered_tx = true;
+        nic.tx |= tx;
+        if let Some(rx) = rx {
+            nic.offered_rx = true;
+            nic.rx = rx;
+        }
+    }
+
+    /// Whole records from `input` with the NIC's hints: opened by the NIC
+    /// and delivered where they lie, or opened here.
+    fn receive_records(
+        &mut self,
+        input: &[u8],
+        take: &mut impl FnMut(&[u8]) -> usize,
+    ) -> Result<usize, TlsError> {
+        let Channel { session, plain_in, nic: Some(nic), rx_at, .. } = self else { return Ok(0) };
+        let Some(records) = session.records()? else { return Ok(0) };
+        let mut pos = 0;
+        let walked = (|| {
+            while !records.peer_done {
+                let here = *rx_at + pos as u64;
+                if let Some((content_end, end)) = nic.opened {
+                    let k = ((content_end.max(here) - here) as usize).min(input.len() - pos);
+                    if k > 0 {
+                        let t = take(&input[pos..pos + k]);
+                        pos += t;
+                        if t < k {
+                            break;
+                        }
+                        continue;
+                    }
+                    // The content type, padding and tag: nothing to deliver.
+                    let k = ((end - here) as usize).min(input.len() - pos);
+                    pos += k;
+                    if here + (k as u64) < end {
+                        break;
+                    }
+                    nic.opened = None;
+                    continue;
+                }
+                // Opened here, and not yet taken: it goes first.
+                if !plain_in.is_empty() {
+                    break;
+                }
+                // A record cut short before the NIC took over ends first.
+                if let Some(need) = records.partial_need()? {
+                    let k = need.min(input.len() - pos);
+                    records.receive(&input[pos..pos + k], plain_in)?;
+                    pos += k;
+                    deliver(plain_in, take);
+                    if k == need {
+                        continue;
+                    }
+                    break;
+                }
+                answer_resync(nic, here, records.rx.seq);
+                let rest = &input[pos..];
+                let Some(len) = record_len(rest)?.filter(|&n| n <= rest.len()) else { break };
+                let record = &rest[..len];
+                let body = here + HEADER as u64;
+                nic.decrypted.clear();
+                if let Some(sk) = &nic.sk {
+                    sk.ctx.with_hints(body, here + len as u64, |a, b, h| {
+                        if h.flags.contains(HintFlags::DECRYPTED) {
+                            nic.decrypted.push(((a - body) as usize, (b - body) as usize));
+                        }
+                    });
+                }
+                if nic.decrypted[..] == [(0, len - HEADER)] {
+                    match records.take_opened(&record[HEADER..len - TAG])? {
+                        Some(n) => {
+                            nic.opened = Some((body + n as u64, here + len as u64));
+                            pos += HEADER;
+                        }
+                        None => pos += len,
+                    }
+                    continue;
+                }
+                // Not vouched for: whatever the NIC decrypted of the body
+                // goes back to ciphertext, and the record is opened here
+                // (where a tag that failed in the NIC fails again).
+                let tag_at = len - HEADER - TAG;
+                nic.decrypted.retain_mut(|r| {
+                    r.1 = r.1.min(tag_at);
+                    r.0 < r.1
+                });
+                tracing::trace!(at = here, len, decrypted = ?nic.decrypted, "record opened in software");
+                records.take_mixed(record, &nic.decrypted, plain_in)?;
+                pos += len;
+                deliver(plain_in, take);
+            }
+            if records.peer_done {
+                // Nothing after close_notify is read.
+                pos = input.len();
+            }
+            Ok(())
+        })();
+        match walked {
+            Ok(()) => Ok(pos),
+            Err(e) => Err(session.failed(e)),
+        }
     }
 
     /// Put ciphertext into `sink`: the handshake's, then the queue's
-    /// output (from `produce`) sealed into records, while there is room.
-    /// Returns the bytes put in, and the session's failure if sealing
-    /// failed (what was put in before it still counts).
+    /// output (from `produce`) sealed into records, or framed for the NIC
+    /// to seal, while there is room. Returns the bytes put in, and the
+    /// session's failure if sealing failed (what was put in before it
+    /// still counts).
     pub fn send(
         &mut self,
         sink: &mut dyn TxSink,
         mut produce: impl FnMut(&mut [u8]) -> usize,
     ) -> (usize, Option<TlsError>) {
+        self.hand_over();
         let mut sent = self.flush(sink);
+        let mut failed = None;
+        let framing = self.nic.as_ref().is_some_and(|n| n.tx);
         while self.session.is_established() && self.session.unsent().is_empty() && sink.room() > 0 {
+            if framing {
+                // A whole record or none: the NIC reads them as they go.
+                let Some(room) = sink.room().checked_sub(HEADER + 1 + TAG).filter(|&r| r > 0)
+                else {
+                    break;
+                };
+                let n = produce(&mut self.out[HEADER..HEADER + room.min(RECORD)]);
+                if n == 0 {
+                    break;
+                }
+                let framed = match self.session.records() {
+                    Ok(Some(r)) => r.frame(n, &mut self.out),
+                    Ok(None) => Err(TlsError::Record("no records to frame".into())),
+                    Err(e) => Err(e),
+                };
+                match framed {
+                    Ok(len) => {
+                        let w = sink.write(&self.out[..len]);
+                        debug_assert_eq!(w, len, "a record goes whole into room there was");
+                        sent += w;
+                    }
+                    Err(e) => {
+                        failed = Some(self.session.failed(e));
+                        break;
+                    }
+                }
+                continue;
+            }
             // A record's worth at most, and no more than room for (the
             // record's 22 bytes of overhead wait for the next call).
             let n = produce(&mut self.out[..RECORD.min(sink.room())]);
@@ -88,11 +334,14 @@ impl Channel {
                 break;
             }
             if let Err(e) = self.session.send(&self.out[..n]) {
-                return (sent + self.flush(sink), Some(e));
+                sent += self.flush(sink);
+                failed = Some(e);
+                break;
             }
             sent += self.flush(sink);
         }
-        (sent, None)
+        self.tx_at += sent as u64;
+        (sent, failed)
     }
 
     /// Ciphertext into `sink`, as much as it takes; the rest waits.
@@ -105,5 +354,54 @@ impl Channel {
     /// Ciphertext waiting for room.
     pub fn pending(&self) -> usize {
         self.session.unsent().len()
+    }
+
+    /// Give the NIC its directions back (the connection is going).
+    pub fn release(&mut self) {
+        if let Some(nic) = &mut self.nic
+            && let Some(sk) = nic.sk.take()
+        {
+            for (on, dir) in [(nic.rx, TlsDirection::Rx), (nic.tx, TlsDirection::Tx)] {
+                if on {
+                    nic.dev.tls_dev_del(&sk, dir);
+                }
+            }
+            (nic.rx, nic.tx) = (false, false);
+        }
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Hand `plain` to the queue, which takes what it can; the rest stays.
+fn deliver(plain: &mut Vec<u8>, take: &mut impl FnMut(&[u8]) -> usize) {
+    let mut at = 0;
+    while at < plain.len() {
+        let n = take(&plain[at..]);
+        if n == 0 {
+            break;
+        }
+        at += n;
+    }
+    plain.drain(..at);
+}
+
+/// Answer the NIC's record resync request if it names the record
+/// boundary `here`, record `seq`; forget one the records went past.
+fn answer_resync(nic: &Nic, here: u64, seq: u64) {
+    let Some(sk) = &nic.sk else { return };
+    match sk.ctx.resync_request() {
+        Some(asked) if asked == here => {
+            sk.ctx.take_resync_request();
+            nic.dev.tls_dev_resync(sk, here, seq);
+        }
+        Some(asked) if asked < here => {
+            sk.ctx.take_resync_request();
+        }
+        _ => {}
     }
 }

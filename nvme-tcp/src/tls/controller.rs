@@ -109,8 +109,8 @@ struct Secured {
     close: Option<CloseReason>,
     /// The latest time passed in, for plaintext handed over on output.
     now: Instant,
-    /// A device that may offload the connection if it turns out to be in
-    /// the clear (a NIC sees only ciphertext under TLS).
+    /// A device that may offload the connection: the queue, if it turns
+    /// out to be in the clear; the records, if TLS.
     ddp: Option<(Arc<dyn DdpDevice>, FlowId)>,
 }
 
@@ -136,18 +136,22 @@ impl Secured {
 }
 
 impl ControllerQueue for Secured {
-    /// A NIC sees only ciphertext under TLS: it may offload a connection
-    /// in the clear only.
+    /// A connection in the clear is the queue's to offload; under TLS the
+    /// NIC may take the records over once the handshake is done.
     fn attach_ddp(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId) {
-        match self.mode {
+        match &mut self.mode {
             Mode::Clear => self.inner.attach_ddp(dev, flow),
             Mode::Detect => self.ddp = Some((dev, flow)),
-            Mode::Tls(_) => {}
+            Mode::Tls(ch) => ch.offload(dev, flow),
         }
     }
 
     fn is_offloaded(&self) -> bool {
-        matches!(self.mode, Mode::Clear) && self.inner.is_offloaded()
+        match &self.mode {
+            Mode::Clear => self.inner.is_offloaded(),
+            Mode::Tls(ch) => ch.is_offloaded(),
+            Mode::Detect => false,
+        }
     }
 
     fn handle_input(&mut self, data: &[u8], now: Instant) -> usize {
@@ -158,7 +162,13 @@ impl ControllerQueue for Secured {
         if let Mode::Detect = self.mode {
             self.mode = if data[0] == HANDSHAKE_RECORD {
                 match TlsSession::server(self.port.lookup.clone()) {
-                    Ok(s) => Mode::Tls(Box::new(Channel::new(s))),
+                    Ok(s) => {
+                        let mut ch = Channel::new(s);
+                        if let Some((dev, flow)) = self.ddp.take() {
+                            ch.offload(dev, flow);
+                        }
+                        Mode::Tls(Box::new(ch))
+                    }
                     Err(e) => {
                         self.fail(e);
                         return data.len();
@@ -182,7 +192,8 @@ impl ControllerQueue for Secured {
                 // Room the queue made since, first; then the new bytes.
                 self.deliver();
                 let Mode::Tls(ch) = &mut self.mode else { unreachable!() };
-                let received = ch.receive(data);
+                let inner = &mut self.inner;
+                let received = ch.receive(data, |plain| inner.handle_input(plain, now));
                 // What was decrypted before a failure is the peer's too.
                 self.deliver();
                 match received {

@@ -38,6 +38,7 @@ impl Transport for SecureTcp {
             dead: false,
             handshake_by: None,
             now: Instant::ZERO,
+            nic: None,
         })
     }
 
@@ -58,6 +59,8 @@ struct Secured {
     handshake_by: Option<Instant>,
     /// The latest time passed in, for plaintext handed over on output.
     now: Instant,
+    /// A NIC that may take the records over (TLS offload).
+    nic: Option<(Arc<dyn DdpDevice>, FlowId)>,
 }
 
 /// How long a handshake may take (Linux's `tls_handshake_timeout`).
@@ -86,17 +89,29 @@ impl Secured {
 impl HostQueue for Secured {
     fn connected(&mut self, now: Instant) {
         match TlsSession::client(&self.client.identity, &self.client.psk) {
-            Ok(s) => self.channel = Some(Box::new(Channel::new(s))),
+            Ok(s) => {
+                let mut ch = Channel::new(s);
+                if let Some((dev, flow)) = self.nic.take() {
+                    ch.offload(dev, flow);
+                }
+                self.channel = Some(Box::new(ch));
+            }
             Err(e) => self.fail(e),
         }
         self.handshake_by = Some(now + HANDSHAKE_TIMEOUT);
     }
 
-    /// A NIC sees only ciphertext: nothing to offload.
-    fn offload(&mut self, _dev: Arc<dyn DdpDevice>, _flow: FlowId, _threshold: Option<u32>) {}
+    /// A NIC may take the records over once the handshake is done (TLS
+    /// offload); the queue inside them is not offloaded.
+    fn offload(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId, _threshold: Option<u32>) {
+        match &mut self.channel {
+            Some(ch) => ch.offload(dev, flow),
+            None => self.nic = Some((dev, flow)),
+        }
+    }
 
     fn is_offloaded(&self) -> bool {
-        false
+        self.channel.as_ref().is_some_and(|c| c.is_offloaded())
     }
 
     fn ddp_max_transfer(&self) -> Option<u64> {
@@ -120,7 +135,8 @@ impl HostQueue for Secured {
         self.deliver();
         let Some(ch) = self.channel.as_mut() else { return data.len() };
         let was = ch.is_established();
-        let received = ch.receive(data);
+        let inner = &mut self.inner;
+        let received = ch.receive(data, |plain| inner.handle_input(plain, now));
         if !was && ch.is_established() {
             // The handshake is done: the NVMe/TCP queue starts (ICReq).
             self.handshake_by = None;

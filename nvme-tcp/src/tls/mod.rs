@@ -9,8 +9,9 @@
 //!   queues ([`host::SecureTcp`], [`controller::SecureTcp`]); the queues
 //!   themselves are the cleartext ones, unchanged.
 //!
-//! A NIC under a TLS connection sees ciphertext: these connections are
-//! never offloaded (DDP and digest offload inside TLS are the next step).
+//! A NIC that offloads TLS takes the records over after the handshake
+//! (`channel`); DDP and digest offload inside the records are the next
+//! step.
 
 mod channel;
 pub mod controller;

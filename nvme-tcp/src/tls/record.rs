@@ -18,11 +18,12 @@ use sha2::{Sha256, Sha384};
 use zeroize::Zeroizing;
 
 use super::session::TlsError;
+use ulp_ddp::{TlsCipher, TlsCryptoInfo};
 
 /// A TLSCiphertext's header: opaque_type, legacy_record_version, length.
-pub(super) const HEADER: usize = 5;
+pub(crate) const HEADER: usize = 5;
 /// The AEAD tag of both suites.
-pub(super) const TAG: usize = 16;
+pub(crate) const TAG: usize = 16;
 /// The most plaintext a record carries (2^14).
 pub(super) const MAX_PLAIN: usize = 16 * 1024;
 /// The longest ciphertext a record may carry: 2^14 + 256 (RFC 8446, 5.2).
@@ -103,6 +104,22 @@ impl Suite {
             Suite::Aes256GcmSha384 => 32,
         }
     }
+
+    /// The AEAD as the offload contract names it.
+    fn offload_cipher(self) -> TlsCipher {
+        match self {
+            Suite::Aes128GcmSha256 => TlsCipher::Aes128Gcm,
+            Suite::Aes256GcmSha384 => TlsCipher::Aes256Gcm,
+        }
+    }
+
+    /// GCM's counter mode alone.
+    fn ctr(self) -> &'static CipherRef {
+        match self {
+            Suite::Aes128GcmSha256 => Cipher::aes_128_ctr(),
+            Suite::Aes256GcmSha384 => Cipher::aes_256_ctr(),
+        }
+    }
 }
 
 /// One direction's record protection: what a NIC would be handed.
@@ -152,14 +169,56 @@ impl Direction {
         n
     }
 
-    /// Ready the cipher for the next record, its header `aad`. A direction
-    /// only ever seals or only ever opens.
-    fn start(&mut self, encrypt: bool, aad: &[u8]) -> Result<(), TlsError> {
+    /// What a NIC is handed to take this direction over from the next
+    /// record on (`tls12_crypto_info_aes_gcm_*`).
+    pub fn crypto_info(&self) -> TlsCryptoInfo {
+        let (salt, iv) = self.iv.split_at(4);
+        TlsCryptoInfo {
+            cipher: self.suite.offload_cipher(),
+            key: self.key.clone(),
+            salt: salt.try_into().unwrap_or_default(),
+            iv: iv.try_into().unwrap_or_default(),
+            rec_seq: self.seq,
+        }
+    }
+
+    /// Count a record the NIC sealed or opened: the next nonce moves on.
+    pub fn skip(&mut self) -> Result<(), TlsError> {
+        self.check_seq()?;
+        self.seq += 1;
+        Ok(())
+    }
+
+    fn check_seq(&self) -> Result<(), TlsError> {
         if self.seq >= MAX_RECORDS {
             return Err(TlsError::Record(format!(
                 "{MAX_RECORDS} records under one key, as many as AES-GCM may protect (RFC 8446, 5.5): the connection must start over"
             )));
         }
+        Ok(())
+    }
+
+    /// XOR into `buf` the next record's keystream from body byte `pos`:
+    /// GCM's counter mode alone, whose first body block is counter 2
+    /// (NIST SP 800-38D, 7.1). It turns bytes a NIC decrypted back into
+    /// the ciphertext the tag covers.
+    fn keystream(&self, pos: usize, buf: &mut [u8]) -> Result<(), TlsError> {
+        let mut iv = [0u8; 16];
+        iv[..12].copy_from_slice(&self.nonce());
+        iv[12..].copy_from_slice(&(2 + (pos / 16) as u32).to_be_bytes());
+        let mut ctx = CipherCtx::new().map_err(record_error)?;
+        ctx.encrypt_init(Some(self.suite.ctr()), Some(&self.key), Some(&iv))
+            .map_err(record_error)?;
+        let skip = pos % 16;
+        ctx.cipher_update_inplace(&mut [0u8; 16][..skip], skip).map_err(record_error)?;
+        ctx.cipher_update_inplace(buf, buf.len()).map_err(record_error)?;
+        Ok(())
+    }
+
+    /// Ready the cipher for the next record, its header `aad`. A direction
+    /// only ever seals or only ever opens.
+    fn start(&mut self, encrypt: bool, aad: &[u8]) -> Result<(), TlsError> {
+        self.check_seq()?;
         let nonce = self.nonce();
         let (cipher, key) = match self.keyed {
             // Only the nonce changes.
@@ -270,6 +329,13 @@ pub(crate) struct RecordStats {
     pub opened_bytes: u64,
     /// Inner plaintext bytes sealed (encrypted).
     pub sealed_bytes: u64,
+    /// Body bytes a NIC decrypted in records it could not vouch for,
+    /// encrypted back before the record was opened here.
+    pub reencrypted_bytes: u64,
+    /// Body bytes of records a NIC opened and authenticated, and inner
+    /// plaintext bytes of records framed for a NIC to seal.
+    pub nic_opened_bytes: u64,
+    pub nic_sealed_bytes: u64,
 }
 
 /// Both directions of a connection's records after the handshake.
@@ -319,6 +385,88 @@ impl Records {
         Ok(())
     }
 
+    /// Bytes that complete the record cut short in `partial`, if one is
+    /// (the rest of its header first).
+    pub fn partial_need(&self) -> Result<Option<usize>, TlsError> {
+        if self.partial.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(record_len(&self.partial)?.unwrap_or(HEADER) - self.partial.len()))
+    }
+
+    /// Where the next record to begin starts, as bytes past the end of
+    /// what was received, if known: where a NIC may take over.
+    pub fn next_record(&self) -> Option<usize> {
+        match self.partial_need() {
+            Ok(None) => Some(0),
+            Ok(Some(n)) if self.partial.len() >= HEADER => Some(n),
+            _ => None,
+        }
+    }
+
+    /// One whole record, its body bytes in `decrypted` (ranges of the
+    /// body) decrypted by a NIC that could not vouch for the record:
+    /// they are encrypted back, and the record opened here.
+    pub fn take_mixed(
+        &mut self,
+        record: &[u8],
+        decrypted: &[(usize, usize)],
+        plain: &mut Vec<u8>,
+    ) -> Result<(), TlsError> {
+        if decrypted.is_empty() {
+            return self.take(record, plain);
+        }
+        let mut copy = std::mem::take(&mut self.partial);
+        copy.extend_from_slice(record);
+        let mut taken = Ok(());
+        for &(a, b) in decrypted {
+            taken = taken.and_then(|()| self.rx.keystream(a, &mut copy[HEADER + a..HEADER + b]));
+            self.stats.reencrypted_bytes += (b - a) as u64;
+        }
+        let taken = taken.and_then(|()| self.take(&copy, plain));
+        copy.clear();
+        self.partial = copy;
+        taken
+    }
+
+    /// A record a NIC opened and authenticated, its inner plaintext
+    /// `inner` (content, content type, padding) where it lies. Returns
+    /// the length of its application data, for the caller to deliver
+    /// from there; anything else is taken here.
+    pub fn take_opened(&mut self, inner: &[u8]) -> Result<Option<usize>, TlsError> {
+        self.rx.skip()?;
+        self.stats.nic_opened_bytes += (inner.len() + TAG) as u64;
+        if inner.len() > MAX_PLAIN + 1 {
+            return Err(TlsError::Record(format!("record_overflow: {} bytes", inner.len())));
+        }
+        let Some(end) = inner.iter().rposition(|&b| b != 0) else {
+            return Err(TlsError::Record("a record with no content type".into()));
+        };
+        match inner[end] {
+            APPLICATION_DATA => Ok(Some(end)),
+            kind => self.other(kind, &inner[..end]).map(|()| None),
+        }
+    }
+
+    /// Frame the `n` bytes of plaintext at `out[HEADER..]` (at most
+    /// [`MAX_PLAIN`]) as an application data record for a NIC to seal:
+    /// the header before them, their content type and room for the tag
+    /// after. Returns the record's length.
+    pub fn frame(&mut self, n: usize, out: &mut [u8]) -> Result<usize, TlsError> {
+        let len = HEADER + n + 1 + TAG;
+        if n > MAX_PLAIN || out.len() < len {
+            return Err(TlsError::Record(format!("{n} bytes for one record")));
+        }
+        self.tx.skip()?;
+        out[0] = APPLICATION_DATA;
+        out[1..3].copy_from_slice(&LEGACY_VERSION);
+        out[3..HEADER].copy_from_slice(&((n + 1 + TAG) as u16).to_be_bytes());
+        out[HEADER + n] = APPLICATION_DATA;
+        out[HEADER + n + 1..len].fill(0);
+        self.stats.nic_sealed_bytes += n as u64 + 1;
+        Ok(len)
+    }
+
     /// One whole record: application data is left in `plain`.
     fn take(&mut self, record: &[u8], plain: &mut Vec<u8>) -> Result<(), TlsError> {
         let at = plain.len();
@@ -328,6 +476,11 @@ impl Records {
             return Ok(());
         }
         let content = plain.split_off(at);
+        self.other(kind, &content)
+    }
+
+    /// A record of a content type other than application data.
+    fn other(&mut self, kind: u8, content: &[u8]) -> Result<(), TlsError> {
         match kind {
             // close_notify ends the stream (whatever its level, which TLS
             // 1.3 has one ignore), user_canceled nothing by itself; any
@@ -338,7 +491,7 @@ impl Records {
                 let what = content.get(1).copied().unwrap_or(0);
                 return Err(TlsError::Record(format!("the peer sent alert {what}")));
             }
-            HANDSHAKE if only_tickets(&content) => {}
+            HANDSHAKE if only_tickets(content) => {}
             HANDSHAKE => {
                 return Err(TlsError::Record(
                     "a handshake message after the handshake (KeyUpdate is not supported)".into(),
@@ -362,7 +515,7 @@ impl Records {
 /// The length of the record starting `bytes`, header included, once its
 /// header is there; an error if the header is not one of TLS 1.3's
 /// protected records.
-fn record_len(bytes: &[u8]) -> Result<Option<usize>, TlsError> {
+pub(crate) fn record_len(bytes: &[u8]) -> Result<Option<usize>, TlsError> {
     let Some(h) = bytes.get(..HEADER) else { return Ok(None) };
     let len = usize::from(u16::from_be_bytes([h[3], h[4]]));
     if h[0] != APPLICATION_DATA || h[1..3] != LEGACY_VERSION {
@@ -419,6 +572,17 @@ mod tests {
         assert!(c.send(b"one more", &mut w).is_err());
     }
 
+    impl Records {
+        /// A copy of the transmit keys from the next record on.
+        fn tx_for_tests(&self) -> Direction {
+            let hash = if self.tx.suite == Suite::Aes128GcmSha256 { 32 } else { 48 };
+            let mut d = Direction::from_secret(self.tx.suite, &[0; 48][..hash]).unwrap();
+            d.key = self.tx.key.clone();
+            d.iv = self.tx.iv;
+            d
+        }
+    }
+
     fn pair(suite: Suite) -> (Records, Records) {
         let len = if suite == Suite::Aes128GcmSha256 { 32 } else { 48 };
         let (a, b) = (vec![1u8; len], vec![2u8; len]);
@@ -447,6 +611,42 @@ mod tests {
             let mut got = Vec::new();
             server.receive(&wire, &mut got).unwrap();
             assert_eq!((got.len(), server.rx.seq), (data.len(), 3));
+        }
+    }
+
+    /// What a NIC leaves: records decrypted whole, or in part. Software
+    /// takes the first as it is and encrypts the second back to open it.
+    #[test]
+    fn records_a_nic_opened_whole_or_in_part_are_taken() {
+        for suite in [Suite::Aes128GcmSha256, Suite::Aes256GcmSha384] {
+            let (mut c, mut s) = pair(suite);
+            let data: Vec<u8> = (0..5000u32).map(|i| (i * 3) as u8).collect();
+            let mut sent = Vec::new();
+            for _ in 0..3 {
+                c.send(&data, &mut sent).unwrap();
+            }
+            let len = sent.len() / 3;
+            let body = len - HEADER;
+            // The NIC's work, done here with the sender's keys.
+            let mut nic = Records::new(c.tx_for_tests(), c.tx_for_tests());
+            let mut records: Vec<Vec<u8>> = sent.chunks(len).map(<[u8]>::to_vec).collect();
+            for (k, (a, b)) in [(0, body - TAG), (17, 4000), (0, 1)].into_iter().enumerate() {
+                nic.rx.seq = k as u64;
+                nic.rx.keystream(a, &mut records[k][HEADER + a..HEADER + b]).unwrap();
+            }
+            let opened = s.take_opened(&records[0][HEADER..len - TAG]).unwrap();
+            assert_eq!(opened, Some(data.len()));
+            assert_eq!(records[0][HEADER..HEADER + data.len()], data[..]);
+            let mut got = Vec::new();
+            s.take_mixed(&records[1], &[(17, 4000)], &mut got).unwrap();
+            s.take_mixed(&records[2], &[(0, 1)], &mut got).unwrap();
+            assert_eq!(got, [&data[..], &data[..]].concat());
+            assert_eq!(s.stats.reencrypted_bytes, 3983 + 1);
+            // A NIC's word that is wrong fails the record.
+            let (mut c, mut s) = pair(suite);
+            let mut w = Vec::new();
+            c.send(&data, &mut w).unwrap();
+            assert!(s.take_mixed(&w, &[(0, 10)], &mut Vec::new()).is_err());
         }
     }
 

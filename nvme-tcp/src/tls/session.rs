@@ -377,6 +377,20 @@ impl TlsSession {
         self.failed = Some(e.clone());
         e
     }
+
+    /// The records after the handshake, for a channel that works them
+    /// with a NIC; `None` before (or, in tests, while they are OpenSSL's).
+    pub(crate) fn records(&mut self) -> Result<Option<&mut Records>, TlsError> {
+        match &self.failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(self.records.as_mut()),
+        }
+    }
+
+    /// A failure of the records found outside the session: it is final.
+    pub(crate) fn failed(&mut self, e: TlsError) -> TlsError {
+        self.fail(e)
+    }
 }
 
 #[cfg(test)]

@@ -163,6 +163,7 @@ impl RxRecords {
     /// `n` bytes from `next` on never came in order.
     fn gap(&mut self, n: u64) {
         let to = self.next + n;
+        tracing::trace!(from = self.next, to, state = ?self.state, "gap");
         match &mut self.state {
             State::Body(r) if to < r.end => r.decrypting = false,
             State::Body(r) if to == r.end => {
@@ -268,6 +269,7 @@ impl RxRecords {
     fn begin(&mut self, start: u64, header: &[u8], len: usize, ctx: &SkCtx, env: &mut Env) {
         let body = start + HEADER as u64;
         let end = body + len as u64;
+        tracing::trace!(start, len, seq = ?self.seq, "record");
         let mut r = Record { tag_at: end - TAG as u64, end, decrypting: false, tag: [0; TAG] };
         match self.seq {
             None => {

@@ -1,0 +1,113 @@
+//! TLS record offload end to end, in simulated time: the NICs take the
+//! records over after the handshake (the host's I/O queues, every
+//! connection of the controller), the data comes back intact, and
+//! records a NIC could not take (loss, reordering) are opened in software.
+
+use nvme_ddp::app::{HostApp, IoApp};
+use nvme_ddp::demo::{self, Demo, DemoOptions};
+use nvme_ddp::driver::smoltcp::run_simulated;
+use nvme_of::Digests;
+use smoltcp_glue::Profile;
+use std::time::Duration;
+use ulp_ddp::Caps;
+use ulp_ddp::DdpDevice;
+
+const MB: u64 = 1 << 20;
+const LIMIT: Duration = Duration::from_secs(600);
+
+fn opts(offload: Caps) -> DemoOptions {
+    DemoOptions {
+        size: 4 * MB,
+        bs: 128 << 10,
+        qd: 8,
+        queues: 2,
+        digests: Digests { header: false, data: true },
+        simulated: true,
+        tls: true,
+        offload,
+        ..DemoOptions::default()
+    }
+}
+
+/// A write pass then a verified read pass.
+fn run(o: &DemoOptions) -> Demo {
+    let mut d = demo::build(o).unwrap();
+    let mut app = IoApp::new(demo::passes(o));
+    run_simulated(&mut d.host, &mut d.ctrl, &mut app, LIMIT).unwrap();
+    assert_eq!(app.error(), None);
+    let read = &app.results[1].1;
+    assert_eq!((read.verify_failures, read.errors), (0, 0));
+    assert_eq!(read.verified_bytes, o.size, "identical data");
+    d
+}
+
+#[test]
+fn the_nics_take_the_records_over_and_software_seals_and_opens_none_of_the_data() {
+    let o = opts(Caps::TLS);
+    let d = run(&o);
+    let (ulp, tx) = d.host.host.stats();
+    let nic = d.host_nic.stats();
+    // Host: two I/O queues handed over both ways; the admin queue (never
+    // offloaded) is all software does.
+    assert_eq!(nic.tls_dev_add, 4);
+    assert!(nic.rx_tls_decrypted_bytes > o.size, "every read record: {nic:?}");
+    assert!(nic.tx_tls_encrypted_bytes > o.size, "every write record");
+    assert_eq!(nic.rx_tls_auth_fail, 0);
+    assert!(ulp.tls_decrypt_bytes < 64 << 10, "the admin queue's alone: {}", ulp.tls_decrypt_bytes);
+    assert!(tx.tls_encrypt_bytes < 64 << 10, "the admin queue's alone: {}", tx.tls_encrypt_bytes);
+    // Controller: every connection, the admin queue's too, once the
+    // handshake is done.
+    let (cu, ct) = d.ctrl.stats();
+    let cn = d.ctrl_nic.stats();
+    assert_eq!(cn.tls_dev_add, 6);
+    assert!(cn.rx_tls_decrypted_bytes > o.size && cn.tx_tls_encrypted_bytes > o.size);
+    assert!(cu.tls_decrypt_bytes < 4 << 10, "handshake-time records: {}", cu.tls_decrypt_bytes);
+    assert_eq!(ct.tls_encrypt_bytes, 0);
+    // Nothing of the data was copied twice for it: TLS offload alone
+    // leaves the NVMe/TCP work (copies, digests) as it was.
+    assert_eq!(ulp.copy_bytes, o.size);
+}
+
+#[test]
+fn without_the_offload_software_does_every_record() {
+    let o = opts(Caps::NONE);
+    let d = run(&o);
+    let (ulp, tx) = d.host.host.stats();
+    assert!(ulp.tls_decrypt_bytes > o.size && tx.tls_encrypt_bytes > o.size);
+    assert_eq!(d.host_nic.stats().tls_dev_add, 0);
+    // Receive only, or transmit only.
+    for (caps, rx, txo) in [(Caps::TLS_RX, true, false), (Caps::TLS_TX, false, true)] {
+        let d = run(&opts(caps));
+        let (ulp, tx) = d.host.host.stats();
+        let nic = d.host_nic.stats();
+        assert_eq!(nic.rx_tls_decrypted_bytes > o.size, rx, "{caps}");
+        assert_eq!(ulp.tls_decrypt_bytes > o.size, !rx, "{caps}");
+        assert_eq!(nic.tx_tls_encrypted_bytes > o.size, txo, "{caps}");
+        assert_eq!(tx.tls_encrypt_bytes > o.size, !txo, "{caps}");
+    }
+}
+
+/// 1% of frames lost each way, some reordered: records the NICs saw cut
+/// are opened in software (what they decrypted of them encrypted back
+/// first), retransmitted records are sealed again by the sending NIC,
+/// and a lost header is found again and confirmed.
+#[test]
+fn on_a_lossy_wire_records_the_nic_missed_are_opened_in_software_and_the_data_is_intact() {
+    let impair = Profile { loss: 0.01, reorder: 0.005, ..Profile::default() };
+    let o = DemoOptions {
+        impair,
+        kato: DemoOptions::IMPAIRED_KATO,
+        io_timeout: DemoOptions::IMPAIRED_IO_TIMEOUT,
+        seed: 7,
+        ..opts(Caps::TLS)
+    };
+    let d = run(&o);
+    let (ulp, _) = d.host.host.stats();
+    let nic = d.host_nic.stats();
+    let cn = d.ctrl_nic.stats();
+    assert_eq!(nic.rx_tls_auth_fail + cn.rx_tls_auth_fail, 0);
+    assert!(nic.rx_tls_resync_res_ok + cn.rx_tls_resync_res_ok > 0, "headers lost and found");
+    assert!(nic.tx_tls_ooo > 0 && cn.tx_tls_ooo > 0, "retransmissions sealed again");
+    assert!(ulp.tls_decrypt_bytes > 64 << 10, "records the NIC missed, opened here");
+    assert!(nic.rx_tls_decrypted_bytes > o.size / 2);
+}
