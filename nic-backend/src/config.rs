@@ -24,7 +24,7 @@ pub struct NicConfig {
 impl Default for NicConfig {
     /// A ConnectX-7-like device: up to 128 SG entries, offload from 32 KiB,
     /// tags below the queue size, 4096 STags per iWARP socket, everything
-    /// on.
+    /// on; and, unlike ConnectX-7, placement inside TLS.
     fn default() -> Self {
         Self {
             hw: Caps::ALL,
@@ -32,7 +32,7 @@ impl Default for NicConfig {
             limits: Limits {
                 max_ddp_sgl_len: 128,
                 io_threshold: 32 << 10,
-                tls: false,
+                tls: true,
                 full_ccid_range: false,
                 max_stags: 4096,
             },

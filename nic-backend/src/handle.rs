@@ -15,7 +15,7 @@ use std::any::Any;
 use std::sync::Arc;
 use ulp_ddp::{
     Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, Limits, NvmeTcpConfig, SgEntry, SkHandle,
-    Stag, StagIo, Stats, TlsCryptoInfo, TlsDirection,
+    Stag, StagIo, Stats, TlsCryptoInfo, TlsDirection, TlsStart,
 };
 
 /// The NIC as its driver sees it: the ULP DDP device operations.
@@ -76,9 +76,13 @@ impl DdpDevice for NicHandle {
             if st.cfg.active.is_empty() {
                 return Err(DdpError::NotActive(Caps::ALL));
             }
-            if st.by_key.contains_key(&key) {
-                return Err(DdpError::Exists);
-            }
+            // A connection whose records the NIC follows takes the flow
+            // inside them; any other may have one flow.
+            let under_tls = match st.by_key.get(&key).copied() {
+                Some(slot) if tls(&mut st, slot).is_some_and(|t| t.inner.is_none()) => Some(slot),
+                Some(_) => return Err(DdpError::Exists),
+                None => None,
+            };
             let isn = st.handshakes.get(&key).copied().unwrap_or_default();
             let (Some(peer), Some(local)) = (isn.peer, isn.local) else {
                 return Err(DdpError::NoHandshake);
@@ -86,7 +90,10 @@ impl DdpDevice for NicHandle {
             let (sock, tx_crc): (Box<dyn Socket>, bool) = match config {
                 Config::NvmeTcp(config) => {
                     let data_digest = config.dgst & NvmeTcpConfig::DGST_DATA != 0;
-                    let tx_crc = data_digest && st.cfg.active.contains(Caps::CRC_TX);
+                    // Inside TLS, digests are written only into records
+                    // the NIC seals.
+                    let sealed = under_tls.is_none_or(|slot| tls(&mut st, slot).is_some_and(|t| t.seals()));
+                    let tx_crc = data_digest && sealed && st.cfg.active.contains(Caps::CRC_TX);
                     let table = if st.cfg.limits.full_ccid_range {
                         65536
                     } else {
@@ -104,9 +111,25 @@ impl DdpDevice for NicHandle {
                 }
             };
             let ctx = sock.ctx().clone();
-            let slot = st.flows.insert(sock);
-            st.by_key.insert(key, slot);
-            let granted = if tx_crc { st.cfg.active } else { st.cfg.active.without(Caps::CRC_TX) };
+            let slot = match under_tls {
+                Some(slot) => {
+                    tls(&mut st, slot).ok_or(DdpError::NoSocket)?.inner = Some(sock);
+                    slot
+                }
+                None => {
+                    let slot = st.flows.insert(sock);
+                    st.by_key.insert(key, slot);
+                    slot
+                }
+            };
+            let mut granted = st.cfg.active.without(Caps::TLS);
+            if !tx_crc {
+                granted = granted.without(Caps::CRC_TX);
+            }
+            if under_tls.is_some() {
+                // Records are framed from a copy: nothing to gather from.
+                granted = granted.without(Caps::ZC_TX);
+            }
             Ok(SkHandle { id: slot as u32, ctx, offloads: granted })
         })();
         self.shared.update_placing(&st);
@@ -122,6 +145,14 @@ impl DdpDevice for NicHandle {
 
     fn sk_del(&self, sk: &SkHandle) {
         let mut st = self.shared.lock();
+        // The flow inside a TLS connection goes alone.
+        if let Some(t) = tls(&mut st, sk.id as usize)
+            && t.inner.as_ref().is_some_and(|f| Arc::ptr_eq(f.ctx(), &sk.ctx))
+        {
+            t.inner = None;
+            st.stats.sk_del += 1;
+            return;
+        }
         if st.flows.contains(sk.id as usize) {
             // Transmit mappings stay until torn down: the stack may
             // still be sending their bytes.
@@ -223,7 +254,7 @@ impl DdpDevice for NicHandle {
         id: FlowId,
         dir: TlsDirection,
         crypto: &TlsCryptoInfo,
-        start: u64,
+        start: TlsStart,
     ) -> Result<SkHandle, DdpError> {
         let mut st = self.shared.lock();
         let key = (id.local, id.remote);
@@ -282,12 +313,12 @@ impl DdpDevice for NicHandle {
         self.shared.update_placing(&st);
     }
 
-    fn tls_dev_resync(&self, sk: &SkHandle, seq: u64, rec_seq: u64) {
+    fn tls_dev_resync(&self, sk: &SkHandle, at: TlsStart, rec_seq: u64) {
         let mut st = self.shared.lock();
         let State { flows, stats, .. } = &mut *st;
         let flow: Option<&mut dyn Any> = flows.get_mut(sk.id as usize).map(|f| f.as_mut() as _);
         if let Some(tls) = flow.and_then(|f| f.downcast_mut::<Tls>()) {
-            tls.tls_resync(seq, rec_seq, stats);
+            tls.tls_resync(at, rec_seq, stats);
         }
     }
 
@@ -305,9 +336,14 @@ impl DdpDevice for NicHandle {
     }
 }
 
-/// The protocol side of socket `sk`, if it speaks `P`.
+/// The protocol side of socket `sk`, if it speaks `P` (inside TLS, or
+/// not).
 fn proto<'a, P: Protocol>(st: &'a mut State, sk: &SkHandle) -> Result<&'a mut P, DdpError> {
-    let flow: &mut dyn Any = st.flows.get_mut(sk.id as usize).ok_or(DdpError::NoSocket)?.as_mut();
+    let mut flow: &mut dyn Any = st.flows.get_mut(sk.id as usize).ok_or(DdpError::NoSocket)?.as_mut();
+    if flow.is::<Tls>() {
+        let inner = flow.downcast_mut::<Tls>().and_then(|t| t.inner.as_mut());
+        flow = inner.ok_or(DdpError::NoSocket)?.as_mut();
+    }
     Ok(&mut flow.downcast_mut::<Flow<P>>().ok_or(DdpError::WrongUlp)?.proto)
 }
 

@@ -7,7 +7,7 @@
 
 use crate::copy::copy_then_crc;
 use smoltcp::phy::PlacedRanges;
-use ulp_ddp::{IoBuf, SgEntry};
+use ulp_ddp::{Frag, IoBuf, SgEntry};
 
 /// A buffer the device may place into (a tag's, an STag's, a posted
 /// receive's), as the device keeps it.
@@ -67,11 +67,29 @@ impl Mapping {
         }
         (done == src.len()).then_some(crc)
     }
+
+    /// The buffer runs that bytes `[pos, pos + len)` of the mapping lie
+    /// in: `f(bytes before this run, buffer, offset, length)`.
+    pub fn pieces(&self, pos: usize, len: usize, mut f: impl FnMut(usize, &IoBuf, usize, usize)) {
+        let (mut entry_start, mut done) = (0, 0);
+        for (buf, off, elen) in &self.entries {
+            if done == len {
+                break;
+            }
+            let at = pos + done;
+            if at < entry_start + elen {
+                let k = (entry_start + elen - at).min(len - done);
+                f(done, buf, off + at - entry_start, k);
+                done += k;
+            }
+            entry_start += elen;
+        }
+    }
 }
 
 /// Payload of one received segment that the NIC placed, as ranges of its
 /// TCP payload: the stack does not copy these bytes (`PacketMeta::placed`).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Placed {
     /// Stream offset of the segment's first payload byte.
     pub base: u64,
@@ -85,6 +103,13 @@ pub(crate) struct Placed {
     pub may_rewrite: bool,
     /// ... and did: the stack gets the NIC's copy.
     pub rewritten: bool,
+    /// Added to a stream offset of the layer at hand gives the TCP
+    /// stream offset: 0, but for a layer inside TLS, which counts its own.
+    pub shift: u64,
+    /// Where bytes kept out of the ring went, by TCP stream offset, for
+    /// whoever must find them again (software opening a TLS record the
+    /// NIC could not vouch for).
+    pub located: Option<Vec<Frag>>,
 }
 
 impl Placed {
@@ -128,9 +153,21 @@ impl Placed {
         self.ranges.push(a, b)
     }
 
+    /// Bytes `[start, start + n)`, just kept out of the ring, are at `pos`
+    /// of mapping `m`: noted, if someone asked.
+    pub fn locate(&mut self, start: u64, m: &Mapping, pos: usize, n: usize) {
+        let (shift, Some(v)) = (self.shift, self.located.as_mut()) else { return };
+        m.pieces(pos, n, |before, buf, offset, len| {
+            let start = start.wrapping_add(shift) + before as u64;
+            v.push(Frag { start, buf: buf.clone(), offset, len });
+        });
+    }
+
     /// Stream bytes `[start, end)` as offsets into this segment's payload.
     fn in_segment(&self, start: u64, end: u64) -> Option<(u16, u16)> {
-        let at = |x: u64| x.checked_sub(self.base).and_then(|d| u16::try_from(d).ok());
+        let at = |x: u64| {
+            x.wrapping_add(self.shift).checked_sub(self.base).and_then(|d| u16::try_from(d).ok())
+        };
         Some((at(start)?, at(end)?))
     }
 }

@@ -44,9 +44,9 @@ pub mod tls;
 mod tx;
 
 pub use iobuf::IoBuf;
-pub use sk::{Freed, HintFlags, RxHint, SkCtx, TaggedRun};
+pub use sk::{Frag, Freed, HintFlags, RxHint, SkCtx, TaggedRun};
 pub use stag::{Access, Stag, StagIo};
-pub use tls::{TlsCipher, TlsCryptoInfo, TlsDirection};
+pub use tls::{TlsCipher, TlsCryptoInfo, TlsDirection, TlsStart};
 pub use tx::{SliceSink, TxMode, TxSink, ZeroCopyTx};
 
 use std::fmt;
@@ -630,16 +630,18 @@ pub trait DdpDevice: Send + Sync {
     }
 
     /// Hand the device one direction of a TLS connection (`tls_dev_add`):
-    /// records from stream offset `start` on, the first of them numbered
+    /// records from `start` on, the first of them numbered
     /// `crypto.rec_seq`. Both directions of one connection share a
-    /// handle, whose mailbox carries the receive hints and record resync
-    /// requests, by stream offsets of the TCP connection.
+    /// handle, whose mailbox carries the receive hints, record resync
+    /// requests and the fragments of records kept out of the stack's
+    /// ring, by stream offsets of the TCP connection. A ULP DDP socket
+    /// added to the same connection afterwards runs inside the records.
     fn tls_dev_add(
         &self,
         flow: FlowId,
         dir: TlsDirection,
         crypto: &TlsCryptoInfo,
-        start: u64,
+        start: TlsStart,
     ) -> Result<SkHandle, DdpError> {
         let _ = (flow, crypto, start);
         Err(DdpError::Unsupported(match dir {
@@ -654,10 +656,10 @@ pub trait DdpDevice: Send + Sync {
         let _ = (sk, dir);
     }
 
-    /// Answer a record resync request (`tls_dev_resync`): a record
-    /// numbered `rec_seq` starts at stream offset `seq`.
-    fn tls_dev_resync(&self, sk: &SkHandle, seq: u64, rec_seq: u64) {
-        let _ = (sk, seq, rec_seq);
+    /// Answer a record resync request (`tls_dev_resync`): the record
+    /// numbered `rec_seq` starts at `at`.
+    fn tls_dev_resync(&self, sk: &SkHandle, at: TlsStart, rec_seq: u64) {
+        let _ = (sk, at, rec_seq);
     }
 }
 

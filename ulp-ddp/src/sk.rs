@@ -69,8 +69,22 @@ pub struct Freed {
     pub tag: u32,
 }
 
+/// Received stream bytes `[start, start + len)` that the device wrote
+/// into `buf` at `offset` and kept out of the stack's ring, inside a TLS
+/// record: where software finds them if it must open that record itself
+/// (as an skb's fragments point at the pages a NIC placed into).
+#[derive(Debug, Clone)]
+pub struct Frag {
+    pub start: u64,
+    pub buf: crate::IoBuf,
+    pub offset: usize,
+    pub len: usize,
+}
+
 /// Hints kept before the device stops adding (and stops placing).
 const HINT_CAPACITY: usize = 16384;
+/// Fragments kept, likewise.
+const FRAG_CAPACITY: usize = 16384;
 
 #[derive(Default)]
 struct Mailbox {
@@ -80,6 +94,7 @@ struct Mailbox {
     resync: Option<u64>,
     done: Vec<u16>,
     freed: VecDeque<Freed>,
+    frags: VecDeque<Frag>,
 }
 
 /// Shared by the device and the ULP for one socket.
@@ -166,6 +181,31 @@ impl SkCtx {
         true
     }
 
+    /// Room for `n` more fragments: bytes may be kept out of the ring
+    /// only if software can find them.
+    pub fn frag_room(&self, n: usize) -> bool {
+        self.lock().frags.len() + n <= FRAG_CAPACITY
+    }
+
+    /// Record a fragment; fragments come in stream order.
+    pub fn push_frag(&self, frag: Frag) {
+        self.lock().frags.push_back(frag);
+    }
+
+    /// Forget the hints from stream offset `from` on: the device had
+    /// given them on a reading of the stream it found wrong before the ULP
+    /// could see them.
+    pub fn truncate_hints(&self, from: u64) {
+        let mut m = self.lock();
+        debug_assert!(m.read_to <= from, "hints the ULP has seen");
+        while m.hints.back().is_some_and(|h| h.start >= from) {
+            m.hints.pop_back();
+        }
+        if let Some(last) = m.hints.back_mut() {
+            last.end = last.end.min(from);
+        }
+    }
+
     /// Ask the ULP to confirm that a PDU header starts at stream offset
     /// `seq` (`resync_request` with `ULP_DDP_RESYNC_PENDING`). A newer
     /// request replaces an unanswered one.
@@ -209,6 +249,18 @@ impl SkCtx {
         match m.freed.front() {
             Some(f) if f.offset <= offset => m.freed.pop_front(),
             _ => None,
+        }
+    }
+
+    /// The fragments inside `[start, end)`, in order, dropping those
+    /// before `start`: the ULP reads its stream only forward.
+    pub fn with_frags(&self, start: u64, end: u64, mut f: impl FnMut(&Frag)) {
+        let mut m = self.lock();
+        while m.frags.front().is_some_and(|g| g.start + g.len as u64 <= start) {
+            m.frags.pop_front();
+        }
+        for g in m.frags.iter().take_while(|g| g.start < end) {
+            f(g);
         }
     }
 

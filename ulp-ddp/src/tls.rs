@@ -17,6 +17,15 @@
 //! content type, sixteen bytes left for the tag) and the device encrypts
 //! it and writes the tag, on the first transmission and on every
 //! retransmission alike.
+//!
+//! The layer inside: a ULP DDP socket added (`sk_add`) to a connection
+//! whose records the device follows runs on their plaintext, its stream
+//! offsets counting the content of application data records
+//! ([`TlsStart::inner`]). The device places and digests inside records it
+//! decrypts, and digests on the plaintext before it encrypts. Records are
+//! taken to be unpadded, as every TLS stack NVMe/TCP runs over sends them;
+//! at the first that is not, the device stops following the layer inside
+//! and vouches for nothing in that record.
 
 use zeroize::Zeroizing;
 
@@ -36,6 +45,18 @@ impl TlsCipher {
             TlsCipher::Aes256Gcm => 32,
         }
     }
+}
+
+/// Where a direction's offload starts: the stream offset of a record's
+/// header (`start_offload_tcp_sn`), and the stream offset, in the layer
+/// the records carry (NVMe/TCP's PDUs), of that record's first content
+/// byte. The second is ours: a device that also follows the layer inside
+/// counts its offsets over the content of application data records, as
+/// the ULP does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TlsStart {
+    pub tcp: u64,
+    pub inner: u64,
 }
 
 /// Which way a connection's records go (`TLS_OFFLOAD_CTX_DIR_RX`/`_TX`).

@@ -388,6 +388,7 @@ impl<P: Protocol> Flow<P> {
             return;
         }
         let n = bytes.len() as u64;
+        let place = u.place;
         let mut crc = *self.proto.rx_crc();
         let target =
             u.place.and_then(|(t, pos)| Some((self.proto.mapping(t)?, pos + offset as usize)));
@@ -423,6 +424,11 @@ impl<P: Protocol> Flow<P> {
         // The stack may skip placed bytes only if the ULP learns of them.
         if self.hint(at, at + n, flags) && placed && env.placed.push(at, at + n) {
             env.stats.nic_zero_copy_bytes += n;
+            if let Some((t, pos)) = place
+                && let Some(m) = self.proto.mapping(t)
+            {
+                env.placed.locate(at, m, pos + offset as usize, n as usize);
+            }
         }
     }
 

@@ -17,12 +17,16 @@
 //! - Transmit: records are framed in the clear, the tag left to the NIC.
 //! - The NIC's record resync requests are answered here, where the record
 //!   boundaries and sequence numbers are known.
+//! - The queue inside may be offloaded too, once the NIC has the records
+//!   ([`Channel::take_inner_offload`]): its PDUs are placed and digested
+//!   inside them. Bytes the NIC kept out of the stack's ring are put back
+//!   from where it placed them before a record is opened here.
 
 use super::record::{HEADER, RecordStats, TAG, record_len};
 use super::session::{TlsError, TlsSession};
 use nvme_of::{TxStats, UlpStats};
 use std::sync::Arc;
-use ulp_ddp::{Caps, DdpDevice, FlowId, HintFlags, SkHandle, TlsDirection, TxSink};
+use ulp_ddp::{Caps, DdpDevice, FlowId, HintFlags, SkHandle, TlsDirection, TlsStart, TxSink};
 
 /// Plaintext received and not yet taken by the queue, at most: past it,
 /// the channel takes no more ciphertext until the queue has taken some (as
@@ -61,6 +65,8 @@ struct Nic {
     opened: Option<(u64, u64)>,
     /// Body ranges the NIC decrypted of the record at hand.
     decrypted: Vec<(usize, usize)>,
+    /// The queue inside may now be offloaded, and has not been told.
+    inner_due: bool,
 }
 
 impl Channel {
@@ -87,7 +93,16 @@ impl Channel {
             offered_tx: false,
             opened: None,
             decrypted: Vec::new(),
+            inner_due: false,
         });
+    }
+
+    /// Once the NIC has taken the records: the device and connection the
+    /// queue inside may be offloaded with, once.
+    pub fn take_inner_offload(&mut self) -> Option<(Arc<dyn DdpDevice>, FlowId)> {
+        let nic = self.nic.as_mut().filter(|n| n.inner_due)?;
+        nic.inner_due = false;
+        Some((nic.dev.clone(), nic.flow))
     }
 
     /// Whether a NIC took either direction over.
@@ -144,7 +159,7 @@ impl Channel {
 
     /// Offer the NIC each direction it may take, once the handshake is
     /// done: transmit after the records already sealed, receive at the
-    /// next record boundary the records know of.
+    /// first record boundary the input ends on.
     fn hand_over(&mut self) {
         let Channel { session, nic: Some(nic), rx_at, tx_at, .. } = self else { return };
         if nic.offered_rx && nic.offered_tx || !session.is_established() {
@@ -168,24 +183,17 @@ impl Channel {
                 }
             }
         };
-        let mut tx = false;
         if !nic.offered_tx {
-            tx = offer(TlsDirection::Tx, records.tx.crypto_info(), *tx_at + unsent, Caps::TLS_TX);
+            let start = TlsStart { tcp: *tx_at + unsent, inner: records.tx_content };
+            nic.tx = offer(TlsDirection::Tx, records.tx.crypto_info(), start, Caps::TLS_TX);
+            nic.offered_tx = true;
         }
-        let mut rx = None;
-        if !nic.offered_rx
-            && let Some(ahead) = records.next_record()
-        {
-            let mut info = records.rx.crypto_info();
-            // A record cut short is the software's, the one after the NIC's.
-            info.rec_seq += u64::from(ahead > 0);
-            rx = Some(offer(TlsDirection::Rx, info, *rx_at + ahead as u64, Caps::TLS_RX));
-        }
-        nic.offered_tx = true;
-        nic.tx |= tx;
-        if let Some(rx) = rx {
+        if !nic.offered_rx && records.at_boundary() {
+            let start = TlsStart { tcp: *rx_at, inner: records.rx_content };
+            nic.rx = offer(TlsDirection::Rx, records.rx.crypto_info(), start, Caps::TLS_RX);
             nic.offered_rx = true;
-            nic.rx = rx;
+            // Both ways settled: the queue inside may follow.
+            nic.inner_due = nic.rx || nic.tx;
         }
     }
 
@@ -236,7 +244,8 @@ impl Channel {
                     }
                     break;
                 }
-                answer_resync(nic, here, records.rx.seq);
+                let boundary = TlsStart { tcp: here, inner: records.rx_content };
+                answer_resync(nic, boundary, records.rx.seq);
                 let rest = &input[pos..];
                 let Some(len) = record_len(rest)?.filter(|&n| n <= rest.len()) else { break };
                 let record = &rest[..len];
@@ -268,7 +277,20 @@ impl Channel {
                     r.0 < r.1
                 });
                 tracing::trace!(at = here, len, decrypted = ?nic.decrypted, "record opened in software");
-                records.take_mixed(record, &nic.decrypted, plain_in)?;
+                let restore = |copy: &mut [u8]| {
+                    if let Some(sk) = &nic.sk {
+                        sk.ctx.with_frags(here, here + len as u64, |f| {
+                            let at = (f.start - here) as usize;
+                            let g = f.buf.lock();
+                            if let (Some(dst), Some(src)) =
+                                (copy.get_mut(at..at + f.len), g.get(f.offset..f.offset + f.len))
+                            {
+                                dst.copy_from_slice(src);
+                            }
+                        });
+                    }
+                };
+                records.take_mixed(record, &nic.decrypted, restore, plain_in)?;
                 pos += len;
                 deliver(plain_in, take);
             }
@@ -392,14 +414,14 @@ fn deliver(plain: &mut Vec<u8>, take: &mut impl FnMut(&[u8]) -> usize) {
 
 /// Answer the NIC's record resync request if it names the record
 /// boundary `here`, record `seq`; forget one the records went past.
-fn answer_resync(nic: &Nic, here: u64, seq: u64) {
+fn answer_resync(nic: &Nic, here: TlsStart, seq: u64) {
     let Some(sk) = &nic.sk else { return };
     match sk.ctx.resync_request() {
-        Some(asked) if asked == here => {
+        Some(asked) if asked == here.tcp => {
             sk.ctx.take_resync_request();
             nic.dev.tls_dev_resync(sk, here, seq);
         }
-        Some(asked) if asked < here => {
+        Some(asked) if asked < here.tcp => {
             sk.ctx.take_resync_request();
         }
         _ => {}

@@ -126,6 +126,16 @@ impl Secured {
         if let Mode::Tls(ch) = &self.mode { ch.pending() } else { 0 }
     }
 
+    /// Once the NIC has the records, the queue inside may be offloaded
+    /// inside them.
+    fn offload_inner(&mut self) {
+        if let Mode::Tls(ch) = &mut self.mode
+            && let Some((dev, flow)) = ch.take_inner_offload()
+        {
+            self.inner.attach_ddp(dev, flow);
+        }
+    }
+
     /// Hand waiting plaintext to the queue, which may have room again.
     fn deliver(&mut self) {
         if let Mode::Tls(ch) = &mut self.mode {
@@ -149,7 +159,7 @@ impl ControllerQueue for Secured {
     fn is_offloaded(&self) -> bool {
         match &self.mode {
             Mode::Clear => self.inner.is_offloaded(),
-            Mode::Tls(ch) => ch.is_offloaded(),
+            Mode::Tls(ch) => ch.is_offloaded() || self.inner.is_offloaded(),
             Mode::Detect => false,
         }
     }
@@ -194,6 +204,7 @@ impl ControllerQueue for Secured {
                 let Mode::Tls(ch) = &mut self.mode else { unreachable!() };
                 let inner = &mut self.inner;
                 let received = ch.receive(data, |plain| inner.handle_input(plain, now));
+                self.offload_inner();
                 // What was decrypted before a failure is the peer's too.
                 self.deliver();
                 match received {
@@ -218,6 +229,7 @@ impl ControllerQueue for Secured {
                 if let Some(e) = failed {
                     self.fail(e);
                 }
+                self.offload_inner();
                 sent
             }
             Mode::Detect => 0,

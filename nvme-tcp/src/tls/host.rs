@@ -39,6 +39,7 @@ impl Transport for SecureTcp {
             handshake_by: None,
             now: Instant::ZERO,
             nic: None,
+            threshold: None,
         })
     }
 
@@ -61,6 +62,8 @@ struct Secured {
     now: Instant,
     /// A NIC that may take the records over (TLS offload).
     nic: Option<(Arc<dyn DdpDevice>, FlowId)>,
+    /// What the queue inside maps from, once the NIC has the records.
+    threshold: Option<u32>,
 }
 
 /// How long a handshake may take (Linux's `tls_handshake_timeout`).
@@ -75,6 +78,14 @@ impl Secured {
         self.dead = true;
         self.handshake_by = None;
         self.failed = Some(e);
+    }
+
+    /// Once the NIC has the records, the queue inside may be offloaded
+    /// inside them.
+    fn offload_inner(&mut self) {
+        if let Some((dev, flow)) = self.channel.as_mut().and_then(|c| c.take_inner_offload()) {
+            self.inner.offload(dev, flow, self.threshold);
+        }
     }
 
     /// Hand waiting plaintext to the queue, which may have room again.
@@ -102,8 +113,9 @@ impl HostQueue for Secured {
     }
 
     /// A NIC may take the records over once the handshake is done (TLS
-    /// offload); the queue inside them is not offloaded.
-    fn offload(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId, _threshold: Option<u32>) {
+    /// offload), and then the queue inside them.
+    fn offload(&mut self, dev: Arc<dyn DdpDevice>, flow: FlowId, threshold: Option<u32>) {
+        self.threshold = threshold;
         match &mut self.channel {
             Some(ch) => ch.offload(dev, flow),
             None => self.nic = Some((dev, flow)),
@@ -111,11 +123,11 @@ impl HostQueue for Secured {
     }
 
     fn is_offloaded(&self) -> bool {
-        self.channel.as_ref().is_some_and(|c| c.is_offloaded())
+        self.channel.as_ref().is_some_and(|c| c.is_offloaded()) || self.inner.is_offloaded()
     }
 
     fn ddp_max_transfer(&self) -> Option<u64> {
-        None
+        self.inner.ddp_max_transfer()
     }
 
     fn is_live(&self) -> bool {
@@ -142,6 +154,7 @@ impl HostQueue for Secured {
             self.handshake_by = None;
             self.inner.connected(now);
         }
+        self.offload_inner();
         // What was decrypted before a failure is the peer's too.
         self.deliver();
         match received {
@@ -164,6 +177,7 @@ impl HostQueue for Secured {
         if let Some(e) = failed {
             self.fail(e);
         }
+        self.offload_inner();
         sent
     }
 

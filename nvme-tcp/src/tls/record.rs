@@ -347,11 +347,24 @@ pub(crate) struct Records {
     partial: Vec<u8>,
     /// The peer sent close_notify: nothing after it is read.
     pub peer_done: bool,
+    /// Application data bytes received and sent so far: the stream
+    /// offsets, in the layer the records carry, of the next content byte
+    /// each way.
+    pub rx_content: u64,
+    pub tx_content: u64,
 }
 
 impl Records {
     pub fn new(rx: Direction, tx: Direction) -> Self {
-        Self { rx, tx, stats: RecordStats::default(), partial: Vec::new(), peer_done: false }
+        Self {
+            rx,
+            tx,
+            stats: RecordStats::default(),
+            partial: Vec::new(),
+            peer_done: false,
+            rx_content: 0,
+            tx_content: 0,
+        }
     }
 
     /// Ciphertext from the peer: the application data of every whole record
@@ -394,23 +407,22 @@ impl Records {
         Ok(Some(record_len(&self.partial)?.unwrap_or(HEADER) - self.partial.len()))
     }
 
-    /// Where the next record to begin starts, as bytes past the end of
-    /// what was received, if known: where a NIC may take over.
-    pub fn next_record(&self) -> Option<usize> {
-        match self.partial_need() {
-            Ok(None) => Some(0),
-            Ok(Some(n)) if self.partial.len() >= HEADER => Some(n),
-            _ => None,
-        }
+    /// Whether what was received ends on a record boundary: where a NIC
+    /// may take over.
+    pub fn at_boundary(&self) -> bool {
+        self.partial.is_empty()
     }
 
     /// One whole record, its body bytes in `decrypted` (ranges of the
     /// body) decrypted by a NIC that could not vouch for the record:
-    /// they are encrypted back, and the record opened here.
+    /// `restore` puts back into a copy of it the bytes the NIC kept out of
+    /// the ring, the decrypted ones are encrypted back, and the record is
+    /// opened here.
     pub fn take_mixed(
         &mut self,
         record: &[u8],
         decrypted: &[(usize, usize)],
+        restore: impl FnOnce(&mut [u8]),
         plain: &mut Vec<u8>,
     ) -> Result<(), TlsError> {
         if decrypted.is_empty() {
@@ -418,6 +430,7 @@ impl Records {
         }
         let mut copy = std::mem::take(&mut self.partial);
         copy.extend_from_slice(record);
+        restore(&mut copy);
         let mut taken = Ok(());
         for &(a, b) in decrypted {
             taken = taken.and_then(|()| self.rx.keystream(a, &mut copy[HEADER + a..HEADER + b]));
@@ -443,7 +456,10 @@ impl Records {
             return Err(TlsError::Record("a record with no content type".into()));
         };
         match inner[end] {
-            APPLICATION_DATA => Ok(Some(end)),
+            APPLICATION_DATA => {
+                self.rx_content += end as u64;
+                Ok(Some(end))
+            }
             kind => self.other(kind, &inner[..end]).map(|()| None),
         }
     }
@@ -464,6 +480,7 @@ impl Records {
         out[HEADER + n] = APPLICATION_DATA;
         out[HEADER + n + 1..len].fill(0);
         self.stats.nic_sealed_bytes += n as u64 + 1;
+        self.tx_content += n as u64;
         Ok(len)
     }
 
@@ -473,6 +490,7 @@ impl Records {
         let kind = self.rx.open(record, plain)?;
         self.stats.opened_bytes += (record.len() - HEADER - TAG) as u64;
         if kind == APPLICATION_DATA {
+            self.rx_content += (plain.len() - at) as u64;
             return Ok(());
         }
         let content = plain.split_off(at);
@@ -507,6 +525,7 @@ impl Records {
         for chunk in plain.chunks(MAX_PLAIN) {
             self.tx.seal(chunk, out)?;
             self.stats.sealed_bytes += chunk.len() as u64 + 1;
+            self.tx_content += chunk.len() as u64;
         }
         Ok(())
     }
@@ -638,15 +657,18 @@ mod tests {
             assert_eq!(opened, Some(data.len()));
             assert_eq!(records[0][HEADER..HEADER + data.len()], data[..]);
             let mut got = Vec::new();
-            s.take_mixed(&records[1], &[(17, 4000)], &mut got).unwrap();
-            s.take_mixed(&records[2], &[(0, 1)], &mut got).unwrap();
+            s.take_mixed(&records[1], &[(17, 4000)], |_| {}, &mut got).unwrap();
+            // A byte the NIC kept out of the ring, put back.
+            let kept = records[2][HEADER];
+            records[2][HEADER] = 0;
+            s.take_mixed(&records[2], &[(0, 1)], |r| r[HEADER] = kept, &mut got).unwrap();
             assert_eq!(got, [&data[..], &data[..]].concat());
             assert_eq!(s.stats.reencrypted_bytes, 3983 + 1);
             // A NIC's word that is wrong fails the record.
             let (mut c, mut s) = pair(suite);
             let mut w = Vec::new();
             c.send(&data, &mut w).unwrap();
-            assert!(s.take_mixed(&w, &[(0, 10)], &mut Vec::new()).is_err());
+            assert!(s.take_mixed(&w, &[(0, 10)], |_| {}, &mut Vec::new()).is_err());
         }
     }
 

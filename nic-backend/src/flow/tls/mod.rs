@@ -3,10 +3,12 @@
 //! on the way up ([`rx`]) and encrypted on the way down ([`tx`]), with
 //! OpenSSL's AES-GCM ([`aead`]).
 //!
-//! It is a socket of its own, beside the ULP DDP flows, as Linux's
-//! `tls_device` is beside ULP DDP; its mailbox carries the `DECRYPTED`
-//! hints and record resync requests by stream offsets of the TCP
-//! connection.
+//! It is a socket of its own, as Linux's `tls_device` is beside ULP DDP;
+//! its mailbox carries the `DECRYPTED` hints, record resync requests and
+//! the fragments of records kept out of the ring, by stream offsets of the
+//! TCP connection. A ULP DDP flow added to the same connection runs
+//! inside it (`inner`), on the records' content, with a mailbox of its
+//! own keyed by its own offsets.
 
 mod aead;
 mod rx;
@@ -16,10 +18,10 @@ mod tx;
 
 use crate::flow::{Env, Socket};
 use aead::Aead;
-use rx::RxRecords;
+use rx::{Inner, RxRecords};
 use std::sync::Arc;
 use tx::TxRecords;
-use ulp_ddp::{Caps, DdpError, SkCtx, Stats, TlsCryptoInfo, TlsDirection};
+use ulp_ddp::{Caps, DdpError, SkCtx, Stats, TlsCryptoInfo, TlsDirection, TlsStart};
 
 pub(crate) struct Tls {
     pub ctx: Arc<SkCtx>,
@@ -27,6 +29,8 @@ pub(crate) struct Tls {
     local_isn: u32,
     rx: Option<RxRecords>,
     tx: Option<TxRecords>,
+    /// The ULP DDP flow inside the records.
+    pub inner: Inner,
     /// How far each direction has come when it is not offloaded, as a
     /// reference for unwrapping sequence numbers.
     rx_seen: u64,
@@ -41,6 +45,7 @@ impl Tls {
             local_isn,
             rx: None,
             tx: None,
+            inner: None,
             rx_seen: 0,
             tx_seen: 0,
         }
@@ -51,7 +56,7 @@ impl Tls {
         &mut self,
         dir: TlsDirection,
         crypto: &TlsCryptoInfo,
-        start: u64,
+        start: TlsStart,
     ) -> Result<(), DdpError> {
         let encrypt = dir == TlsDirection::Tx;
         let aead = Aead::new(crypto, encrypt).ok_or(DdpError::BadCrypto)?;
@@ -65,6 +70,11 @@ impl Tls {
             _ => return Err(DdpError::Exists),
         }
         Ok(())
+    }
+
+    /// Whether the NIC seals this connection's records.
+    pub fn seals(&self) -> bool {
+        self.tx.is_some()
     }
 
     /// Give direction `dir` back; whether the connection has none left.
@@ -84,9 +94,9 @@ impl Tls {
         self.rx.is_none() && self.tx.is_none()
     }
 
-    /// The ULP confirmed that record `rec_seq` starts at `start`.
-    pub fn tls_resync(&mut self, start: u64, rec_seq: u64, stats: &mut Stats) {
-        if self.rx.as_mut().is_some_and(|r| r.resync(start, rec_seq)) {
+    /// The ULP confirmed that record `rec_seq` starts at `at`.
+    pub fn tls_resync(&mut self, at: TlsStart, rec_seq: u64, stats: &mut Stats) {
+        if self.rx.as_mut().is_some_and(|r| r.resync(at, rec_seq)) {
             stats.rx_tls_resync_res_ok += 1;
         }
     }
@@ -122,9 +132,9 @@ impl Socket for Tls {
     }
 
     fn rx_segment_mut(&mut self, off: u64, payload: &mut [u8], env: &mut Env) {
-        let Tls { rx, ctx, rx_seen, .. } = self;
+        let Tls { rx, ctx, rx_seen, inner, .. } = self;
         match rx {
-            Some(r) => r.segment(off, payload, ctx, env),
+            Some(r) => r.segment(off, payload, inner, ctx, env),
             None => *rx_seen = (*rx_seen).max(off + payload.len() as u64),
         }
     }
@@ -133,9 +143,9 @@ impl Socket for Tls {
         self.rx.as_ref().is_some_and(|r| r.synced())
     }
 
-    /// PDU resyncs are a DDP flow's; records resync by `tls_resync`.
-    fn resync(&mut self, _seq: u64, _stats: &mut Stats) -> bool {
-        false
+    /// PDU resyncs are the flow inside's; records resync by `tls_resync`.
+    fn resync(&mut self, seq: u64, stats: &mut Stats) -> bool {
+        self.inner.as_mut().is_some_and(|f| f.resync(seq, stats))
     }
 
     fn rx_acked(&mut self, ack: u64) {
@@ -144,9 +154,14 @@ impl Socket for Tls {
         }
     }
 
+    /// The flow inside keeps its digests until the records that carry
+    /// them are acknowledged whole.
     fn tx_acked(&mut self, ack: u64) {
         if let Some(t) = &mut self.tx {
-            t.acked(ack);
+            let inner_ack = t.acked(ack);
+            if let Some(f) = &mut self.inner {
+                f.tx_acked(inner_ack);
+            }
         }
     }
 
@@ -158,7 +173,7 @@ impl Socket for Tls {
 
     fn tx_segment(&mut self, off: u64, payload: &mut [u8], env: &mut Env) -> bool {
         match &mut self.tx {
-            Some(t) => t.segment(off, payload, env),
+            Some(t) => t.segment(off, payload, &mut self.inner, env),
             None => {
                 self.tx_seen = self.tx_seen.max(off + payload.len() as u64);
                 false

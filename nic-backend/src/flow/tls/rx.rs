@@ -18,14 +18,30 @@
 //! place of a copy it dropped) are decrypted again wherever the first
 //! copy was, so that the stack's bytes always match the hints.
 //!
+//! The layer inside (a ULP DDP flow, if one was added) gets the content
+//! of every record as it is decrypted, at its own stream offsets, which
+//! count content bytes: it places and digests there as it would in the
+//! clear, and what it kept out of the stack's ring is noted by TCP
+//! offset as fragments, for software that must open such a record
+//! itself. A record is taken to be unpadded application data until its
+//! last byte says otherwise; if it does, the layer inside is dropped, its
+//! hints for that record withdrawn, and the record not vouched for.
+//!
 //! It must never hint a byte it did not decrypt, nor a tag it did not
 //! verify.
 
 use super::aead::Aead;
-use crate::flow::Env;
+use crate::flow::{Env, Socket};
 use std::collections::VecDeque;
-use ulp_ddp::tls::record::{self, HEADER, TAG};
-use ulp_ddp::{Caps, HintFlags, SkCtx};
+use ulp_ddp::tls::record::{self, APPLICATION_DATA, HEADER, TAG};
+use ulp_ddp::{Caps, HintFlags, SkCtx, TlsStart};
+
+/// Fragments one segment may leave at most (a placed run per
+/// scatter-gather entry, a few PDUs).
+const FRAGS_PER_SEGMENT: usize = 256;
+
+/// The layer inside, if any.
+pub(crate) type Inner = Option<Box<dyn Socket>>;
 
 /// Record starts remembered while a resync waits for confirmation.
 const CHAIN_MEMORY: usize = 64;
@@ -52,10 +68,15 @@ enum State {
 
 #[derive(Debug)]
 struct Record {
+    body: u64,
     tag_at: u64,
     end: u64,
     /// Decrypted from its first body byte, every byte in order so far.
     decrypting: bool,
+    /// The layer inside's offset of the first content byte, if known.
+    inner: Option<u64>,
+    /// Not plain application data after all: not vouched for.
+    odd: bool,
     tag: [u8; TAG],
 }
 
@@ -77,19 +98,23 @@ pub(crate) struct RxRecords {
     /// Sequence number of the record whose header comes next; `None`
     /// until a resync is confirmed.
     seq: Option<u64>,
-    /// Records begun since the resync request, by start.
-    chain: VecDeque<u64>,
+    /// The layer inside's offset of the next record's content; `None`
+    /// with `seq`.
+    inner_at: Option<u64>,
+    /// Records begun since the resync request: start, body length.
+    chain: VecDeque<(u64, usize)>,
     since_request: u32,
     decrypted: VecDeque<Decrypted>,
 }
 
 impl RxRecords {
-    pub fn new(aead: Aead, start: u64, seq: u64) -> Self {
+    pub fn new(aead: Aead, start: TlsStart, seq: u64) -> Self {
         Self {
             aead,
-            next: start,
-            state: State::Header { start, buf: [0; HEADER], got: 0 },
+            next: start.tcp,
+            state: State::Header { start: start.tcp, buf: [0; HEADER], got: 0 },
             seq: Some(seq),
+            inner_at: Some(start.inner),
             chain: VecDeque::new(),
             since_request: 0,
             decrypted: VecDeque::new(),
@@ -102,7 +127,14 @@ impl RxRecords {
 
     /// An in-order or old segment, `payload` at stream offset `off`,
     /// which the NIC may rewrite.
-    pub fn segment(&mut self, off: u64, payload: &mut [u8], ctx: &SkCtx, env: &mut Env) {
+    pub fn segment(
+        &mut self,
+        off: u64,
+        payload: &mut [u8],
+        inner: &mut Inner,
+        ctx: &SkCtx,
+        env: &mut Env,
+    ) {
         let end = off + payload.len() as u64;
         if off < self.next {
             let old = (self.next.min(end) - off) as usize;
@@ -118,7 +150,7 @@ impl RxRecords {
         self.next = end;
         let from = (at - off) as usize;
         let before = env.stats.rx_tls_decrypted_bytes;
-        self.walk(at, &mut payload[from..], ctx, env);
+        self.walk(at, &mut payload[from..], inner, ctx, env);
         if env.stats.rx_tls_decrypted_bytes > before {
             env.stats.rx_tls_decrypted_packets += 1;
         }
@@ -134,14 +166,17 @@ impl RxRecords {
         }
     }
 
-    /// The ULP confirmed that record `rec_seq` starts at `start`.
-    pub fn resync(&mut self, start: u64, rec_seq: u64) -> bool {
+    /// The ULP confirmed that record `rec_seq` starts at `at`.
+    pub fn resync(&mut self, at: TlsStart, rec_seq: u64) -> bool {
         if self.seq.is_some() || matches!(self.state, State::Lost { .. }) {
             return false;
         }
-        let Some(i) = self.chain.iter().position(|&s| s == start) else { return false };
-        // The records begun since `start`, it included, numbered on.
-        self.seq = Some(rec_seq + (self.chain.len() - i) as u64);
+        let Some(i) = self.chain.iter().position(|&(s, _)| s == at.tcp) else { return false };
+        // The records begun since `at`, it included, numbered on, their
+        // content counted on.
+        let since = self.chain.range(i..);
+        self.seq = Some(rec_seq + since.len() as u64);
+        self.inner_at = Some(at.inner + since.map(|&(_, len)| content(len)).sum::<u64>());
         self.chain.clear();
         true
     }
@@ -157,6 +192,7 @@ impl RxRecords {
     fn lose(&mut self) {
         self.state = State::Lost { candidate: None };
         self.seq = None;
+        self.inner_at = None;
         self.chain.clear();
     }
 
@@ -190,7 +226,7 @@ impl RxRecords {
         }
     }
 
-    fn walk(&mut self, at: u64, data: &mut [u8], ctx: &SkCtx, env: &mut Env) {
+    fn walk(&mut self, at: u64, data: &mut [u8], inner: &mut Inner, ctx: &SkCtx, env: &mut Env) {
         let mut pos = 0;
         while pos < data.len() {
             let here = at + pos as u64;
@@ -230,6 +266,7 @@ impl RxRecords {
                                 if let Some(d) = self.decrypted.back_mut() {
                                     d.to = here + k as u64;
                                 }
+                                r.inside(here, buf, inner, ctx, env);
                             } else {
                                 // Unhinted bytes must reach the stack as they came.
                                 if ok && let Some(d) = self.decrypted.back() {
@@ -250,7 +287,7 @@ impl RxRecords {
                     }
                     if r.decrypting {
                         if self.aead.verify(&r.tag) {
-                            if ctx.push_hint(r.tag_at, r.end, HintFlags::DECRYPTED) {
+                            if !r.odd && ctx.push_hint(r.tag_at, r.end, HintFlags::DECRYPTED) {
                                 env.stats.rx_tls_decrypted_bytes += TAG as u64;
                                 env.stats.rx_tls_records += 1;
                             }
@@ -270,10 +307,14 @@ impl RxRecords {
         let body = start + HEADER as u64;
         let end = body + len as u64;
         tracing::trace!(start, len, seq = ?self.seq, "record");
-        let mut r = Record { tag_at: end - TAG as u64, end, decrypting: false, tag: [0; TAG] };
+        let inner = self.inner_at;
+        self.inner_at = inner.map(|i| i + content(len));
+        let tag_at = end - TAG as u64;
+        let mut r =
+            Record { body, tag_at, end, decrypting: false, inner, odd: false, tag: [0; TAG] };
         match self.seq {
             None => {
-                self.chain.push_back(start);
+                self.chain.push_back((start, len));
                 if self.chain.len() > CHAIN_MEMORY {
                     self.chain.pop_front();
                 }
@@ -328,4 +369,47 @@ impl RxRecords {
         }
         None
     }
+}
+
+/// Content bytes of a record with a `len`-byte body, unpadded.
+fn content(len: usize) -> u64 {
+    (len - 1 - TAG) as u64
+}
+
+impl Record {
+    /// Body bytes `buf`, at stream offset `at`, just decrypted: content
+    /// to the layer inside; the content type checked.
+    fn inside(&mut self, at: u64, buf: &mut [u8], inner: &mut Inner, ctx: &SkCtx, env: &mut Env) {
+        let (Some(base), Some(flow)) = (self.inner, inner.as_mut()) else { return };
+        let kind_at = self.tag_at - 1;
+        let n = (kind_at.saturating_sub(at) as usize).min(buf.len());
+        if n > 0 {
+            feed(flow.as_mut(), base + (at - self.body), at, &buf[..n], ctx, env);
+        }
+        if n < buf.len() && buf[n] != APPLICATION_DATA {
+            // Padded, or not application data: the layer inside counted
+            // content that is not. It goes, and its word on this record.
+            tracing::debug!(at, kind = buf[n], "a record the layer inside cannot follow");
+            flow.ctx().truncate_hints(base);
+            *inner = None;
+            self.odd = true;
+        }
+    }
+}
+
+/// Content `bytes` at the layer inside's offset `off`, TCP offset `at`,
+/// through the layer inside: what it keeps out of the ring is placed
+/// where the segment's payload has it, and noted as fragments.
+fn feed(flow: &mut dyn Socket, off: u64, at: u64, bytes: &[u8], ctx: &SkCtx, env: &mut Env) {
+    let zero_copy = env.placed.zero_copy;
+    // Bytes go out of the ring only where software can find them again.
+    env.placed.zero_copy &= ctx.frag_room(FRAGS_PER_SEGMENT);
+    env.placed.shift = at.wrapping_sub(off);
+    env.placed.located = Some(Vec::new());
+    flow.rx_segment(off, bytes, env);
+    for f in env.placed.located.take().into_iter().flatten() {
+        ctx.push_frag(f);
+    }
+    env.placed.shift = 0;
+    env.placed.zero_copy = zero_copy;
 }

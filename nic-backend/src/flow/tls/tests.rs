@@ -7,7 +7,7 @@ use crate::flow::{Env, Socket};
 use crate::place::Placed;
 use openssl::symm::{Cipher, encrypt_aead};
 use ulp_ddp::tls::record::{HEADER, TAG};
-use ulp_ddp::{Caps, HintFlags, Stats, TlsCipher, TlsCryptoInfo, TlsDirection};
+use ulp_ddp::{Caps, HintFlags, Stats, TlsCipher, TlsCryptoInfo, TlsDirection, TlsStart};
 use zeroize::Zeroizing;
 
 fn info(cipher: TlsCipher, rec_seq: u64) -> TlsCryptoInfo {
@@ -62,7 +62,7 @@ struct Rx {
 impl Rx {
     fn new(i: &TlsCryptoInfo) -> Self {
         let mut tls = Tls::new(0, 0);
-        tls.add(TlsDirection::Rx, i, 0).unwrap();
+        tls.add(TlsDirection::Rx, i, TlsStart::default()).unwrap();
         Self { tls, stats: Stats::default(), got: Vec::new() }
     }
 
@@ -181,9 +181,9 @@ fn after_a_lost_header_records_are_found_confirmed_and_decrypted_again() {
     assert!(rx.decrypted(from as u64, spans[3].0 as u64).is_empty());
     // A wrong offset is no confirmation; the right one is.
     let mut stats = Stats::default();
-    rx.tls.tls_resync(asked + 1, 12, &mut stats);
+    rx.tls.tls_resync(TlsStart { tcp: asked + 1, inner: 0 }, 12, &mut stats);
     assert!(!rx.tls.rx_synced());
-    rx.tls.tls_resync(asked, 12, &mut stats);
+    rx.tls.tls_resync(TlsStart { tcp: asked, inner: 0 }, 12, &mut stats);
     assert_eq!(stats.rx_tls_resync_res_ok, 1);
     let last = spans[3].0 + 10;
     let seg = rx.segment(&s, last..s.len());
@@ -202,7 +202,7 @@ fn without_the_capability_records_go_up_as_they_came() {
     let i = info(TlsCipher::Aes128Gcm, 0);
     let (s, _) = stream(&i, 0, &[100, 100]);
     let mut tls = Tls::new(0, 0);
-    tls.add(TlsDirection::Rx, &i, 0).unwrap();
+    tls.add(TlsDirection::Rx, &i, TlsStart::default()).unwrap();
     let mut stats = Stats::default();
     let mut placed = Placed::default();
     let mut env = Env { active: Caps::DDP, stats: &mut stats, placed: &mut placed };
@@ -225,7 +225,7 @@ fn transmitted_records_are_sealed_and_sealed_again_on_retransmission() {
             .flat_map(|(k, &n)| seal(&i, 5 + k as u64, &content(k as u64, n)))
             .collect();
         let mut tls = Tls::new(0, 0);
-        tls.add(TlsDirection::Tx, &i, 0).unwrap();
+        tls.add(TlsDirection::Tx, &i, TlsStart::default()).unwrap();
         let mut stats = Stats::default();
         let mut placed = Placed::default();
         let mut send = |tls: &mut Tls, stats: &mut Stats, a: usize, b: usize| {
@@ -255,7 +255,7 @@ fn transmitted_records_are_sealed_and_sealed_again_on_retransmission() {
 fn a_stream_that_is_not_records_goes_out_as_zeros() {
     let i = info(TlsCipher::Aes128Gcm, 0);
     let mut tls = Tls::new(0, 0);
-    tls.add(TlsDirection::Tx, &i, 0).unwrap();
+    tls.add(TlsDirection::Tx, &i, TlsStart::default()).unwrap();
     let mut stats = Stats::default();
     let mut placed = Placed::default();
     let mut env = Env { active: Caps::ALL, stats: &mut stats, placed: &mut placed };
@@ -269,4 +269,133 @@ fn a_stream_that_is_not_records_goes_out_as_zeros() {
     let mut again = stream.clone();
     tls.tx_segment(0, &mut again, &mut env);
     assert_eq!(again, seg, "and again");
+}
+
+mod inside {
+    //! The NVMe/TCP flow inside the records: C2HData placed and digested
+    //! from the plaintext, by its own offsets; what it kept out of the
+    //! ring noted as fragments by TCP offset.
+
+    use super::*;
+    use crate::flow::nvme_tcp::NvmeTcp;
+    use crate::pdu::tests::c2h;
+    use crate::place::Mapping;
+    use ulp_ddp::{IoBuf, NvmeTcpConfig, Role, SgEntry};
+
+    const CID: u16 = 3;
+
+    /// A TLS socket with a host's NVMe/TCP flow inside, `buf` mapped to
+    /// `CID`; the records' content starts at inner offset `inner`.
+    fn socket(i: &TlsCryptoInfo, buf: &IoBuf, inner: u64) -> Tls {
+        let config = NvmeTcpConfig {
+            role: Role::Host,
+            pfv: 0,
+            cpda: 0,
+            hpda: 0,
+            dgst: NvmeTcpConfig::DGST_DATA,
+            queue_size: 16,
+            rx_start: inner,
+            tx_start: 0,
+        };
+        let mut flow = NvmeTcp::flow(config, 0, 0, false, 16);
+        let sgl = vec![SgEntry { buf: buf.clone(), offset: 0, len: buf.len() }];
+        *flow.proto.slot(CID).unwrap() = Some(Mapping::new(sgl, false, true));
+        let mut tls = Tls::new(0, 0);
+        tls.add(TlsDirection::Rx, i, TlsStart { tcp: 0, inner }).unwrap();
+        tls.inner = Some(Box::new(flow));
+        tls
+    }
+
+    /// `pdus` carried in records of at most `each` content bytes.
+    fn records(i: &TlsCryptoInfo, pdus: &[u8], each: usize) -> Vec<u8> {
+        pdus.chunks(each).enumerate().flat_map(|(k, c)| seal(i, k as u64, c)).collect()
+    }
+
+    fn run(tls: &mut Tls, stream: &[u8], cut: usize) -> (Stats, Vec<u8>, u64) {
+        let mut stats = Stats::default();
+        let mut got = Vec::new();
+        let mut kept_out = 0;
+        for (k, piece) in stream.chunks(cut).enumerate() {
+            let mut seg = piece.to_vec();
+            let at = (k * cut) as u64;
+            let mut placed = Placed { zero_copy: true, base: at, ..Placed::default() };
+            let mut env = Env { active: Caps::ALL, stats: &mut stats, placed: &mut placed };
+            tls.rx_segment_mut(at, &mut seg, &mut env);
+            kept_out += placed.ranges.iter().map(|r| (r.end - r.start) as u64).sum::<u64>();
+            got.extend(seg);
+        }
+        (stats, got, kept_out)
+    }
+
+    #[test]
+    fn c2h_data_inside_records_is_placed_digested_and_found_again() {
+        let i = info(TlsCipher::Aes128Gcm, 0);
+        let data: Vec<u8> = (0..20_000u32).map(|x| (x * 13) as u8).collect();
+        let pdus = [c2h(CID, 0, &data[..12_000], false, 24), c2h(CID, 12_000, &data[12_000..], false, 24)]
+            .concat();
+        let stream = records(&i, &pdus, 5000);
+        let buf = IoBuf::new(data.len());
+        let mut tls = socket(&i, &buf, 100);
+        let (stats, got, kept_out) = run(&mut tls, &stream, 1448);
+        assert_eq!(buf.lock()[..], data[..], "placed from the plaintext");
+        assert_eq!((stats.nic_placed_bytes, stats.nic_crc_bytes), (20_000, 20_000));
+        assert_eq!(kept_out, 20_000, "all of it kept out of the ring");
+        // The inner hints are by the inner offsets: content from 100 on.
+        let inner = tls.inner.as_ref().unwrap().ctx().clone();
+        let mut placed = 0;
+        inner.with_hints(100, 100 + pdus.len() as u64, |a, b, h| {
+            if h.flags.contains(HintFlags::PLACED.union(HintFlags::CRC_OK)) {
+                placed += b - a;
+            }
+        });
+        assert_eq!(placed, 20_000);
+        // The fragments say, by TCP offset, where each kept-out byte is.
+        let mut frags = 0;
+        tls.ctx.with_frags(0, stream.len() as u64, |f| {
+            let at = f.start as usize;
+            // The plaintext there, reconstructed: the buffer's bytes.
+            assert!(f.buf.same(&buf));
+            let record = at / (5000 + 22);
+            let content_at = at - record * (5000 + 22) - HEADER + record * 5000;
+            assert_eq!(buf.lock()[f.offset..f.offset + f.len], pdus[content_at..content_at + f.len]);
+            frags += f.len;
+        });
+        // What stayed in the ring is the plaintext, headers, digests.
+        assert_eq!(got[HEADER..HEADER + 24], pdus[..24]);
+        assert_eq!(frags, 20_000);
+        assert_eq!(stats.rx_tls_records, 5);
+    }
+
+    #[test]
+    fn a_padded_record_stops_the_flow_inside_and_is_not_vouched_for() {
+        let i = info(TlsCipher::Aes256Gcm, 0);
+        let data = vec![7u8; 9000];
+        let pdu = c2h(CID, 0, &data, false, 24);
+        // The PDU in two records, the first padded with three zeros.
+        let cipher = Cipher::aes_256_gcm();
+        let (a, b) = pdu.split_at(4000);
+        let inner = [a, &[23, 0, 0, 0]].concat();
+        let mut header = vec![23u8, 3, 3, 0, 0];
+        header[3..5].copy_from_slice(&((inner.len() + TAG) as u16).to_be_bytes());
+        let mut tag = [0u8; TAG];
+        let sealed = encrypt_aead(cipher, &i.key, Some(&i.nonce(0)), &header, &inner, &mut tag)
+            .unwrap();
+        let first = [header, sealed, tag.to_vec()].concat();
+        let stream = [first.clone(), seal(&i, 1, b)].concat();
+        let buf = IoBuf::new(data.len());
+        let mut tls = socket(&i, &buf, 0);
+        let inner_ctx = tls.inner.as_ref().unwrap().ctx().clone();
+        let (_, _, _) = run(&mut tls, &stream, 100_000);
+        assert!(tls.inner.is_none(), "the flow inside is gone");
+        let mut hinted = false;
+        inner_ctx.with_hints(0, 20_000, |_, _, h| hinted |= h.flags != HintFlags::NONE);
+        assert!(!hinted, "its word on the record withdrawn");
+        let mut vouched = Vec::new();
+        tls.ctx.with_hints(0, first.len() as u64, |a, b, h| {
+            if h.flags.contains(HintFlags::DECRYPTED) {
+                vouched.push((a, b));
+            }
+        });
+        assert_eq!(vouched, vec![(HEADER as u64, (first.len() - TAG) as u64)], "the tag not");
+    }
 }

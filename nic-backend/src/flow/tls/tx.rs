@@ -10,18 +10,27 @@
 //! mode alone) and gets the tag it carried the first time, as
 //! `tls_device` re-encrypts from the records it keeps.
 //!
+//! The layer inside (a ULP DDP flow, if one was added) sees each record's
+//! content first, at its own stream offsets: it writes the data digests
+//! left to it into the plaintext, which is then encrypted; on a
+//! retransmission it puts them back, and the bytes are encrypted again.
+//!
 //! It must never let plaintext out: a stream that stops being records
 //! (a ULP's bug) goes out as zeros from there on, which the peer refuses.
 
 use super::aead::Aead;
+use super::rx::Inner;
 use crate::flow::Env;
 use std::collections::VecDeque;
+use ulp_ddp::TlsStart;
 use ulp_ddp::tls::record::{self, HEADER, TAG};
 
 /// A record the NIC encrypted, kept until acknowledged.
 #[derive(Debug, Clone, Copy)]
 struct Sent {
     seq: u64,
+    /// The layer inside's offset of its first content byte.
+    inner: u64,
     body: u64,
     tag_at: u64,
     end: u64,
@@ -47,36 +56,47 @@ pub(crate) struct TxRecords {
     /// Stream offset of the next new byte.
     pub next: u64,
     seq: u64,
+    /// The layer inside's offset of the next record's content.
+    inner_at: u64,
     state: State,
     sent: VecDeque<Sent>,
 }
 
 impl TxRecords {
-    pub fn new(aead: Aead, start: u64, seq: u64) -> Self {
+    pub fn new(aead: Aead, start: TlsStart, seq: u64) -> Self {
         Self {
             aead,
-            next: start,
+            next: start.tcp,
             seq,
-            state: State::Header { start, buf: [0; HEADER], got: 0 },
+            inner_at: start.inner,
+            state: State::Header { start: start.tcp, buf: [0; HEADER], got: 0 },
             sent: VecDeque::new(),
         }
     }
 
-    /// The peer holds everything before `ack`.
-    pub fn acked(&mut self, ack: u64) {
+    /// The peer holds everything before `ack`. Returns the layer
+    /// inside's offset before which it holds every byte of content.
+    pub fn acked(&mut self, ack: u64) -> u64 {
         while self.sent.front().is_some_and(|s| s.end <= ack) {
             self.sent.pop_front();
         }
+        self.sent.front().map_or(self.inner_at, |s| s.inner)
     }
 
     /// An outgoing segment, `payload` at stream offset `off`, encrypted
     /// where it carries records. Whether any byte changed.
-    pub fn segment(&mut self, off: u64, payload: &mut [u8], env: &mut Env) -> bool {
+    pub fn segment(
+        &mut self,
+        off: u64,
+        payload: &mut [u8],
+        inner: &mut Inner,
+        env: &mut Env,
+    ) -> bool {
         let end = off + payload.len() as u64;
         let mut edited = false;
         if off < self.next {
             let old = (self.next.min(end) - off) as usize;
-            edited |= self.again(off, &mut payload[..old]);
+            edited |= self.again(off, &mut payload[..old], inner, env);
             env.stats.tx_tls_ooo += 1;
         }
         if end <= self.next {
@@ -91,7 +111,7 @@ impl TxRecords {
         self.next = end;
         let from = (at - off) as usize;
         let before = env.stats.tx_tls_encrypted_bytes;
-        edited |= self.walk(at, &mut payload[from..], env);
+        edited |= self.walk(at, &mut payload[from..], inner, env);
         if env.stats.tx_tls_encrypted_bytes > before {
             env.stats.tx_tls_encrypted_packets += 1;
         }
@@ -99,13 +119,14 @@ impl TxRecords {
     }
 
     /// Encrypt again the old bytes `old`, at stream offset `off`.
-    fn again(&mut self, off: u64, old: &mut [u8]) -> bool {
+    fn again(&mut self, off: u64, old: &mut [u8], inner: &mut Inner, env: &mut Env) -> bool {
         let end = off + old.len() as u64;
         let mut edited = false;
         for s in self.sent.iter().filter(|s| s.body < end && s.end > off) {
             let (a, b) = (s.body.max(off), s.tag_at.min(end));
             if a < b {
                 let buf = &mut old[(a - off) as usize..(b - off) as usize];
+                s.inside(a, buf, inner, env);
                 edited |= self.aead.keystream(s.seq, (a - s.body) as usize, buf);
             }
             let (a, b) = (s.tag_at.max(off), s.end.min(end));
@@ -126,7 +147,7 @@ impl TxRecords {
         edited
     }
 
-    fn walk(&mut self, at: u64, data: &mut [u8], env: &mut Env) -> bool {
+    fn walk(&mut self, at: u64, data: &mut [u8], inner: &mut Inner, env: &mut Env) -> bool {
         let mut pos = 0;
         let mut edited = false;
         while pos < data.len() {
@@ -150,14 +171,10 @@ impl TxRecords {
                         Some(len) if self.aead.begin(self.seq, &header) => {
                             let end = body + len as u64;
                             let tag_at = end - TAG as u64;
-                            self.sent.push_back(Sent {
-                                seq: self.seq,
-                                body,
-                                tag_at,
-                                end,
-                                tag: None,
-                            });
+                            let (seq, inner) = (self.seq, self.inner_at);
+                            self.sent.push_back(Sent { seq, inner, body, tag_at, end, tag: None });
                             self.seq += 1;
+                            self.inner_at += (len - 1 - TAG) as u64;
                             self.state = State::Body;
                         }
                         _ => {
@@ -174,6 +191,7 @@ impl TxRecords {
                     let Some(s) = self.sent.back_mut() else { return edited };
                     if here < s.tag_at {
                         let k = ((s.tag_at - here) as usize).min(data.len() - pos);
+                        s.inside(here, &mut data[pos..pos + k], inner, env);
                         edited |= self.aead.update(&mut data[pos..pos + k]);
                         env.stats.tx_tls_encrypted_bytes += k as u64;
                         pos += k;
@@ -201,5 +219,18 @@ impl TxRecords {
             }
         }
         edited
+    }
+}
+
+impl Sent {
+    /// Body bytes `buf` at stream offset `at`, in the clear: their
+    /// content through the layer inside, which writes the digests left
+    /// to it (or, sent before, writes them again).
+    fn inside(&self, at: u64, buf: &mut [u8], inner: &mut Inner, env: &mut Env) {
+        let Some(flow) = inner.as_mut() else { return };
+        let n = ((self.tag_at - 1).saturating_sub(at) as usize).min(buf.len());
+        if n > 0 && flow.tx_wanted(env.active) {
+            flow.tx_segment(self.inner + (at - self.body), &mut buf[..n], env);
+        }
     }
 }
