@@ -66,7 +66,8 @@ pub struct DemoOptions {
     pub io_timeout: Duration,
     /// NVMe/TCP, or NVMe/RDMA over iWARP.
     pub transport: TransportType,
-    /// NVMe/TCP over TLS 1.3 (in software: the NICs see ciphertext).
+    /// NVMe/TCP over TLS 1.3 (the NICs take the records over where the
+    /// offloads have tls-rx/tls-tx).
     pub tls: bool,
     /// Also measure what the offloads save against a software-only run.
     pub baseline: bool,

@@ -633,19 +633,28 @@ fn demo_shows_progress_digests_by_default_and_says_what_off_means() {
     assert!(report["savings"].is_null(), "{report}");
 }
 
-/// The demo over TLS 1.3: every byte verified, the NICs offloading
-/// nothing (they see ciphertext), and the bench's TLS axis runs points of
-/// its own; TLS over RDMA is refused.
+/// The demo over TLS 1.3: every byte verified, with the NICs taking the
+/// records over and placing inside them, or in software; the bench's TLS
+/// axis runs points of its own; TLS over RDMA is refused.
 #[test]
 fn the_demo_and_bench_run_over_tls() {
+    let n = |v: &serde_json::Value, f: &str| v[f].as_u64().unwrap();
+    let size = 4u64 << 20;
     let report = json(&["demo", "--tls", "--size", "4M", "--baseline", "off", "--json"]);
     assert_eq!(report["tls"], true, "{report}");
-    let n = |v: &serde_json::Value, f: &str| v[f].as_u64().unwrap();
-    assert_eq!(n(&report["phases"][1], "verified_bytes"), 4 << 20, "{report}");
-    assert_eq!(n(&report["offload"], "nic_placed_bytes"), 0, "ciphertext is not placed");
-    // The host decrypted every record it received (the data read, and the
-    // responses) and encrypted every one it sent (the data written too).
-    let size = 4u64 << 20;
+    assert_eq!(n(&report["phases"][1], "verified_bytes"), size, "{report}");
+    // All offloads: the NIC decrypted the records and placed the data
+    // read inside them; the host opened only its admin queue's records.
+    assert_eq!(n(&report["offload"], "nic_placed_bytes"), size, "{report}");
+    assert!(n(&report["offload"], "nic_decrypt_bytes") > size, "{report}");
+    assert!(n(&report["offload"], "nic_encrypt_bytes") > size, "{report}");
+    assert!(n(&report["offload"], "host_decrypt_bytes") < 64 << 10, "{report}");
+    // None: the host decrypted every record it received (the data read,
+    // and the responses) and encrypted every one it sent.
+    let args = ["demo", "--tls", "--size", "4M", "--offload", "none", "--baseline", "off"];
+    let report = json(&[&args[..], &["--json"]].concat());
+    assert_eq!(n(&report["phases"][1], "verified_bytes"), size, "{report}");
+    assert_eq!(n(&report["offload"], "nic_placed_bytes"), 0, "{report}");
     assert!(n(&report["offload"], "host_decrypt_bytes") > size, "{report}");
     assert!(n(&report["offload"], "host_encrypt_bytes") > size, "{report}");
     let points = std::env::temp_dir().join(format!("nvme-ddp-tls-{}.json", std::process::id()));

@@ -38,6 +38,8 @@ fn run(o: &DemoOptions) -> Demo {
     let read = &app.results[1].1;
     assert_eq!((read.verify_failures, read.errors), (0, 0));
     assert_eq!(read.verified_bytes, o.size, "identical data");
+    // No TLS failure hidden by a reconnect.
+    assert_eq!(d.host.host.recovery().lost, 0, "no association lost");
     d
 }
 
@@ -110,4 +112,46 @@ fn on_a_lossy_wire_records_the_nic_missed_are_opened_in_software_and_the_data_is
     assert!(nic.tx_tls_ooo > 0 && cn.tx_tls_ooo > 0, "retransmissions sealed again");
     assert!(ulp.tls_decrypt_bytes > 64 << 10, "records the NIC missed, opened here");
     assert!(nic.rx_tls_decrypted_bytes > o.size / 2);
+}
+
+/// Everything on, TLS too: the NICs place and digest NVMe/TCP data inside
+/// the records they decrypt, and digest inside the records they seal.
+/// The host opens, copies and digests no read payload.
+#[test]
+fn inside_the_records_the_nic_places_and_digests_and_the_host_touches_no_read_payload() {
+    let o = opts(Caps::ALL);
+    let d = run(&o);
+    let (ulp, tx) = d.host.host.stats();
+    let nic = d.host_nic.stats();
+    assert_eq!(nic.nic_placed_bytes, o.size, "every read byte placed");
+    assert_eq!(nic.nic_zero_copy_bytes, o.size, "and kept out of the ring");
+    assert_eq!(nic.nic_crc_bytes, o.size);
+    assert_eq!((ulp.copy_bytes, ulp.crc_bytes), (0, 0), "no read payload copied or digested");
+    assert!(ulp.tls_decrypt_bytes < 64 << 10, "the admin queue's alone");
+    assert_eq!(nic.tx_crc_offloaded_bytes, o.size, "write digests by the NIC, inside records");
+    assert_eq!(tx.crc_bytes, 2 * 1024, "only the I/O queues' Connect data, before offload began");
+    let cn = d.ctrl_nic.stats();
+    assert_eq!(cn.nic_placed_bytes, o.size, "the controller's NIC placed the written data");
+    assert_eq!(cn.tx_crc_offloaded_bytes, o.size);
+}
+
+/// Everything on over a lossy wire: records the NIC could not vouch for
+/// are opened in software from the ring and the fragments it placed, and
+/// every byte comes back as written.
+#[test]
+fn inside_the_records_on_a_lossy_wire_the_data_is_intact() {
+    let impair = Profile { loss: 0.01, reorder: 0.005, ..Profile::default() };
+    let o = DemoOptions {
+        impair,
+        kato: DemoOptions::IMPAIRED_KATO,
+        io_timeout: DemoOptions::IMPAIRED_IO_TIMEOUT,
+        seed: 11,
+        ..opts(Caps::ALL)
+    };
+    let d = run(&o);
+    let (ulp, _) = d.host.host.stats();
+    let nic = d.host_nic.stats();
+    assert!(ulp.tls_decrypt_bytes > 64 << 10, "records opened in software");
+    assert!(nic.nic_zero_copy_bytes > o.size / 2, "most placed anyway: {nic:?}");
+    assert_eq!(nic.rx_tls_auth_fail, 0);
 }

@@ -92,7 +92,8 @@ impl DdpDevice for NicHandle {
                     let data_digest = config.dgst & NvmeTcpConfig::DGST_DATA != 0;
                     // Inside TLS, digests are written only into records
                     // the NIC seals.
-                    let sealed = under_tls.is_none_or(|slot| tls(&mut st, slot).is_some_and(|t| t.seals()));
+                    let sealed =
+                        under_tls.is_none_or(|slot| tls(&mut st, slot).is_some_and(|t| t.seals()));
                     let tx_crc = data_digest && sealed && st.cfg.active.contains(Caps::CRC_TX);
                     let table = if st.cfg.limits.full_ccid_range {
                         65536
@@ -339,7 +340,8 @@ impl DdpDevice for NicHandle {
 /// The protocol side of socket `sk`, if it speaks `P` (inside TLS, or
 /// not).
 fn proto<'a, P: Protocol>(st: &'a mut State, sk: &SkHandle) -> Result<&'a mut P, DdpError> {
-    let mut flow: &mut dyn Any = st.flows.get_mut(sk.id as usize).ok_or(DdpError::NoSocket)?.as_mut();
+    let mut flow: &mut dyn Any =
+        st.flows.get_mut(sk.id as usize).ok_or(DdpError::NoSocket)?.as_mut();
     if flow.is::<Tls>() {
         let inner = flow.downcast_mut::<Tls>().and_then(|t| t.inner.as_mut());
         flow = inner.ok_or(DdpError::NoSocket)?.as_mut();

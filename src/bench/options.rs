@@ -19,9 +19,9 @@ pub struct BenchOptions {
     pub rw: Vec<Rw>,
     pub qd: Vec<u16>,
     pub ddgst: Vec<bool>,
-    /// NVMe/TCP in the clear, over TLS 1.3 (in software: the NIC sees
-    /// ciphertext), or both: an axis of the matrix. TLS is NVMe/TCP's:
-    /// there are no RDMA points over it.
+    /// NVMe/TCP in the clear, over TLS 1.3 (the NIC takes the records
+    /// over where the offload set has tls-rx/tls-tx), or both: an axis of
+    /// the matrix. TLS is NVMe/TCP's: there are no RDMA points over it.
     pub tls: Vec<bool>,
     pub offload: Vec<Caps>,
     pub mtu: Vec<usize>,

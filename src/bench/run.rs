@@ -417,7 +417,7 @@ fn run_job<M: Medium + Send + 'static>(
     let cddp: Arc<dyn DdpDevice> = Arc::new(cnic);
     let remote = SocketAddrV4::new(CONTROLLER_IP, PORT);
     let cstack = Stack::new(cdev, ccfg, now);
-    // Over TLS, both ends hold a fresh PSK; the NIC sees ciphertext.
+    // Over TLS, both ends hold a fresh PSK.
     let tls = match p.tls {
         true => Some(TlsConfig::embedded().map_err(|e| std::io::Error::other(e.to_string()))?),
         false => None,

@@ -51,8 +51,8 @@ pub(crate) struct BenchArgs {
     #[arg(long, num_args = 0..=1, default_missing_value = "on", value_parser = |s: &str| list(s, parse_on_off))]
     tls: Option<List<bool>>,
     /// Offload sets, e.g. none,crc,ddp,all (the default); a set is one of
-    /// none, all, classic, crc, ddp, crc-rx, crc-tx, oneshot, zc-tx, or several
-    /// joined by '+' (ddp+crc).
+    /// none, all, classic, crc, ddp, crc-rx, crc-tx, oneshot, zc-tx, tls,
+    /// tls-rx, tls-tx, or several joined by '+' (ddp+crc).
     #[arg(long, value_parser = |s: &str| list(s, Caps::parse))]
     offload: Option<List<Caps>>,
     /// Transports: tcp, rdma, or tcp,rdma to compare them on the same

@@ -76,15 +76,17 @@ pub(crate) struct DemoArgs {
     #[arg(long)]
     simulated: bool,
     /// Offloads of both software NICs: none, all, classic, crc, ddp,
-    /// crc-rx, crc-tx, oneshot, zc-tx, or several joined by '+' (ddp+crc).
+    /// crc-rx, crc-tx, oneshot, zc-tx, tls, tls-rx, tls-tx, or several
+    /// joined by '+' (ddp+crc).
     #[arg(long, default_value = "all", value_parser = Caps::parse)]
     offload: Caps,
     /// NVMe/TCP, or NVMe/RDMA over user-space iWARP (tcp, rdma). Over
     /// RDMA, oneshot registers and sends in one call.
     #[arg(long, default_value = "tcp", value_parser = TransportType::parse)]
     transport: TransportType,
-    /// NVMe/TCP over TLS 1.3 with a fresh PSK, in software (the NICs see
-    /// ciphertext, so they offload nothing).
+    /// NVMe/TCP over TLS 1.3 with a fresh PSK. With tls-rx/tls-tx among
+    /// the offloads (all has them) the NICs take the records over after
+    /// the handshake, and place and digest inside them.
     #[arg(long)]
     tls: bool,
     /// Map transfers from this size (default: the NIC's threshold, 32k).
@@ -161,7 +163,11 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
         let mode = if report.simulated { "simulated time" } else { "real time" };
         let integrity = match report.transport {
             TransportType::Tcp => {
-                let tls = if report.tls { "TLS 1.3 in software, " } else { "" };
+                let tls = match (report.tls, a.offload.intersects(Caps::TLS)) {
+                    (false, _) => "",
+                    (true, false) => "TLS 1.3 in software, ",
+                    (true, true) => "TLS 1.3 records by the NICs, ",
+                };
                 format!(
                     "{tls}digests: header {}, data {}",
                     on_off(report.hdgst),

@@ -41,8 +41,8 @@ pub(crate) struct LinkArgs {
     #[arg(long, global = true)]
     pub(crate) pcap: Option<PathBuf>,
     /// Offloads of the software NIC under smoltcp (default all): none,
-    /// all, classic, crc, ddp, crc-rx, crc-tx, oneshot, zc-tx, or several joined
-    /// by '+' (ddp+crc).
+    /// all, classic, crc, ddp, crc-rx, crc-tx, oneshot, zc-tx, tls, tls-rx,
+    /// tls-tx, or several joined by '+' (ddp+crc).
     #[arg(long, requires = "link", global = true, value_parser = Caps::parse)]
     pub(crate) offload: Option<Caps>,
     /// Keep polling this many microseconds after the last progress before

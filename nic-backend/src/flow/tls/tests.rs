@@ -331,8 +331,9 @@ mod inside {
     fn c2h_data_inside_records_is_placed_digested_and_found_again() {
         let i = info(TlsCipher::Aes128Gcm, 0);
         let data: Vec<u8> = (0..20_000u32).map(|x| (x * 13) as u8).collect();
-        let pdus = [c2h(CID, 0, &data[..12_000], false, 24), c2h(CID, 12_000, &data[12_000..], false, 24)]
-            .concat();
+        let pdus =
+            [c2h(CID, 0, &data[..12_000], false, 24), c2h(CID, 12_000, &data[12_000..], false, 24)]
+                .concat();
         let stream = records(&i, &pdus, 5000);
         let buf = IoBuf::new(data.len());
         let mut tls = socket(&i, &buf, 100);
@@ -357,7 +358,10 @@ mod inside {
             assert!(f.buf.same(&buf));
             let record = at / (5000 + 22);
             let content_at = at - record * (5000 + 22) - HEADER + record * 5000;
-            assert_eq!(buf.lock()[f.offset..f.offset + f.len], pdus[content_at..content_at + f.len]);
+            assert_eq!(
+                buf.lock()[f.offset..f.offset + f.len],
+                pdus[content_at..content_at + f.len]
+            );
             frags += f.len;
         });
         // What stayed in the ring is the plaintext, headers, digests.
@@ -378,8 +382,8 @@ mod inside {
         let mut header = vec![23u8, 3, 3, 0, 0];
         header[3..5].copy_from_slice(&((inner.len() + TAG) as u16).to_be_bytes());
         let mut tag = [0u8; TAG];
-        let sealed = encrypt_aead(cipher, &i.key, Some(&i.nonce(0)), &header, &inner, &mut tag)
-            .unwrap();
+        let sealed =
+            encrypt_aead(cipher, &i.key, Some(&i.nonce(0)), &header, &inner, &mut tag).unwrap();
         let first = [header, sealed, tag.to_vec()].concat();
         let stream = [first.clone(), seal(&i, 1, b)].concat();
         let buf = IoBuf::new(data.len());
