@@ -26,7 +26,9 @@ use super::record::{HEADER, RecordStats, TAG, record_len};
 use super::session::{TlsError, TlsSession};
 use nvme_of::{TxStats, UlpStats};
 use std::sync::Arc;
-use ulp_ddp::{Caps, DdpDevice, FlowId, HintFlags, SkHandle, TlsDirection, TlsStart, TxSink};
+use ulp_ddp::{
+    Caps, DdpDevice, FlowId, HintFlags, SkHandle, SliceSink, TlsDirection, TlsStart, TxSink,
+};
 
 /// Plaintext received and not yet taken by the queue, at most: past it,
 /// the channel takes no more ciphertext until the queue has taken some (as
@@ -307,14 +309,14 @@ impl Channel {
     }
 
     /// Put ciphertext into `sink`: the handshake's, then the queue's
-    /// output (from `produce`) sealed into records, or framed for the NIC
-    /// to seal, while there is room. Returns the bytes put in, and the
+    /// output (from `queue`) sealed into records, or framed for the NIC to
+    /// seal, while there is room. Returns the bytes put in, and the
     /// session's failure if sealing failed (what was put in before it
     /// still counts).
     pub fn send(
         &mut self,
         sink: &mut dyn TxSink,
-        mut produce: impl FnMut(&mut [u8]) -> usize,
+        queue: &mut dyn Plaintext,
     ) -> (usize, Option<TlsError>) {
         self.hand_over();
         let mut sent = self.flush(sink);
@@ -322,26 +324,9 @@ impl Channel {
         let framing = self.nic.as_ref().is_some_and(|n| n.tx);
         while self.session.is_established() && self.session.unsent().is_empty() && sink.room() > 0 {
             if framing {
-                // A whole record or none: the NIC reads them as they go.
-                let Some(room) = sink.room().checked_sub(HEADER + 1 + TAG).filter(|&r| r > 0)
-                else {
-                    break;
-                };
-                let n = produce(&mut self.out[HEADER..HEADER + room.min(RECORD)]);
-                if n == 0 {
-                    break;
-                }
-                let framed = match self.session.records() {
-                    Ok(Some(r)) => r.frame(n, &mut self.out),
-                    Ok(None) => Err(TlsError::Record("no records to frame".into())),
-                    Err(e) => Err(e),
-                };
-                match framed {
-                    Ok(len) => {
-                        let w = sink.write(&self.out[..len]);
-                        debug_assert_eq!(w, len, "a record goes whole into room there was");
-                        sent += w;
-                    }
+                match self.frame(sink, queue) {
+                    Ok(0) => break,
+                    Ok(n) => sent += n,
                     Err(e) => {
                         failed = Some(self.session.failed(e));
                         break;
@@ -351,7 +336,8 @@ impl Channel {
             }
             // A record's worth at most, and no more than room for (the
             // record's 22 bytes of overhead wait for the next call).
-            let n = produce(&mut self.out[..RECORD.min(sink.room())]);
+            let room = RECORD.min(sink.room());
+            let n = queue.send(&mut SliceSink::new(&mut self.out[..room]));
             if n == 0 {
                 break;
             }
@@ -364,6 +350,39 @@ impl Channel {
         }
         self.tx_at += sent as u64;
         (sent, failed)
+    }
+
+    /// One record of the queue's output, framed in the clear for the NIC
+    /// to seal: the header, then the content straight from the queue into
+    /// `sink` (the bytes it has waiting, as many as fit), then the content
+    /// type and room for the tag. A whole record or none: the NIC reads
+    /// them as they go. Returns the bytes put in.
+    fn frame(&mut self, sink: &mut dyn TxSink, queue: &mut dyn Plaintext) -> Result<usize, TlsError> {
+        let Some(room) = sink.room().checked_sub(HEADER + 1 + TAG).filter(|&r| r > 0) else {
+            return Ok(0);
+        };
+        let Some(records) = self.session.records()? else { return Ok(0) };
+        let n = queue.pending().min(room).min(RECORD);
+        if n == 0 {
+            // Nothing counted as waiting; the queue may still have some
+            // (answers it makes as it sends): through a copy.
+            let n = queue.send(&mut SliceSink::new(&mut self.out[HEADER..HEADER + room.min(RECORD)]));
+            if n == 0 {
+                return Ok(0);
+            }
+            let len = records.frame(n, &mut self.out)?;
+            return Ok(sink.write(&self.out[..len]));
+        }
+        let (header, trailer) = records.frame_around(n)?;
+        let mut put = sink.write(&header);
+        let content = queue.send(&mut Limited { sink: &mut *sink, room: n });
+        if content != n {
+            return Err(TlsError::Record(format!(
+                "the queue gave {content} of the {n} bytes it had waiting for a record"
+            )));
+        }
+        put += content + sink.write(&trailer);
+        Ok(put)
     }
 
     /// Ciphertext into `sink`, as much as it takes; the rest waits.
@@ -396,6 +415,41 @@ impl Channel {
 impl Drop for Channel {
     fn drop(&mut self) {
         self.release();
+    }
+}
+
+/// The queue above, as the channel takes its output.
+pub(crate) trait Plaintext {
+    /// Bytes waiting to go, every one of which `send` gives when there is
+    /// room.
+    fn pending(&self) -> usize;
+    /// Queue output into `out`, as much as it has room for; how many.
+    fn send(&mut self, out: &mut dyn TxSink) -> usize;
+}
+
+/// A sink that takes at most `room` bytes more, by copy.
+struct Limited<'a> {
+    sink: &'a mut dyn TxSink,
+    room: usize,
+}
+
+impl TxSink for Limited<'_> {
+    fn room(&self) -> usize {
+        self.room.min(self.sink.room())
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> usize {
+        let n = self.sink.write(&bytes[..bytes.len().min(self.room)]);
+        self.room -= n;
+        n
+    }
+
+    fn offset(&self) -> u64 {
+        self.sink.offset()
+    }
+
+    fn acked(&self) -> u64 {
+        self.sink.acked()
     }
 }
 

@@ -4,7 +4,7 @@
 //! bytes for an ICReq and takes anything else as TLS; both tell a
 //! ClientHello from an ICReq).
 
-use super::channel::Channel;
+use super::channel::{Channel, Plaintext};
 use super::psk::{ConfiguredPsk, Derivation};
 use super::session::{PskLookup, TlsError, TlsSession};
 use crate::controller::Connection;
@@ -224,8 +224,7 @@ impl ControllerQueue for Secured {
         match &mut self.mode {
             Mode::Clear => self.inner.poll_send(out),
             Mode::Tls(ch) => {
-                let inner = &mut self.inner;
-                let (sent, failed) = ch.send(out, |buf| inner.poll_transmit(buf));
+                let (sent, failed) = ch.send(out, &mut self.inner);
                 if let Some(e) = failed {
                     self.fail(e);
                 }
@@ -275,5 +274,15 @@ impl ControllerQueue for Secured {
 
     fn wake_with(&mut self, waker: Waker) {
         self.inner.wake_with(waker);
+    }
+}
+
+impl Plaintext for Box<dyn ControllerQueue> {
+    fn pending(&self) -> usize {
+        self.pending_output()
+    }
+
+    fn send(&mut self, out: &mut dyn TxSink) -> usize {
+        self.poll_send(out)
     }
 }

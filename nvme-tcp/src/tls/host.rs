@@ -2,7 +2,7 @@
 //! first (offering one PSK identity, as Linux's host does), then ICReq and
 //! everything else inside records.
 
-use super::channel::Channel;
+use super::channel::{Channel, Plaintext};
 use super::session::{TlsError, TlsSession};
 use crate::host::Tcp;
 use nvme_of::host::{
@@ -172,8 +172,7 @@ impl HostQueue for Secured {
         }
         self.deliver();
         let Some(ch) = self.channel.as_mut() else { return 0 };
-        let inner = &mut self.inner;
-        let (sent, failed) = ch.send(out, |buf| inner.poll_transmit(buf));
+        let (sent, failed) = ch.send(out, &mut self.inner);
         if let Some(e) = failed {
             self.fail(e);
         }
@@ -243,5 +242,15 @@ impl HostQueue for Secured {
 
     fn abort_all(&mut self) -> Vec<(Command, Option<(Status, Cqe)>)> {
         self.inner.abort_all()
+    }
+}
+
+impl Plaintext for Box<dyn HostQueue> {
+    fn pending(&self) -> usize {
+        self.pending_output()
+    }
+
+    fn send(&mut self, out: &mut dyn TxSink) -> usize {
+        self.poll_send(out)
     }
 }

@@ -470,18 +470,31 @@ impl Records {
     /// after. Returns the record's length.
     pub fn frame(&mut self, n: usize, out: &mut [u8]) -> Result<usize, TlsError> {
         let len = HEADER + n + 1 + TAG;
-        if n > MAX_PLAIN || out.len() < len {
+        if out.len() < len {
+            return Err(TlsError::Record(format!("{n} bytes for one record")));
+        }
+        let (header, trailer) = self.frame_around(n)?;
+        out[..HEADER].copy_from_slice(&header);
+        out[HEADER + n..len].copy_from_slice(&trailer);
+        Ok(len)
+    }
+
+    /// The header and trailer (content type, room for the tag) of the
+    /// next application data record, of `n` content bytes (at most
+    /// [`MAX_PLAIN`]), for a NIC to seal: the caller puts them around the
+    /// content.
+    pub fn frame_around(&mut self, n: usize) -> Result<([u8; HEADER], [u8; 1 + TAG]), TlsError> {
+        if n > MAX_PLAIN {
             return Err(TlsError::Record(format!("{n} bytes for one record")));
         }
         self.tx.skip()?;
-        out[0] = APPLICATION_DATA;
-        out[1..3].copy_from_slice(&LEGACY_VERSION);
-        out[3..HEADER].copy_from_slice(&((n + 1 + TAG) as u16).to_be_bytes());
-        out[HEADER + n] = APPLICATION_DATA;
-        out[HEADER + n + 1..len].fill(0);
+        let mut header = [APPLICATION_DATA, LEGACY_VERSION[0], LEGACY_VERSION[1], 0, 0];
+        header[3..].copy_from_slice(&((n + 1 + TAG) as u16).to_be_bytes());
+        let mut trailer = [0u8; 1 + TAG];
+        trailer[0] = APPLICATION_DATA;
         self.stats.nic_sealed_bytes += n as u64 + 1;
         self.tx_content += n as u64;
-        Ok(len)
+        Ok((header, trailer))
     }
 
     /// One whole record: application data is left in `plain`.
