@@ -24,6 +24,9 @@ use ulp_ddp::{Caps, Stats};
 pub(crate) struct Isns {
     pub peer: Option<u32>,
     pub local: Option<u32>,
+    /// How far the received stream has come (by segments with a right
+    /// checksum), while no socket of the device follows it.
+    pub rx_seen: u64,
 }
 
 /// Connections remembered for their handshakes before the oldest go.
@@ -133,11 +136,22 @@ impl State {
         let key = (seg.dst, seg.src);
         if seg.syn {
             if verified || frame::verify(frame, &seg) {
+                forget_released(self, key);
                 remember(self, key, |i| i.peer = Some(seg.seq));
             }
             return true;
         }
-        let Some(&id) = self.by_key.get(&key) else { return true };
+        let Some(&id) = self.by_key.get(&key) else {
+            if seg.payload_len > 0
+                && let Some(isn) = self.handshakes.get_mut(&key)
+                && let Some(peer) = isn.peer
+                && (verified || frame::verify(frame, &seg))
+            {
+                let end = frame::stream_offset(seg.seq, peer, isn.rx_seen) + seg.payload_len as u64;
+                isn.rx_seen = isn.rx_seen.max(end);
+            }
+            return true;
+        };
         // Nothing is placed from a segment that failed its checksum.
         if !verified && !frame::verify(frame, &seg) {
             return true;
@@ -148,6 +162,12 @@ impl State {
         if let Some(ack) = seg.ack {
             let off = frame::stream_offset(ack, local_isn, flow.tx_next());
             flow.tx_acked(off);
+            if flow.finished() {
+                // Let go by its driver, and owed nothing more.
+                self.flows.remove(id);
+                self.by_key.remove(&key);
+                return true;
+            }
         }
         if seg.payload_len > 0 {
             let off = frame::stream_offset(seg.seq, peer_isn, flow.rx_next());
@@ -183,6 +203,7 @@ impl State {
         }
         let key = (seg.src, seg.dst);
         if seg.syn {
+            forget_released(self, key);
             remember(self, key, |i| i.local = Some(seg.seq));
             return false;
         }
@@ -201,6 +222,17 @@ impl State {
         let mut env = Env { active: cfg.active, stats, placed: &mut unused };
         let payload = &mut frame[seg.payload_at..seg.payload_at + seg.payload_len];
         flow.tx_segment(off, payload, &mut env)
+    }
+}
+
+/// A new connection on `key`: a socket its driver let go of that still
+/// waited for the old one's last acknowledgment goes.
+fn forget_released(st: &mut State, key: (SocketAddrV4, SocketAddrV4)) {
+    if let Some(&id) = st.by_key.get(&key)
+        && st.flows.get(id).is_some_and(|f| f.released())
+    {
+        st.flows.remove(id);
+        st.by_key.remove(&key);
     }
 }
 

@@ -146,15 +146,17 @@ impl DdpDevice for NicHandle {
 
     fn sk_del(&self, sk: &SkHandle) {
         let mut st = self.shared.lock();
-        // The flow inside a TLS connection goes alone.
-        if let Some(t) = tls(&mut st, sk.id as usize)
-            && t.inner.as_ref().is_some_and(|f| Arc::ptr_eq(f.ctx(), &sk.ctx))
-        {
-            t.inner = None;
-            st.stats.sk_del += 1;
+        // The flow inside a TLS connection goes alone; the records are
+        // the driver's to give back (`tls_dev_del`).
+        if let Some(t) = tls(&mut st, sk.id as usize) {
+            if t.inner.as_ref().is_some_and(|f| Arc::ptr_eq(f.ctx(), &sk.ctx)) {
+                t.inner = None;
+                st.stats.sk_del += 1;
+            }
             return;
         }
-        if st.flows.contains(sk.id as usize) {
+        // The socket the handle names, not another in its slot since.
+        if st.flows.get(sk.id as usize).is_some_and(|f| Arc::ptr_eq(f.ctx(), &sk.ctx)) {
             // Transmit mappings stay until torn down: the stack may
             // still be sending their bytes.
             st.flows.remove(sk.id as usize);
@@ -267,22 +269,27 @@ impl DdpDevice for NicHandle {
             if !st.cfg.active.contains(cap) {
                 return Err(DdpError::NotActive(cap));
             }
-            let slot = match st.by_key.get(&key) {
-                Some(&slot) => slot,
+            // Decrypting rewrites segments: a stack that checks their
+            // checksums itself would drop every one.
+            if dir == TlsDirection::Rx && !st.cfg.checksum && !st.verified_below {
+                return Err(DdpError::Unsupported(cap));
+            }
+            let (slot, made) = match st.by_key.get(&key) {
+                Some(&slot) => (slot, false),
                 None => {
                     let isn = st.handshakes.get(&key).copied().unwrap_or_default();
                     let (Some(peer), Some(local)) = (isn.peer, isn.local) else {
                         return Err(DdpError::NoHandshake);
                     };
-                    let slot = st.flows.insert(Box::new(Tls::new(peer, local)));
+                    let slot = st.flows.insert(Box::new(Tls::new(peer, local, isn.rx_seen)));
                     st.by_key.insert(key, slot);
-                    slot
+                    (slot, true)
                 }
             };
             let tls = tls(&mut st, slot).ok_or(DdpError::Exists)?;
             let added = tls.add(dir, crypto, start);
             let ctx = tls.ctx.clone();
-            if added.is_err() && tls.del(TlsDirection::Rx) && tls.del(TlsDirection::Tx) {
+            if added.is_err() && made {
                 // Made for this call alone: gone with it.
                 st.flows.remove(slot);
                 st.by_key.remove(&key);
@@ -306,7 +313,9 @@ impl DdpDevice for NicHandle {
         if !Arc::ptr_eq(&tls.ctx, &sk.ctx) {
             return;
         }
-        if tls.del(dir) {
+        tls.del(dir);
+        if tls.finished() {
+            // Otherwise it goes once the peer has every record it sealed.
             st.flows.remove(sk.id as usize);
             st.by_key.retain(|_, v| *v != sk.id as usize);
         }

@@ -1,4 +1,4 @@
-//! Replays the `nic_rx` and `nic_mpa_rx` fuzz corpora (and any saved crash
+//! Replays the `nic_rx`, `nic_mpa_rx` and `nic_tls_rx` fuzz corpora (and any saved crash
 //! regressions) through the NIC's receive and transmit paths: none may
 //! panic or write outside a mapping.
 
@@ -25,4 +25,9 @@ fn nic_rx_corpus_replays_cleanly() {
 #[test]
 fn nic_mpa_rx_corpus_replays_cleanly() {
     replay("nic_mpa_rx", nic_backend::fuzzing::mpa_rx);
+}
+
+#[test]
+fn nic_tls_rx_corpus_replays_cleanly() {
+    replay("nic_tls_rx", nic_backend::fuzzing::tls_rx);
 }

@@ -20,12 +20,16 @@ impl HintFlags {
     /// The device ran its data digest over these bytes from the start of
     /// their PDU; on digest bytes, it also found the digest correct.
     pub const CRC_OK: HintFlags = HintFlags(1 << 1);
-    /// TLS: these bytes of a record reached the stack decrypted. On the
-    /// record's tag it means the device authenticated the whole record;
-    /// a record whose every body byte carries it is plaintext the ULP may
-    /// take as it is (`skb->decrypted`). Any other mix is ciphertext and
-    /// plaintext side by side, for software to sort out.
+    /// TLS: these bytes of a record's body reached the stack decrypted
+    /// (`skb->decrypted`).
     pub const DECRYPTED: HintFlags = HintFlags(1 << 2);
+    /// TLS: these are a record's tag, and the device found it right over
+    /// the record it decrypted whole. A record whose body is `DECRYPTED`
+    /// throughout and whose tag is `TAG_OK` is plaintext the ULP may take
+    /// as it is; any other mix is ciphertext and plaintext side by side,
+    /// for software to sort out. (Two flags, not one, so that the body of
+    /// a record the device framed otherwise can never pass for a tag.)
+    pub const TAG_OK: HintFlags = HintFlags(1 << 3);
 
     pub const fn contains(self, other: HintFlags) -> bool {
         self.0 & other.0 == other.0
@@ -255,12 +259,18 @@ impl SkCtx {
     /// The fragments inside `[start, end)`, in order, dropping those
     /// before `start`: the ULP reads its stream only forward.
     pub fn with_frags(&self, start: u64, end: u64, mut f: impl FnMut(&Frag)) {
-        let mut m = self.lock();
-        while m.frags.front().is_some_and(|g| g.start + g.len as u64 <= start) {
-            m.frags.pop_front();
-        }
-        for g in m.frags.iter().take_while(|g| g.start < end) {
+        self.forget_frags(start);
+        for g in self.lock().frags.iter().take_while(|g| g.start < end) {
             f(g);
+        }
+    }
+
+    /// Drop the fragments before `offset`: the ULP is past them (and
+    /// lets go of the buffers they hold).
+    pub fn forget_frags(&self, offset: u64) {
+        let mut m = self.lock();
+        while m.frags.front().is_some_and(|g| g.start + g.len as u64 <= offset) {
+            m.frags.pop_front();
         }
     }
 

@@ -208,6 +208,16 @@ pub(crate) trait Socket: Any + Send {
     fn rx_acked(&mut self, ack: u64) {
         let _ = ack;
     }
+    /// Whether the driver let the socket go (the NIC may still owe it
+    /// something, as retransmitted records to seal).
+    fn released(&self) -> bool {
+        false
+    }
+    /// Whether it was let go and the NIC owes it nothing more: the device
+    /// may forget it.
+    fn finished(&self) -> bool {
+        false
+    }
     fn tx_wanted(&self, active: Caps) -> bool;
     /// An outgoing segment at stream offset `off`: digests the ULP left
     /// to us written. Returns whether the payload changed.

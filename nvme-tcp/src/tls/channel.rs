@@ -7,7 +7,7 @@
 //! `tls_device`: once the handshake is done it hands each direction's
 //! crypto state to the NIC, at a record boundary.
 //! - Receive: a record whose every body byte the NIC hinted `DECRYPTED`
-//!   (the tag included: it verified) is plaintext where it lies, and its
+//!   and whose tag it hinted `TAG_OK` is plaintext where it lies, and its
 //!   application data goes to the queue from there, uncopied. Any other
 //!   record is opened here: bytes the NIC decrypted of it are encrypted
 //!   back first, as `tls_device_reencrypt` does, so a record the NIC cut
@@ -252,15 +252,24 @@ impl Channel {
                 let Some(len) = record_len(rest)?.filter(|&n| n <= rest.len()) else { break };
                 let record = &rest[..len];
                 let body = here + HEADER as u64;
+                let tag_at = len - HEADER - TAG;
                 nic.decrypted.clear();
+                let mut tag_ok = false;
                 if let Some(sk) = &nic.sk {
                     sk.ctx.with_hints(body, here + len as u64, |a, b, h| {
+                        let (a, b) = ((a - body) as usize, (b - body) as usize);
                         if h.flags.contains(HintFlags::DECRYPTED) {
-                            nic.decrypted.push(((a - body) as usize, (b - body) as usize));
+                            nic.decrypted.push((a, b));
                         }
+                        tag_ok |=
+                            h.flags.contains(HintFlags::TAG_OK) && a <= tag_at && b == len - HEADER;
                     });
                 }
-                if nic.decrypted[..] == [(0, len - HEADER)] {
+                if tag_ok && nic.decrypted[..] == [(0, tag_at)] {
+                    // Where the NIC placed this record's data is not needed.
+                    if let Some(sk) = &nic.sk {
+                        sk.ctx.forget_frags(here + len as u64);
+                    }
                     match records.take_opened(&record[HEADER..len - TAG])? {
                         Some(n) => {
                             nic.opened = Some((body + n as u64, here + len as u64));
@@ -273,7 +282,6 @@ impl Channel {
                 // Not vouched for: whatever the NIC decrypted of the body
                 // goes back to ciphertext, and the record is opened here
                 // (where a tag that failed in the NIC fails again).
-                let tag_at = len - HEADER - TAG;
                 nic.decrypted.retain_mut(|r| {
                     r.1 = r.1.min(tag_at);
                     r.0 < r.1
@@ -357,7 +365,11 @@ impl Channel {
     /// `sink` (the bytes it has waiting, as many as fit), then the content
     /// type and room for the tag. A whole record or none: the NIC reads
     /// them as they go. Returns the bytes put in.
-    fn frame(&mut self, sink: &mut dyn TxSink, queue: &mut dyn Plaintext) -> Result<usize, TlsError> {
+    fn frame(
+        &mut self,
+        sink: &mut dyn TxSink,
+        queue: &mut dyn Plaintext,
+    ) -> Result<usize, TlsError> {
         let Some(room) = sink.room().checked_sub(HEADER + 1 + TAG).filter(|&r| r > 0) else {
             return Ok(0);
         };
@@ -366,7 +378,8 @@ impl Channel {
         if n == 0 {
             // Nothing counted as waiting; the queue may still have some
             // (answers it makes as it sends): through a copy.
-            let n = queue.send(&mut SliceSink::new(&mut self.out[HEADER..HEADER + room.min(RECORD)]));
+            let n =
+                queue.send(&mut SliceSink::new(&mut self.out[HEADER..HEADER + room.min(RECORD)]));
             if n == 0 {
                 return Ok(0);
             }

@@ -38,7 +38,8 @@ pub(crate) struct Tls {
 }
 
 impl Tls {
-    pub fn new(peer_isn: u32, local_isn: u32) -> Self {
+    /// A connection whose received stream has come as far as `rx_seen`.
+    pub fn new(peer_isn: u32, local_isn: u32, rx_seen: u64) -> Self {
         Self {
             ctx: Arc::new(SkCtx::new()),
             peer_isn,
@@ -46,7 +47,7 @@ impl Tls {
             rx: None,
             tx: None,
             inner: None,
-            rx_seen: 0,
+            rx_seen,
             tx_seen: 0,
         }
     }
@@ -62,7 +63,14 @@ impl Tls {
         let aead = Aead::new(crypto, encrypt).ok_or(DdpError::BadCrypto)?;
         match dir {
             TlsDirection::Rx if self.rx.is_none() => {
-                self.rx = Some(RxRecords::new(aead, start, crypto.rec_seq));
+                let mut rx = RxRecords::new(aead, start, crypto.rec_seq);
+                // Bytes past the start that went by as they were: the
+                // stack may hold them already, and a copy that comes again
+                // must not be decrypted in its place.
+                if self.rx_seen > start.tcp {
+                    rx.lost_until(self.rx_seen);
+                }
+                self.rx = Some(rx);
             }
             TlsDirection::Tx if self.tx.is_none() => {
                 self.tx = Some(TxRecords::new(aead, start, crypto.rec_seq));
@@ -77,8 +85,9 @@ impl Tls {
         self.tx.is_some()
     }
 
-    /// Give direction `dir` back; whether the connection has none left.
-    pub fn del(&mut self, dir: TlsDirection) -> bool {
+    /// Give direction `dir` back. Transmit records already sealed stay
+    /// the NIC's until acknowledged.
+    pub fn del(&mut self, dir: TlsDirection) {
         match dir {
             TlsDirection::Rx => {
                 if let Some(r) = self.rx.take() {
@@ -86,12 +95,18 @@ impl Tls {
                 }
             }
             TlsDirection::Tx => {
-                if let Some(t) = self.tx.take() {
-                    self.tx_seen = t.next;
+                if let Some(t) = &mut self.tx {
+                    t.close();
                 }
             }
         }
-        self.rx.is_none() && self.tx.is_none()
+    }
+
+    /// Whether the NIC holds nothing of the connection any more: no
+    /// receive offload, and every record it sealed acknowledged (or it
+    /// sealed none).
+    pub fn finished(&self) -> bool {
+        self.rx.is_none() && self.tx.as_ref().is_none_or(|t| t.closed() && t.drained())
     }
 
     /// The ULP confirmed that record `rec_seq` starts at `at`.
@@ -141,6 +156,14 @@ impl Socket for Tls {
 
     fn rx_synced(&self) -> bool {
         self.rx.as_ref().is_some_and(|r| r.synced())
+    }
+
+    fn released(&self) -> bool {
+        self.rx.is_none() && self.tx.as_ref().is_none_or(|t| t.closed())
+    }
+
+    fn finished(&self) -> bool {
+        Tls::finished(self)
     }
 
     /// PDU resyncs are the flow inside's; records resync by `tls_resync`.

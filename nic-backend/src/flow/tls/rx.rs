@@ -4,7 +4,7 @@
 //! meets from its header on, knowing its sequence number, is decrypted in
 //! the segment as it passes (the stack then holds plaintext) and hinted
 //! `DECRYPTED`; when its tag is in and verifies, the tag's bytes are
-//! hinted too, and the ULP may take the record as it is. A record that
+//! hinted `TAG_OK`, and the ULP may take the record as it is. A record that
 //! fails its tag, or that a gap cut, is left with whatever was decrypted
 //! of it, hinted as such, for software to encrypt back and open itself.
 //!
@@ -43,12 +43,12 @@ const FRAGS_PER_SEGMENT: usize = 256;
 /// The layer inside, if any.
 pub(crate) type Inner = Option<Box<dyn Socket>>;
 
-/// Record starts remembered while a resync waits for confirmation.
+/// Record starts remembered while a resync waits for confirmation; the
+/// request stands until the record it names falls out of them.
 const CHAIN_MEMORY: usize = 64;
-/// Ask again (at the current record) after this many unconfirmed ones.
-const REREQUEST_AFTER: u32 = 8;
-/// Decrypted records remembered for their bytes coming again, at most;
-/// acknowledgments prune them long before.
+/// Decrypted records remembered for their bytes coming again, at most
+/// (acknowledgments prune them long before); past it, no more records
+/// are decrypted until some are acknowledged.
 const DECRYPTED_MEMORY: usize = 1 << 16;
 
 #[derive(Debug)]
@@ -103,8 +103,11 @@ pub(crate) struct RxRecords {
     inner_at: Option<u64>,
     /// Records begun since the resync request: start, body length.
     chain: VecDeque<(u64, usize)>,
-    since_request: u32,
+    /// The record start the standing resync request names.
+    asked: Option<u64>,
     decrypted: VecDeque<Decrypted>,
+    /// The layer inside could not follow a record: it gets no more.
+    inner_off: bool,
 }
 
 impl RxRecords {
@@ -116,9 +119,17 @@ impl RxRecords {
             seq: Some(seq),
             inner_at: Some(start.inner),
             chain: VecDeque::new(),
-            since_request: 0,
+            asked: None,
             decrypted: VecDeque::new(),
+            inner_off: false,
         }
+    }
+
+    /// Bytes before `seen` went by before the offload began: start lost
+    /// there, to find records again in what comes after.
+    pub fn lost_until(&mut self, seen: u64) {
+        self.next = seen;
+        self.lose();
     }
 
     pub fn synced(&self) -> bool {
@@ -237,7 +248,7 @@ impl RxRecords {
                     let start = at + pos as u64;
                     self.state = State::Header { start, buf: [0; HEADER], got: 0 };
                     self.chain.clear();
-                    self.since_request = 0;
+                    self.asked = Some(start);
                     ctx.request_resync(start);
                     env.stats.rx_tls_resync_req += 1;
                 }
@@ -266,7 +277,9 @@ impl RxRecords {
                                 if let Some(d) = self.decrypted.back_mut() {
                                     d.to = here + k as u64;
                                 }
-                                r.inside(here, buf, inner, ctx, env);
+                                if !self.inner_off && r.inside(here, buf, inner, ctx, env) {
+                                    self.inner_off = true;
+                                }
                             } else {
                                 // Unhinted bytes must reach the stack as they came.
                                 if ok && let Some(d) = self.decrypted.back() {
@@ -287,7 +300,7 @@ impl RxRecords {
                     }
                     if r.decrypting {
                         if self.aead.verify(&r.tag) {
-                            if !r.odd && ctx.push_hint(r.tag_at, r.end, HintFlags::DECRYPTED) {
+                            if !r.odd && ctx.push_hint(r.tag_at, r.end, HintFlags::TAG_OK) {
                                 env.stats.rx_tls_decrypted_bytes += TAG as u64;
                                 env.stats.rx_tls_records += 1;
                             }
@@ -315,27 +328,25 @@ impl RxRecords {
         match self.seq {
             None => {
                 self.chain.push_back((start, len));
-                if self.chain.len() > CHAIN_MEMORY {
-                    self.chain.pop_front();
-                }
-                self.since_request += 1;
-                if self.since_request >= REREQUEST_AFTER {
-                    self.since_request = 0;
+                if self.chain.len() > CHAIN_MEMORY
+                    && self.chain.pop_front().map(|c| c.0) == self.asked
+                {
+                    // The request went unanswered this long: ask anew.
+                    self.asked = Some(start);
                     ctx.request_resync(start);
                     env.stats.rx_tls_resync_req += 1;
                 }
             }
             Some(seq) => {
                 self.seq = Some(seq + 1);
-                // Only what the ULP will hear of may be decrypted.
+                // Only what the ULP will hear of, and what can be decrypted
+                // again should it come again, may be decrypted.
                 if env.active.contains(Caps::TLS_RX)
                     && ctx.has_room()
+                    && self.decrypted.len() < DECRYPTED_MEMORY
                     && self.aead.begin(seq, header)
                 {
                     r.decrypting = true;
-                    if self.decrypted.len() >= DECRYPTED_MEMORY {
-                        self.decrypted.pop_front();
-                    }
                     self.decrypted.push_back(Decrypted { seq, body, to: body, end });
                 }
             }
@@ -378,9 +389,17 @@ fn content(len: usize) -> u64 {
 
 impl Record {
     /// Body bytes `buf`, at stream offset `at`, just decrypted: content
-    /// to the layer inside; the content type checked.
-    fn inside(&mut self, at: u64, buf: &mut [u8], inner: &mut Inner, ctx: &SkCtx, env: &mut Env) {
-        let (Some(base), Some(flow)) = (self.inner, inner.as_mut()) else { return };
+    /// to the layer inside; the content type checked. True if the layer
+    /// inside can follow no further.
+    fn inside(
+        &mut self,
+        at: u64,
+        buf: &mut [u8],
+        inner: &mut Inner,
+        ctx: &SkCtx,
+        env: &mut Env,
+    ) -> bool {
+        let (Some(base), Some(flow)) = (self.inner, inner.as_mut()) else { return false };
         let kind_at = self.tag_at - 1;
         let n = (kind_at.saturating_sub(at) as usize).min(buf.len());
         if n > 0 {
@@ -388,12 +407,14 @@ impl Record {
         }
         if n < buf.len() && buf[n] != APPLICATION_DATA {
             // Padded, or not application data: the layer inside counted
-            // content that is not. It goes, and its word on this record.
+            // content that is not. It follows no further on receive (its
+            // transmit digests go on), and its word on this record goes.
             tracing::debug!(at, kind = buf[n], "a record the layer inside cannot follow");
             flow.ctx().truncate_hints(base);
-            *inner = None;
             self.odd = true;
+            return true;
         }
+        false
     }
 }
 

@@ -61,7 +61,7 @@ struct Rx {
 
 impl Rx {
     fn new(i: &TlsCryptoInfo) -> Self {
-        let mut tls = Tls::new(0, 0);
+        let mut tls = Tls::new(0, 0, 0);
         tls.add(TlsDirection::Rx, i, TlsStart::default()).unwrap();
         Self { tls, stats: Stats::default(), got: Vec::new() }
     }
@@ -78,11 +78,16 @@ impl Rx {
         seg
     }
 
+    /// Ranges hinted decrypted (bodies) or verified (tags), adjacent
+    /// ones joined: a record vouched for is one range, body and tag.
     fn decrypted(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
-        let mut v = Vec::new();
+        let mut v: Vec<(u64, u64)> = Vec::new();
         self.tls.ctx.with_hints(from, to, |a, b, h| {
-            if h.flags.contains(HintFlags::DECRYPTED) {
-                v.push((a, b));
+            if h.flags.contains(HintFlags::DECRYPTED) || h.flags.contains(HintFlags::TAG_OK) {
+                match v.last_mut() {
+                    Some(last) if last.1 == a => last.1 = b,
+                    _ => v.push((a, b)),
+                }
             }
         });
         v
@@ -197,11 +202,28 @@ fn after_a_lost_header_records_are_found_confirmed_and_decrypted_again() {
     assert_eq!(rx.stats.rx_tls_records, 4);
 }
 
+/// Bytes past the offload's start went by before it began: the stack
+/// may hold them as they came, so a copy of them that comes again (a
+/// retransmission) is not decrypted, and records are found again after.
+#[test]
+fn records_that_went_by_before_the_offload_are_left_as_they_came() {
+    let i = info(TlsCipher::Aes128Gcm, 0);
+    let (s, spans) = stream(&i, 0, &[500; 4]);
+    let mut tls = Tls::new(0, 0, spans[1].1 as u64);
+    tls.add(TlsDirection::Rx, &i, TlsStart::default()).unwrap();
+    let mut rx = Rx { tls, stats: Stats::default(), got: Vec::new() };
+    let again = rx.segment(&s, 0..spans[1].1);
+    assert_eq!(again, s[..spans[1].1], "not decrypted in place of what the stack holds");
+    assert!(rx.decrypted(0, spans[1].1 as u64).is_empty());
+    rx.segment(&s, spans[1].1..s.len());
+    assert_eq!(rx.stats.rx_tls_resync_req, 1, "records found again, and asked about");
+}
+
 #[test]
 fn without_the_capability_records_go_up_as_they_came() {
     let i = info(TlsCipher::Aes128Gcm, 0);
     let (s, _) = stream(&i, 0, &[100, 100]);
-    let mut tls = Tls::new(0, 0);
+    let mut tls = Tls::new(0, 0, 0);
     tls.add(TlsDirection::Rx, &i, TlsStart::default()).unwrap();
     let mut stats = Stats::default();
     let mut placed = Placed::default();
@@ -224,7 +246,7 @@ fn transmitted_records_are_sealed_and_sealed_again_on_retransmission() {
             .enumerate()
             .flat_map(|(k, &n)| seal(&i, 5 + k as u64, &content(k as u64, n)))
             .collect();
-        let mut tls = Tls::new(0, 0);
+        let mut tls = Tls::new(0, 0, 0);
         tls.add(TlsDirection::Tx, &i, TlsStart::default()).unwrap();
         let mut stats = Stats::default();
         let mut placed = Placed::default();
@@ -245,16 +267,25 @@ fn transmitted_records_are_sealed_and_sealed_again_on_retransmission() {
             assert_eq!(send(&mut tls, &mut stats, a, b), want[a..b], "again {a}..{b}");
         }
         assert_eq!(stats.tx_tls_ooo, 3);
-        // Acknowledged, the records are forgotten.
+        // Acknowledged, the records are forgotten; sent again regardless,
+        // their bytes go as zeros, never in the clear.
         tls.tx_acked(clear.len() as u64);
-        assert_eq!(send(&mut tls, &mut stats, 0, 100), clear[..100]);
+        assert_eq!(send(&mut tls, &mut stats, 0, 100), [0; 100]);
+        // An acknowledgment of more than was sent counts up to what was:
+        // the record under way stays, and goes again sealed.
+        let mut tls = Tls::new(0, 0, 0);
+        tls.add(TlsDirection::Tx, &i, TlsStart::default()).unwrap();
+        send(&mut tls, &mut stats, 0, 1230);
+        tls.tx_acked(u64::MAX / 2);
+        assert_eq!(send(&mut tls, &mut stats, 1222, 1230), want[1222..1230]);
+        assert_eq!(send(&mut tls, &mut stats, 1000, 1100), [0; 100], "record 0 is acknowledged");
     }
 }
 
 #[test]
 fn a_stream_that_is_not_records_goes_out_as_zeros() {
     let i = info(TlsCipher::Aes128Gcm, 0);
-    let mut tls = Tls::new(0, 0);
+    let mut tls = Tls::new(0, 0, 0);
     tls.add(TlsDirection::Tx, &i, TlsStart::default()).unwrap();
     let mut stats = Stats::default();
     let mut placed = Placed::default();
@@ -300,7 +331,7 @@ mod inside {
         let mut flow = NvmeTcp::flow(config, 0, 0, false, 16);
         let sgl = vec![SgEntry { buf: buf.clone(), offset: 0, len: buf.len() }];
         *flow.proto.slot(CID).unwrap() = Some(Mapping::new(sgl, false, true));
-        let mut tls = Tls::new(0, 0);
+        let mut tls = Tls::new(0, 0, 0);
         tls.add(TlsDirection::Rx, i, TlsStart { tcp: 0, inner }).unwrap();
         tls.inner = Some(Box::new(flow));
         tls
@@ -371,7 +402,7 @@ mod inside {
     }
 
     #[test]
-    fn a_padded_record_stops_the_flow_inside_and_is_not_vouched_for() {
+    fn a_padded_record_stops_the_flow_inside_on_receive_and_is_not_vouched_for() {
         let i = info(TlsCipher::Aes256Gcm, 0);
         let data = vec![7u8; 9000];
         let pdu = c2h(CID, 0, &data, false, 24);
@@ -389,17 +420,22 @@ mod inside {
         let buf = IoBuf::new(data.len());
         let mut tls = socket(&i, &buf, 0);
         let inner_ctx = tls.inner.as_ref().unwrap().ctx().clone();
-        let (_, _, _) = run(&mut tls, &stream, 100_000);
-        assert!(tls.inner.is_none(), "the flow inside is gone");
+        let (stats, _, _) = run(&mut tls, &stream, 100_000);
+        // The first record's data, and its padding too (taken for content
+        // until the last byte said otherwise, then left to software to
+        // write again), then no more.
+        assert_eq!(stats.nic_placed_bytes, 4000 - 24 + 3);
+        assert!(tls.inner.is_some(), "still there for its transmit digests");
         let mut hinted = false;
         inner_ctx.with_hints(0, 20_000, |_, _, h| hinted |= h.flags != HintFlags::NONE);
         assert!(!hinted, "its word on the record withdrawn");
-        let mut vouched = Vec::new();
+        let mut said = Vec::new();
         tls.ctx.with_hints(0, first.len() as u64, |a, b, h| {
-            if h.flags.contains(HintFlags::DECRYPTED) {
-                vouched.push((a, b));
+            if h.flags != HintFlags::NONE {
+                said.push((a, b, h.flags));
             }
         });
-        assert_eq!(vouched, vec![(HEADER as u64, (first.len() - TAG) as u64)], "the tag not");
+        let body = (HEADER as u64, (first.len() - TAG) as u64, HintFlags::DECRYPTED);
+        assert_eq!(said, vec![body], "decrypted, but the tag not vouched for");
     }
 }

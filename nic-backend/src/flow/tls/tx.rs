@@ -15,8 +15,13 @@
 //! left to it into the plaintext, which is then encrypted; on a
 //! retransmission it puts them back, and the bytes are encrypted again.
 //!
+//! Once the driver takes the direction back (`tls_dev_del`), new bytes
+//! are the driver's again; the records already sent stay the NIC's until
+//! acknowledged.
+//!
 //! It must never let plaintext out: a stream that stops being records
-//! (a ULP's bug) goes out as zeros from there on, which the peer refuses.
+//! (a ULP's bug), a cipher that fails, or old bytes of records it no
+//! longer holds go out as zeros, which the peer refuses.
 
 use super::aead::Aead;
 use super::rx::Inner;
@@ -60,6 +65,12 @@ pub(crate) struct TxRecords {
     inner_at: u64,
     state: State,
     sent: VecDeque<Sent>,
+    /// Where the offload started, and before which offset records were
+    /// acknowledged and forgotten: no byte between may go out again.
+    start: u64,
+    forgotten: u64,
+    /// Taken back at this offset: bytes from here on are not ours.
+    closed: Option<u64>,
 }
 
 impl TxRecords {
@@ -71,16 +82,38 @@ impl TxRecords {
             inner_at: start.inner,
             state: State::Header { start: start.tcp, buf: [0; HEADER], got: 0 },
             sent: VecDeque::new(),
+            start: start.tcp,
+            forgotten: start.tcp,
+            closed: None,
         }
     }
 
-    /// The peer holds everything before `ack`. Returns the layer
-    /// inside's offset before which it holds every byte of content.
+    /// The peer holds everything before `ack` (no further than what was
+    /// sent: an acknowledgment of more is not one the stack takes).
+    /// Returns the layer inside's offset before which the peer holds
+    /// every byte of content.
     pub fn acked(&mut self, ack: u64) -> u64 {
+        let ack = ack.min(self.next);
         while self.sent.front().is_some_and(|s| s.end <= ack) {
-            self.sent.pop_front();
+            if let Some(s) = self.sent.pop_front() {
+                self.forgotten = s.end;
+            }
         }
         self.sent.front().map_or(self.inner_at, |s| s.inner)
+    }
+
+    /// The driver takes the direction back: bytes from here on are its.
+    pub fn close(&mut self) {
+        self.closed.get_or_insert(self.next);
+    }
+
+    /// Whether nothing the NIC sealed waits for an acknowledgment.
+    pub fn drained(&self) -> bool {
+        self.sent.is_empty()
+    }
+
+    pub fn closed(&self) -> bool {
+        self.closed.is_some()
     }
 
     /// An outgoing segment, `payload` at stream offset `off`, encrypted
@@ -99,7 +132,7 @@ impl TxRecords {
             edited |= self.again(off, &mut payload[..old], inner, env);
             env.stats.tx_tls_ooo += 1;
         }
-        if end <= self.next {
+        if end <= self.next || self.closed.is_some() {
             return edited;
         }
         if off > self.next {
@@ -122,12 +155,22 @@ impl TxRecords {
     fn again(&mut self, off: u64, old: &mut [u8], inner: &mut Inner, env: &mut Env) -> bool {
         let end = off + old.len() as u64;
         let mut edited = false;
+        // Records acknowledged and forgotten: whatever sends their bytes
+        // again, it is not their plaintext that goes.
+        let (from, to) = (self.start.max(off), self.forgotten.min(end));
+        if from < to {
+            old[(from - off) as usize..(to - off) as usize].fill(0);
+            edited = true;
+        }
         for s in self.sent.iter().filter(|s| s.body < end && s.end > off) {
             let (a, b) = (s.body.max(off), s.tag_at.min(end));
             if a < b {
                 let buf = &mut old[(a - off) as usize..(b - off) as usize];
                 s.inside(a, buf, inner, env);
-                edited |= self.aead.keystream(s.seq, (a - s.body) as usize, buf);
+                if !self.aead.keystream(s.seq, (a - s.body) as usize, buf) {
+                    buf.fill(0);
+                }
+                edited = true;
             }
             let (a, b) = (s.tag_at.max(off), s.end.min(end));
             if a < b {
@@ -188,11 +231,21 @@ impl TxRecords {
                     }
                 }
                 State::Body => {
-                    let Some(s) = self.sent.back_mut() else { return edited };
+                    let Some(s) = self.sent.back_mut().filter(|s| s.end > here) else {
+                        // No record in hand: nothing here can be sealed.
+                        self.state = State::Poisoned(here);
+                        continue;
+                    };
                     if here < s.tag_at {
                         let k = ((s.tag_at - here) as usize).min(data.len() - pos);
                         s.inside(here, &mut data[pos..pos + k], inner, env);
-                        edited |= self.aead.update(&mut data[pos..pos + k]);
+                        if !self.aead.update(&mut data[pos..pos + k]) {
+                            // Never the plaintext instead.
+                            tracing::warn!(at = here, "the cipher failed: sending zeros from here");
+                            self.state = State::Poisoned(here);
+                            continue;
+                        }
+                        edited = true;
                         env.stats.tx_tls_encrypted_bytes += k as u64;
                         pos += k;
                         continue;
