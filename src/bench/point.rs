@@ -113,6 +113,10 @@ pub struct Measures {
     /// encrypted (sent) in software, per I/O.
     pub host_decrypt_bytes_per_io: f64,
     pub host_encrypt_bytes_per_io: f64,
+    /// Over TLS: record bytes the host's NIC decrypted and encrypted, per
+    /// I/O.
+    pub nic_decrypt_bytes_per_io: f64,
+    pub nic_encrypt_bytes_per_io: f64,
     pub nic_placed_bytes_per_io: f64,
     /// Receive and transmit data bytes the NIC digested, per I/O.
     pub nic_crc_bytes_per_io: f64,
@@ -177,6 +181,12 @@ impl Measures {
             host_decrypt_bytes_per_io: ulp.tls_decrypt_bytes as f64 / ios,
             host_encrypt_bytes_per_io: (b.tx.tls_encrypt_bytes - a.tx.tls_encrypt_bytes) as f64
                 / ios,
+            nic_decrypt_bytes_per_io: (b.nic.rx_tls_decrypted_bytes - a.nic.rx_tls_decrypted_bytes)
+                as f64
+                / ios,
+            nic_encrypt_bytes_per_io: (b.nic.tx_tls_encrypted_bytes - a.nic.tx_tls_encrypted_bytes)
+                as f64
+                / ios,
             nic_placed_bytes_per_io: (b.nic.nic_placed_bytes - a.nic.nic_placed_bytes) as f64 / ios,
             nic_crc_bytes_per_io: ((b.nic.nic_crc_bytes - a.nic.nic_crc_bytes)
                 + (b.nic.tx_crc_offloaded_bytes - a.nic.tx_crc_offloaded_bytes))
@@ -222,6 +232,8 @@ impl Measures {
             host_crc_bytes_per_io: per_io(|m| m.host_crc_bytes_per_io),
             host_decrypt_bytes_per_io: per_io(|m| m.host_decrypt_bytes_per_io),
             host_encrypt_bytes_per_io: per_io(|m| m.host_encrypt_bytes_per_io),
+            nic_decrypt_bytes_per_io: per_io(|m| m.nic_decrypt_bytes_per_io),
+            nic_encrypt_bytes_per_io: per_io(|m| m.nic_encrypt_bytes_per_io),
             nic_placed_bytes_per_io: per_io(|m| m.nic_placed_bytes_per_io),
             nic_crc_bytes_per_io: per_io(|m| m.nic_crc_bytes_per_io),
             control_calls_per_io: per_io(|m| m.control_calls_per_io),
