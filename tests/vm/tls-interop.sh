@@ -137,6 +137,20 @@ capture_stop() {
 	CAP_PID=
 }
 
+# nic_took WHO REPORT: our software NIC decrypted records in WHO's offload
+# report (its TLS line), encrypted records, and digested data inside them.
+nic_took() {
+	local line
+	line=$(grep -aE 'TLS: NIC decrypted' <<<"$2" | tail -n1)
+	if grep -qE 'decrypted [1-9][0-9]* records .*encrypted [1-9][0-9]* records' <<<"$line" &&
+		grep -aqE 'NIC placed .* and digested [1-9]' <<<"$2"; then
+		say "ok   our $1's NIC took the records over:$(sed 's/^.*TLS://' <<<"$line" | cut -c1-160)"
+	else
+		say "FAIL our $1's NIC did not take the records over: ${line:-no TLS line}"
+		host_failures=$((host_failures + 1))
+	fi
+}
+
 # --- our controllers ---------------------------------------------------------------
 # (ip netns exec execs the program, so $! is the controller itself.)
 TLS=(--tls-compat)
@@ -202,6 +216,9 @@ if ((ready)); then
 	our_host "our smoltcp host (tap2) -> nvmet TLS port: identity v1, data digest" ok \
 		--tap tap2 --ip "$SMOL_HOST_IP/24" --hostnqn "$OH1" --tls --tls-key "$TLS_KEY" "${TLS[@]}" \
 		--tls-identity 1 --ddgst "${IO[@]}"
+	# Its NIC took the records over from Linux's kTLS both ways, and
+	# digested inside them.
+	nic_took host "$(sed -n '/^### our smoltcp host/,/^### /p' "$TMP/host.log")"
 	guest_check clean our host over TLS
 	# The refused handshakes are captured too: what tlshd answers.
 	capture_start host-refused "host $GUEST_IP and tcp port $PORT" || host_failures=$((host_failures + 1))
@@ -229,6 +246,7 @@ relay
 
 # --- our controllers' side ------------------------------------------------------------
 stop_controllers
+nic_took "smoltcp controller" "$(cat "$TMP/ctrl-smoltcp.log")"
 # Each refusal was logged where it happened, and nothing worse than a
 # warning, and no warning but those of the refusals.
 expect_log() { # CTRL PATTERN WHAT
