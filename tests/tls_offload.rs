@@ -115,8 +115,9 @@ fn on_a_lossy_wire_records_the_nic_missed_are_opened_in_software_and_the_data_is
 }
 
 /// Everything on, TLS too: the NICs place and digest NVMe/TCP data inside
-/// the records they decrypt, and digest inside the records they seal.
-/// The host opens, copies and digests no read payload.
+/// the records they decrypt; they gather write payload into the records
+/// they seal and digest it there. The host opens, copies and digests no
+/// payload either way.
 #[test]
 fn inside_the_records_the_nic_places_and_digests_and_the_host_touches_no_read_payload() {
     let o = opts(Caps::ALL);
@@ -129,6 +130,8 @@ fn inside_the_records_the_nic_places_and_digests_and_the_host_touches_no_read_pa
     assert_eq!((ulp.copy_bytes, ulp.crc_bytes), (0, 0), "no read payload copied or digested");
     assert!(ulp.tls_decrypt_bytes < 64 << 10, "the admin queue's alone");
     assert_eq!(nic.tx_crc_offloaded_bytes, o.size, "write digests by the NIC, inside records");
+    assert_eq!(tx.zero_copy_bytes, o.size, "write payload gathered by the NIC, then sealed");
+    assert_eq!(tx.data_bytes, 2 * 1024, "nothing copied but the Connect data");
     assert_eq!(tx.crc_bytes, 2 * 1024, "only the I/O queues' Connect data, before offload began");
     let cn = d.ctrl_nic.stats();
     assert_eq!(cn.nic_placed_bytes, o.size, "the controller's NIC placed the written data");

@@ -127,8 +127,10 @@ impl DdpDevice for NicHandle {
             if !tx_crc {
                 granted = granted.without(Caps::CRC_TX);
             }
-            if under_tls.is_some() {
-                // Records are framed from a copy: nothing to gather from.
+            if under_tls.is_some_and(|slot| !tls(&mut st, slot).is_some_and(|t| t.seals())) {
+                // Records software seals are sealed from a copy: nothing
+                // to gather from. Records the NIC seals take payload by
+                // reference like any stream, gathered, then sealed.
                 granted = granted.without(Caps::ZC_TX);
             }
             Ok(SkHandle { id: slot as u32, ctx, offloads: granted })

@@ -440,7 +440,7 @@ pub(crate) trait Plaintext {
     fn send(&mut self, out: &mut dyn TxSink) -> usize;
 }
 
-/// A sink that takes at most `room` bytes more, by copy.
+/// A sink that takes at most `room` bytes more.
 struct Limited<'a> {
     sink: &'a mut dyn TxSink,
     room: usize,
@@ -453,6 +453,13 @@ impl TxSink for Limited<'_> {
 
     fn write(&mut self, bytes: &[u8]) -> usize {
         let n = self.sink.write(&bytes[..bytes.len().min(self.room)]);
+        self.room -= n;
+        n
+    }
+
+    /// The NIC gathers them into the record, then seals it.
+    fn write_by_reference(&mut self, len: usize, token: u64, token_offset: u64) -> usize {
+        let n = self.sink.write_by_reference(len.min(self.room), token, token_offset);
         self.room -= n;
         n
     }
