@@ -71,8 +71,11 @@ struct Record {
     body: u64,
     tag_at: u64,
     end: u64,
-    /// Decrypted from its first body byte, every byte in order so far.
+    seq: u64,
+    /// Decrypted as its bytes come, by its sequence number.
     decrypting: bool,
+    /// Every body byte came in order so far: the tag can be checked.
+    whole: bool,
     /// The layer inside's offset of the first content byte, if known.
     inner: Option<u64>,
     /// Not plain application data after all: not vouched for.
@@ -80,12 +83,13 @@ struct Record {
     tag: [u8; TAG],
 }
 
-/// Body bytes `[body, to)` of record `seq`, which ends at `end`, were
-/// decrypted in the stack's copy.
+/// Bytes `[from, to)` of the body of record `seq` (which starts at
+/// `body` and ends at `end`) were decrypted in the stack's copy.
 #[derive(Debug, Clone, Copy)]
 struct Decrypted {
     seq: u64,
     body: u64,
+    from: u64,
     to: u64,
     end: u64,
 }
@@ -212,7 +216,20 @@ impl RxRecords {
         let to = self.next + n;
         tracing::trace!(from = self.next, to, state = ?self.state, "gap");
         match &mut self.state {
-            State::Body(r) if to < r.end => r.decrypting = false,
+            State::Body(r) if to < r.end => {
+                // The record can no longer be vouched for, but its bytes
+                // after the gap are still decrypted where they are (counter
+                // mode needs only their place), for the layer inside and
+                // for software, which encrypts them back to open it.
+                r.whole = false;
+                if r.decrypting && self.decrypted.len() < DECRYPTED_MEMORY {
+                    let (seq, body, end) = (r.seq, r.body, r.end);
+                    let from = to.min(r.tag_at);
+                    self.decrypted.push_back(Decrypted { seq, body, from, to: from, end });
+                } else {
+                    r.decrypting = false;
+                }
+            }
             State::Body(r) if to == r.end => {
                 self.state = State::Header { start: to, buf: [0; HEADER], got: 0 };
             }
@@ -229,8 +246,8 @@ impl RxRecords {
     /// were decrypted when they first came.
     fn again(&mut self, off: u64, old: &mut [u8]) {
         let end = off + old.len() as u64;
-        for d in self.decrypted.iter().filter(|d| d.body < end && d.to > off) {
-            let (a, b) = (d.body.max(off), d.to.min(end));
+        for d in self.decrypted.iter().filter(|d| d.from < end && d.to > off) {
+            let (a, b) = (d.from.max(off), d.to.min(end));
             let buf = &mut old[(a - off) as usize..(b - off) as usize];
             let ok = self.aead.keystream(d.seq, (a - d.body) as usize, buf);
             debug_assert!(ok, "the keystream of a record decrypted before");
@@ -271,7 +288,10 @@ impl RxRecords {
                         let k = ((r.tag_at - here) as usize).min(data.len() - pos);
                         if r.decrypting {
                             let buf = &mut data[pos..pos + k];
-                            let ok = self.aead.update(buf);
+                            let ok = match r.whole {
+                                true => self.aead.update(buf),
+                                false => self.aead.keystream(r.seq, (here - r.body) as usize, buf),
+                            };
                             if ok && ctx.push_hint(here, here + k as u64, HintFlags::DECRYPTED) {
                                 env.stats.rx_tls_decrypted_bytes += k as u64;
                                 if let Some(d) = self.decrypted.back_mut() {
@@ -298,7 +318,7 @@ impl RxRecords {
                     if here + (k as u64) < r.end {
                         continue;
                     }
-                    if r.decrypting {
+                    if r.decrypting && r.whole {
                         if self.aead.verify(&r.tag) {
                             if !r.odd && ctx.push_hint(r.tag_at, r.end, HintFlags::TAG_OK) {
                                 env.stats.rx_tls_decrypted_bytes += TAG as u64;
@@ -323,8 +343,17 @@ impl RxRecords {
         let inner = self.inner_at;
         self.inner_at = inner.map(|i| i + content(len));
         let tag_at = end - TAG as u64;
-        let mut r =
-            Record { body, tag_at, end, decrypting: false, inner, odd: false, tag: [0; TAG] };
+        let mut r = Record {
+            body,
+            tag_at,
+            end,
+            seq: 0,
+            decrypting: false,
+            whole: true,
+            inner,
+            odd: false,
+            tag: [0; TAG],
+        };
         match self.seq {
             None => {
                 self.chain.push_back((start, len));
@@ -346,8 +375,8 @@ impl RxRecords {
                     && self.decrypted.len() < DECRYPTED_MEMORY
                     && self.aead.begin(seq, header)
                 {
-                    r.decrypting = true;
-                    self.decrypted.push_back(Decrypted { seq, body, to: body, end });
+                    (r.decrypting, r.seq) = (true, seq);
+                    self.decrypted.push_back(Decrypted { seq, body, from: body, to: body, end });
                 }
             }
         }
