@@ -431,20 +431,21 @@ mod tests {
             &[(0, 0, 600), (0, 900, 700), (0, 600, 300), (0, 1200, n)],
             &[(0, 0, 500), (0, 0, 500), (2, 0, 0), (0, 500, n), (3, 0, n)],
         ];
-        plans
-            .iter()
-            .map(|ops| {
-                let mut v = head.to_vec();
-                v.push(ops.len() as u8);
-                for &(k, a, b) in *ops {
-                    v.push(k);
-                    v.extend_from_slice(&a.to_le_bytes());
-                    v.extend_from_slice(&b.to_le_bytes());
-                }
-                v.extend_from_slice(&stream);
-                v
-            })
-            .collect()
+        plans.iter().map(|ops| input(&head, ops, &stream)).collect()
+    }
+
+    /// A fuzz input: `head`, the operations (count, then kind and two
+    /// u16 each), then `tail`.
+    fn input(head: &[u8], ops: &[(u8, u16, u16)], tail: &[u8]) -> Vec<u8> {
+        let mut v = head.to_vec();
+        v.push(ops.len() as u8);
+        for &(k, a, b) in ops {
+            v.push(k);
+            v.extend_from_slice(&a.to_le_bytes());
+            v.extend_from_slice(&b.to_le_bytes());
+        }
+        v.extend_from_slice(tail);
+        v
     }
 
     /// The inputs the `nic_tls_rx` corpus grew from: two C2HData PDUs in
@@ -467,20 +468,7 @@ mod tests {
             &[(0, 0, 200), (0, 330, 700), (2, 644, 7), (0, 200, 130), (0, 1030, n)],
             &[(4, 400, 1), (0, 0, n)],
         ];
-        plans
-            .iter()
-            .map(|ops| {
-                let mut v = head.clone();
-                v.push(ops.len() as u8);
-                for &(k, a, b) in *ops {
-                    v.push(k);
-                    v.extend_from_slice(&a.to_le_bytes());
-                    v.extend_from_slice(&b.to_le_bytes());
-                }
-                v.extend_from_slice(&content);
-                v
-            })
-            .collect()
+        plans.iter().map(|ops| input(&head, ops, &content)).collect()
     }
 
     #[test]
@@ -566,23 +554,11 @@ mod tests {
         let mut seeds: Vec<_> = plans
             .iter()
             .map(|(markers, ops)| {
-                let mut v = head(*markers, false);
-                v.push(ops.len() as u8);
-                for &(k, a, b) in ops {
-                    v.push(k);
-                    v.extend_from_slice(&a.to_le_bytes());
-                    v.extend_from_slice(&b.to_le_bytes());
-                }
-                v.extend_from_slice(if *markers { &marked } else { &plain });
-                v
+                input(&head(*markers, false), ops, if *markers { &marked } else { &plain })
             })
             .collect();
         // In order, with a receive posted for the Send.
-        let mut v = head(false, true);
-        v.extend_from_slice(&[1, 0, 0, 0]);
-        v.extend_from_slice(&(n as u16).to_le_bytes());
-        v.extend_from_slice(&plain);
-        seeds.push(v);
+        seeds.push(input(&head(false, true), &[(0, 0, n as u16)], &plain));
         seeds
     }
 
