@@ -658,22 +658,36 @@ fn the_demo_and_bench_run_over_tls() {
     assert!(n(&report["offload"], "host_decrypt_bytes") > size, "{report}");
     assert!(n(&report["offload"], "host_encrypt_bytes") > size, "{report}");
     let points = std::env::temp_dir().join(format!("nvme-ddp-tls-{}.json", std::process::id()));
-    let args =
-        ["bench", "--bs", "4k", "--rw", "read", "--qd", "4", "--mtu", "9000", "--offload", "none"];
+    let args = [
+        "bench",
+        "--bs",
+        "4k",
+        "--rw",
+        "read",
+        "--qd",
+        "4",
+        "--mtu",
+        "9000",
+        "--offload",
+        "none,tls",
+    ];
     let more =
         ["--tls", "on,off", "--reps", "1", "--time", "0.2", "--json", points.to_str().unwrap()];
     let out = ok(&[&args[..], &more].concat());
     assert!(out.lines().any(|l| l.starts_with("tls  read")), "{out}");
     assert!(out.lines().any(|l| l.starts_with("tcp  read")), "{out}");
-    // Per 4 KiB read: the data's record and more decrypted over TLS, and
-    // nothing in the clear.
+    // Per 4 KiB read: the data's record and more decrypted over TLS, by
+    // the host without the offload and by its NIC with it; nothing in
+    // the clear.
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&points).unwrap()).unwrap();
     std::fs::remove_file(&points).ok();
     for p in doc["points"].as_array().unwrap() {
-        let decrypted = p["host_decrypt_bytes_per_io"].as_f64().unwrap();
-        match p["tls"].as_bool().unwrap() {
-            true => assert!(decrypted > 4096.0, "{p}"),
-            false => assert_eq!(decrypted, 0.0, "{p}"),
+        let host = p["host_decrypt_bytes_per_io"].as_f64().unwrap();
+        let nic = p["nic_decrypt_bytes_per_io"].as_f64().unwrap();
+        match (p["tls"].as_bool().unwrap(), p["offload"].as_str().unwrap()) {
+            (true, "none") => assert!(host > 4096.0 && nic == 0.0, "{p}"),
+            (true, _) => assert!(nic > 4096.0 && host < nic / 10.0, "{p}"),
+            (false, _) => assert_eq!(host + nic, 0.0, "{p}"),
         }
     }
     refused(&["demo", "--tls", "--transport", "rdma"], "TLS");

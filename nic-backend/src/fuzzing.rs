@@ -96,14 +96,7 @@ pub fn rx(data: &[u8]) -> Stats {
                 flow.tx_segment(start as u64, &mut stream[start..end], &mut env);
             }
         }
-        let mut last = 0;
-        for r in placed.ranges.iter() {
-            assert!(last <= r.start && r.start < r.end && r.end <= end - start, "{r:?}");
-            last = r.end;
-        }
-        for g in &guarded {
-            assert!(g.untouched_outside(), "a byte was written outside a mapping");
-        }
+        check(&placed, end - start, &guarded);
     }
     stats
 }
@@ -345,14 +338,7 @@ pub fn tls_rx(data: &[u8]) -> Stats {
             }
             _ => {}
         }
-        let mut last = 0;
-        for r in placed.ranges.iter() {
-            assert!(last <= r.start && r.start < r.end && r.end <= end - start, "{r:?}");
-            last = r.end;
-        }
-        for g in &guarded {
-            assert!(g.untouched_outside(), "a byte was written outside a mapping");
-        }
+        check(&placed, end - start, &guarded);
     }
     for (at, seq, header, content, _) in &records {
         let (body, end) = (at + HEADER, at + HEADER + content.len() + 1 + TAG);
@@ -388,6 +374,19 @@ pub fn tls_rx(data: &[u8]) -> Stats {
         }
     }
     stats
+}
+
+/// After an operation on a segment of `len` bytes: the ranges reported
+/// placed lie inside it, in order, and no byte outside a mapping changed.
+fn check(placed: &Placed, len: usize, guarded: &[Guarded]) {
+    let mut last = 0;
+    for r in placed.ranges.iter() {
+        assert!(last <= r.start && r.start < r.end && r.end <= len, "{r:?}");
+        last = r.end;
+    }
+    for g in guarded {
+        assert!(g.untouched_outside(), "a byte was written outside a mapping");
+    }
 }
 
 /// Map up to eight guarded buffers into `flow`'s table as the input says

@@ -256,7 +256,7 @@ impl Measures {
     }
 
     /// Each measure, so statistics can go over all of them alike.
-    pub fn each_mut(&mut self) -> [&mut f64; 19] {
+    pub fn each_mut(&mut self) -> [&mut f64; 21] {
         [
             &mut self.iops,
             &mut self.bytes_per_sec,
@@ -271,6 +271,8 @@ impl Measures {
             &mut self.host_crc_bytes_per_io,
             &mut self.host_decrypt_bytes_per_io,
             &mut self.host_encrypt_bytes_per_io,
+            &mut self.nic_decrypt_bytes_per_io,
+            &mut self.nic_encrypt_bytes_per_io,
             &mut self.nic_placed_bytes_per_io,
             &mut self.nic_crc_bytes_per_io,
             &mut self.control_calls_per_io,
