@@ -205,6 +205,9 @@ pub struct OffloadReport {
     pub nic_tls_tx_again: u64,
     pub tls_resync: u64,
     pub tls_resync_confirmed: u64,
+    /// Records found again by a guess of their number, and guesses right.
+    pub tls_resync_guess: u64,
+    pub tls_resync_guess_ok: u64,
     /// One-shot was asked for on a side that has no buffers to map (a
     /// controller): it runs without it.
     #[serde(skip)]
@@ -267,6 +270,8 @@ impl OffloadReport {
             nic_tls_tx_again: nic.tx_tls_ooo,
             tls_resync: nic.rx_tls_resync_req,
             tls_resync_confirmed: nic.rx_tls_resync_res_ok,
+            tls_resync_guess: nic.rx_tls_resync_guess,
+            tls_resync_guess_ok: nic.rx_tls_resync_guess_ok,
             oneshot_is_the_hosts: false,
         }
     }
@@ -346,13 +351,15 @@ impl OffloadReport {
         ];
         if self.tls_dev_add > 0 {
             lines.push(format!(
-                "{side}   TLS: NIC decrypted {} records / {} rx ({} tags failed), encrypted {} records / {} tx ({} segments again); record resyncs {} (confirmed {})",
+                "{side}   TLS: NIC decrypted {} records / {} rx ({} tags failed), encrypted {} records / {} tx ({} segments again); records found again by guess {} (right {}), by asking {} (confirmed {})",
                 self.nic_tls_rx_records,
                 human_bytes(self.nic_decrypt_bytes as f64),
                 self.nic_tls_auth_fail,
                 self.nic_tls_tx_records,
                 human_bytes(self.nic_encrypt_bytes as f64),
                 self.nic_tls_tx_again,
+                self.tls_resync_guess,
+                self.tls_resync_guess_ok,
                 self.tls_resync,
                 self.tls_resync_confirmed,
             ));

@@ -481,11 +481,11 @@ mod tests {
             .collect();
         // In order: six records, all 1500 data bytes placed. Reordered:
         // the second record's header was lost; the NIC finds the third by
-        // the fourth behind it, asks, follows the fourth without
-        // decrypting, and decrypts the fifth and sixth after the
-        // confirmation. A flipped bit: that record fails its tag.
+        // the fourth behind it, guesses its number (one record fits
+        // between) and its tag proves it: the third to the sixth are the
+        // NIC's. A flipped bit: that record fails its tag.
         assert_eq!(got[0], (6, 0, 1500));
-        assert_eq!((got[1].0, got[1].1), (2, 0));
+        assert_eq!((got[1].0, got[1].1), (4, 0));
         assert_eq!((got[2].0, got[2].1), (5, 1));
     }
 

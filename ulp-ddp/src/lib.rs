@@ -452,6 +452,10 @@ pub struct Stats {
     /// those it confirmed (`rx_tls_resync_res_ok`).
     pub rx_tls_resync_req: u64,
     pub rx_tls_resync_res_ok: u64,
+    /// Records found again after a lost header by a guess of their
+    /// number, and the guesses their tag proved right.
+    pub rx_tls_resync_guess: u64,
+    pub rx_tls_resync_guess_ok: u64,
     /// Records encrypted for the first time (`tx_tls_encrypted_packets`
     /// counts their packets), their body bytes
     /// (`tx_tls_encrypted_bytes`), and retransmitted segments encrypted
@@ -509,6 +513,8 @@ impl std::ops::AddAssign<&Stats> for Stats {
             rx_tls_auth_fail,
             rx_tls_resync_req,
             rx_tls_resync_res_ok,
+            rx_tls_resync_guess,
+            rx_tls_resync_guess_ok,
             tx_tls_records,
             tx_tls_encrypted_packets,
             tx_tls_encrypted_bytes,
@@ -555,6 +561,8 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.rx_tls_auth_fail += rx_tls_auth_fail;
         self.rx_tls_resync_req += rx_tls_resync_req;
         self.rx_tls_resync_res_ok += rx_tls_resync_res_ok;
+        self.rx_tls_resync_guess += rx_tls_resync_guess;
+        self.rx_tls_resync_guess_ok += rx_tls_resync_guess_ok;
         self.tx_tls_records += tx_tls_records;
         self.tx_tls_encrypted_packets += tx_tls_encrypted_packets;
         self.tx_tls_encrypted_bytes += tx_tls_encrypted_bytes;

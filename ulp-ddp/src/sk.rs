@@ -99,7 +99,11 @@ struct Mailbox {
     done: Vec<u16>,
     freed: VecDeque<Freed>,
     frags: VecDeque<Frag>,
+    guesses: VecDeque<(u64, u64)>,
 }
+
+/// Guessed record numbers kept, at most (one per record lost and found).
+const GUESS_CAPACITY: usize = 1024;
 
 /// Shared by the device and the ULP for one socket.
 #[derive(Default)]
@@ -262,6 +266,33 @@ impl SkCtx {
         self.forget_frags(start);
         for g in self.lock().frags.iter().take_while(|g| g.start < end) {
             f(g);
+        }
+    }
+
+    /// TLS: the record whose body starts at `body` was decrypted under
+    /// the number `seq`, a guess its tag is to prove. If it does not,
+    /// software encrypts back with the same number.
+    pub fn push_guess(&self, body: u64, seq: u64) {
+        let mut m = self.lock();
+        if m.guesses.len() >= GUESS_CAPACITY {
+            m.guesses.pop_front();
+        }
+        m.guesses.push_back((body, seq));
+    }
+
+    /// The number the record whose body starts at `body` was decrypted
+    /// under, if it was a guess; guesses for records before it go.
+    pub fn take_guess(&self, body: u64) -> Option<u64> {
+        let mut m = self.lock();
+        while m.guesses.front().is_some_and(|&(b, _)| b < body) {
+            m.guesses.pop_front();
+        }
+        match m.guesses.front() {
+            Some(&(b, seq)) if b == body => {
+                m.guesses.pop_front();
+                Some(seq)
+            }
+            _ => None,
         }
     }
 

@@ -300,7 +300,8 @@ impl Channel {
                         });
                     }
                 };
-                records.take_mixed(record, &nic.decrypted, restore, plain_in)?;
+                let guess = nic.sk.as_ref().and_then(|sk| sk.ctx.take_guess(body));
+                records.take_mixed(record, &nic.decrypted, guess, restore, plain_in)?;
                 pos += len;
                 deliver(plain_in, take);
             }

@@ -162,8 +162,12 @@ impl Direction {
     /// The per-record nonce: the IV with the sequence number XORed into
     /// its last eight bytes (RFC 8446, 5.3).
     fn nonce(&self) -> [u8; 12] {
+        self.nonce_of(self.seq)
+    }
+
+    fn nonce_of(&self, seq: u64) -> [u8; 12] {
         let mut n = self.iv;
-        for (b, s) in n[4..].iter_mut().zip(self.seq.to_be_bytes()) {
+        for (b, s) in n[4..].iter_mut().zip(seq.to_be_bytes()) {
             *b ^= s;
         }
         n
@@ -202,9 +206,9 @@ impl Direction {
     /// GCM's counter mode alone, whose first body block is counter 2
     /// (NIST SP 800-38D, 7.1). It turns bytes a NIC decrypted back into
     /// the ciphertext the tag covers.
-    fn keystream(&self, pos: usize, buf: &mut [u8]) -> Result<(), TlsError> {
+    fn keystream(&self, seq: u64, pos: usize, buf: &mut [u8]) -> Result<(), TlsError> {
         let mut iv = [0u8; 16];
-        iv[..12].copy_from_slice(&self.nonce());
+        iv[..12].copy_from_slice(&self.nonce_of(seq));
         iv[12..].copy_from_slice(&(2 + (pos / 16) as u32).to_be_bytes());
         let mut ctx = CipherCtx::new().map_err(record_error)?;
         ctx.encrypt_init(Some(self.suite.ctr()), Some(&self.key), Some(&iv))
@@ -418,10 +422,13 @@ impl Records {
     /// `restore` puts back into a copy of it the bytes the NIC kept out of
     /// the ring, the decrypted ones are encrypted back, and the record is
     /// opened here.
+    /// `nic_seq` is the number the NIC decrypted under, if not the
+    /// record's own (a guess that failed).
     pub fn take_mixed(
         &mut self,
         record: &[u8],
         decrypted: &[(usize, usize)],
+        nic_seq: Option<u64>,
         restore: impl FnOnce(&mut [u8]),
         plain: &mut Vec<u8>,
     ) -> Result<(), TlsError> {
@@ -433,7 +440,9 @@ impl Records {
         restore(&mut copy);
         let mut taken = Ok(());
         for &(a, b) in decrypted {
-            taken = taken.and_then(|()| self.rx.keystream(a, &mut copy[HEADER + a..HEADER + b]));
+            let seq = nic_seq.unwrap_or(self.rx.seq);
+            taken =
+                taken.and_then(|()| self.rx.keystream(seq, a, &mut copy[HEADER + a..HEADER + b]));
             self.stats.reencrypted_bytes += (b - a) as u64;
         }
         let taken = taken.and_then(|()| self.take(&copy, plain));
@@ -664,24 +673,31 @@ mod tests {
             let mut records: Vec<Vec<u8>> = sent.chunks(len).map(<[u8]>::to_vec).collect();
             for (k, (a, b)) in [(0, body - TAG), (17, 4000), (0, 1)].into_iter().enumerate() {
                 nic.rx.seq = k as u64;
-                nic.rx.keystream(a, &mut records[k][HEADER + a..HEADER + b]).unwrap();
+                nic.rx.keystream(k as u64, a, &mut records[k][HEADER + a..HEADER + b]).unwrap();
             }
             let opened = s.take_opened(&records[0][HEADER..len - TAG]).unwrap();
             assert_eq!(opened, Some(data.len()));
             assert_eq!(records[0][HEADER..HEADER + data.len()], data[..]);
             let mut got = Vec::new();
-            s.take_mixed(&records[1], &[(17, 4000)], |_| {}, &mut got).unwrap();
+            s.take_mixed(&records[1], &[(17, 4000)], None, |_| {}, &mut got).unwrap();
             // A byte the NIC kept out of the ring, put back.
             let kept = records[2][HEADER];
             records[2][HEADER] = 0;
-            s.take_mixed(&records[2], &[(0, 1)], |r| r[HEADER] = kept, &mut got).unwrap();
+            s.take_mixed(&records[2], &[(0, 1)], None, |r| r[HEADER] = kept, &mut got).unwrap();
             assert_eq!(got, [&data[..], &data[..]].concat());
             assert_eq!(s.stats.reencrypted_bytes, 3983 + 1);
+            // A record the NIC decrypted under a number it guessed wrong:
+            // encrypted back under that number, it opens.
+            let mut wrong = Vec::new();
+            c.send(&data, &mut wrong).unwrap();
+            nic.rx.keystream(99, 0, &mut wrong[HEADER..HEADER + 100]).unwrap();
+            s.take_mixed(&wrong, &[(0, 100)], Some(99), |_| {}, &mut got).unwrap();
+            assert_eq!(got.len(), 3 * data.len());
             // A NIC's word that is wrong fails the record.
             let (mut c, mut s) = pair(suite);
             let mut w = Vec::new();
             c.send(&data, &mut w).unwrap();
-            assert!(s.take_mixed(&w, &[(0, 10)], |_| {}, &mut Vec::new()).is_err());
+            assert!(s.take_mixed(&w, &[(0, 10)], None, |_| {}, &mut Vec::new()).is_err());
         }
     }
 

@@ -10,9 +10,15 @@
 //!
 //! A gap inside a record's body is stepped over by its length; a gap over
 //! a header loses the records. The NIC then hunts for a header that a
-//! second one follows at its length, asks the ULP to confirm it, follows
-//! the chain meanwhile without decrypting, and starts again at the header
-//! after the confirmation, with the sequence number the ULP gave.
+//! second one follows at its length. If it knows where the lost header
+//! was and what its record was numbered, and one record fits between, it
+//! guesses that one did and goes on (the header it found is of the record
+//! after): the guess is proven or refuted by that record's tag, and noted
+//! in the mailbox meanwhile, so that software can undo what it decrypted
+//! should it be wrong. Otherwise it asks the ULP to confirm the header,
+//! follows the chain meanwhile without decrypting, and starts again at
+//! the header after the confirmation, with the sequence number the ULP
+//! gave.
 //!
 //! Bytes that come a second time (a retransmission the stack may take in
 //! place of a copy it dropped) are decrypted again wherever the first
@@ -60,9 +66,10 @@ enum State {
         got: usize,
     },
     Body(Record),
-    /// Records lost; hunting. `candidate` is where a header must be.
+    /// Records lost; hunting. `candidate` is where a header must be, the
+    /// one after the plausible header that came before it.
     Lost {
-        candidate: Option<u64>,
+        candidate: Option<(u64, u64)>,
     },
 }
 
@@ -80,7 +87,19 @@ struct Record {
     inner: Option<u64>,
     /// Not plain application data after all: not vouched for.
     odd: bool,
+    /// Numbered by a guess its tag is to prove.
+    guessed: bool,
     tag: [u8; TAG],
+}
+
+/// Where records were lost: the header that went missing at `start`, of
+/// the record numbered `seq`, whose content the layer inside counts from
+/// `inner`.
+#[derive(Debug, Clone, Copy)]
+struct Missed {
+    start: u64,
+    seq: u64,
+    inner: Option<u64>,
 }
 
 /// Bytes `[from, to)` of the body of record `seq` (which starts at
@@ -112,6 +131,12 @@ pub(crate) struct RxRecords {
     decrypted: VecDeque<Decrypted>,
     /// The layer inside could not follow a record: it gets no more.
     inner_off: bool,
+    /// While lost: where, if known.
+    missed: Option<Missed>,
+    /// The record whose header comes next is numbered by a guess.
+    guessing: bool,
+    /// The hunt's last find followed a header that came before it, here.
+    chain_from: Option<u64>,
 }
 
 impl RxRecords {
@@ -126,6 +151,9 @@ impl RxRecords {
             asked: None,
             decrypted: VecDeque::new(),
             inner_off: false,
+            missed: None,
+            guessing: false,
+            chain_from: None,
         }
     }
 
@@ -209,6 +237,17 @@ impl RxRecords {
         self.seq = None;
         self.inner_at = None;
         self.chain.clear();
+        self.missed = None;
+        self.guessing = false;
+        self.chain_from = None;
+    }
+
+    /// Lost at a header that started at `start`, the record numbered
+    /// `seq` if known: the hunt may guess from there.
+    fn lose_header(&mut self, start: u64) {
+        let missed = self.seq.map(|seq| Missed { start, seq, inner: self.inner_at });
+        self.lose();
+        self.missed = missed;
     }
 
     /// `n` bytes from `next` on never came in order.
@@ -233,12 +272,19 @@ impl RxRecords {
             State::Body(r) if to == r.end => {
                 self.state = State::Header { start: to, buf: [0; HEADER], got: 0 };
             }
+            State::Body(r) => {
+                let start = r.end;
+                self.lose_header(start);
+            }
+            State::Header { start, .. } => {
+                let start = *start;
+                self.lose_header(start);
+            }
             State::Lost { candidate } => {
-                if candidate.is_some_and(|c| c < to) {
+                if candidate.is_some_and(|(c, _)| c < to) {
                     *candidate = None;
                 }
             }
-            _ => self.lose(),
         }
     }
 
@@ -263,8 +309,31 @@ impl RxRecords {
                     let Some(p) = self.hunt(here, &data[pos..]) else { return };
                     pos += p;
                     let start = at + pos as u64;
+                    let missed = self.missed.take();
+                    // The chain found starts here, or at a header before
+                    // this one whose length led here.
+                    let first = self.chain_from.take().filter(|&f| f < start).unwrap_or(start);
                     self.state = State::Header { start, buf: [0; HEADER], got: 0 };
                     self.chain.clear();
+                    // One record between the lost header and the chain?
+                    let fits = |n: u64| {
+                        (HEADER + TAG + 1) as u64 <= n && n <= (HEADER + record::MAX_BODY) as u64
+                    };
+                    if let Some(m) = missed
+                        && first > m.start
+                        && fits(first - m.start)
+                    {
+                        // The records before `start`: the one lost, and
+                        // the chain's first if it is not this one.
+                        let framing = (HEADER + 1 + TAG) as u64;
+                        let before = u64::from(first < start);
+                        self.seq = Some(m.seq + 1 + before);
+                        self.inner_at =
+                            m.inner.map(|i| i + (start - m.start) - (1 + before) * framing);
+                        self.guessing = true;
+                        env.stats.rx_tls_resync_guess += 1;
+                        continue;
+                    }
                     self.asked = Some(start);
                     ctx.request_resync(start);
                     env.stats.rx_tls_resync_req += 1;
@@ -279,7 +348,8 @@ impl RxRecords {
                         match record::plausible(&header) {
                             Some(len) => self.begin(start, &header, len, ctx, env),
                             // Not a record: lost, and hunting from here.
-                            None => self.lose(),
+                            None if self.guessing => self.lose(),
+                            None => self.lose_header(start),
                         }
                     }
                 }
@@ -318,18 +388,24 @@ impl RxRecords {
                     if here + (k as u64) < r.end {
                         continue;
                     }
-                    if r.decrypting && r.whole {
-                        if self.aead.verify(&r.tag) {
-                            if !r.odd && ctx.push_hint(r.tag_at, r.end, HintFlags::TAG_OK) {
-                                env.stats.rx_tls_decrypted_bytes += TAG as u64;
-                                env.stats.rx_tls_records += 1;
-                            }
-                        } else {
-                            env.stats.rx_tls_auth_fail += 1;
+                    let verified = r.decrypting && r.whole && self.aead.verify(&r.tag);
+                    if verified {
+                        if !r.odd && ctx.push_hint(r.tag_at, r.end, HintFlags::TAG_OK) {
+                            env.stats.rx_tls_decrypted_bytes += TAG as u64;
+                            env.stats.rx_tls_records += 1;
+                        }
+                    } else if r.decrypting && r.whole && !r.guessed {
+                        env.stats.rx_tls_auth_fail += 1;
+                    }
+                    let (start, guessed) = (r.end, r.guessed);
+                    self.state = State::Header { start, buf: [0; HEADER], got: 0 };
+                    if guessed {
+                        match verified {
+                            true => env.stats.rx_tls_resync_guess_ok += 1,
+                            // A wrong guess: lost again, and the ULP asked.
+                            false => self.lose(),
                         }
                     }
-                    let start = r.end;
-                    self.state = State::Header { start, buf: [0; HEADER], got: 0 };
                 }
             }
         }
@@ -343,6 +419,7 @@ impl RxRecords {
         let inner = self.inner_at;
         self.inner_at = inner.map(|i| i + content(len));
         let tag_at = end - TAG as u64;
+        let guessed = std::mem::take(&mut self.guessing);
         let mut r = Record {
             body,
             tag_at,
@@ -350,8 +427,10 @@ impl RxRecords {
             seq: 0,
             decrypting: false,
             whole: true,
-            inner,
+            // The layer inside waits for the guess to be proven.
+            inner: inner.filter(|_| !guessed),
             odd: false,
+            guessed,
             tag: [0; TAG],
         };
         match self.seq {
@@ -377,6 +456,10 @@ impl RxRecords {
                 {
                     (r.decrypting, r.seq) = (true, seq);
                     self.decrypted.push_back(Decrypted { seq, body, from: body, to: body, end });
+                    if guessed {
+                        // What software must know to undo it.
+                        ctx.push_guess(body, seq);
+                    }
                 }
             }
         }
@@ -387,12 +470,13 @@ impl RxRecords {
     /// that another follows at its length, after a loss.
     fn hunt(&mut self, at: u64, data: &[u8]) -> Option<usize> {
         let end = at + data.len() as u64;
-        if let State::Lost { candidate: Some(c) } = self.state {
+        if let State::Lost { candidate: Some((c, before)) } = self.state {
             if c >= end {
                 return None;
             }
             self.state = State::Lost { candidate: None };
             if c >= at && record::plausible(&data[(c - at) as usize..]).is_some() {
+                self.chain_from = Some(before);
                 return Some((c - at) as usize);
             }
         }
@@ -400,7 +484,7 @@ impl RxRecords {
             let Some(len) = record::plausible(&data[p..]) else { continue };
             let next = p + HEADER + len;
             if next + HEADER > data.len() {
-                self.state = State::Lost { candidate: Some(at + next as u64) };
+                self.state = State::Lost { candidate: Some((at + next as u64, at + p as u64)) };
                 return None;
             }
             if record::plausible(&data[next..]).is_some() {

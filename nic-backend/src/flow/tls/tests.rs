@@ -176,37 +176,65 @@ fn a_gap_in_a_body_costs_that_record_its_tag_alone() {
     assert!(rx.stats.rx_tls_resync_req == 0);
 }
 
+/// A lost header whose place and number the NIC knew: one record fits
+/// before the next header it finds, so that one is numbered on, its tag
+/// proves it, and the NIC never had to ask.
 #[test]
-fn after_a_lost_header_records_are_found_confirmed_and_decrypted_again() {
+fn after_a_lost_header_the_next_record_is_guessed_and_proven() {
+    let i = info(TlsCipher::Aes128Gcm, 10);
+    let (s, spans) = stream(&i, 10, &[2000; 6]);
+    let mut rx = Rx::new(&i);
+    rx.segment(&s, 0..1000);
+    // Lost: the end of record 0 and the header of record 1.
+    rx.segment(&s, spans[1].0 + 3..s.len());
+    assert_eq!((rx.stats.rx_tls_resync_guess, rx.stats.rx_tls_resync_guess_ok), (1, 1));
+    assert_eq!(rx.stats.rx_tls_resync_req, 0, "nothing asked");
+    assert!(rx.tls.ctx.take_resync_request().is_none());
+    for &(a, b) in &spans[2..] {
+        assert_eq!(rx.decrypted(a as u64, b as u64), vec![((a + HEADER) as u64, b as u64)]);
+    }
+    assert_eq!(rx.stats.rx_tls_records, 4);
+    assert!(rx.tls.rx_synced());
+}
+
+/// Two headers lost: the guess that one record lay between is refuted by
+/// the tag (and noted, for software to undo what was decrypted under it);
+/// then records are found again, the ULP confirms, and the NIC goes on.
+#[test]
+fn after_lost_headers_records_are_found_confirmed_and_decrypted_again() {
     let i = info(TlsCipher::Aes256Gcm, 10);
     let (s, spans) = stream(&i, 10, &[2000; 8]);
     let mut rx = Rx::new(&i);
     rx.segment(&s, 0..1000);
-    // Lost: the end of record 0 and the header of record 1.
-    let from = spans[1].0 + 3;
-    rx.segment(&s, from..spans[3].0 + 10);
+    // Lost: the end of record 0 and the headers of records 1 and 2.
+    let from = spans[2].0 + 3;
+    let last = spans[5].0 + 10;
+    rx.segment(&s, from..last);
+    assert_eq!((rx.stats.rx_tls_resync_guess, rx.stats.rx_tls_resync_guess_ok), (1, 0));
+    let (a, b) = spans[3];
+    assert_eq!(rx.decrypted(a as u64, b as u64), vec![((a + HEADER) as u64, (b - TAG) as u64)]);
+    assert_eq!(rx.tls.ctx.take_guess((a + HEADER) as u64), Some(12), "record 3 taken for 12");
     assert!(!rx.tls.rx_synced());
     let asked = rx.tls.ctx.take_resync_request().expect("a resync request");
-    assert_eq!(asked, spans[2].0 as u64, "the first header a second one follows");
+    assert_eq!(asked, spans[4].0 as u64, "the first header a second one follows");
     assert_eq!(rx.stats.rx_tls_resync_req, 1);
     // Nothing decrypted while unconfirmed.
-    assert!(rx.decrypted(from as u64, spans[3].0 as u64).is_empty());
+    assert!(rx.decrypted(spans[4].0 as u64, last as u64).is_empty());
     // A wrong offset is no confirmation; the right one is.
     let mut stats = Stats::default();
-    rx.tls.tls_resync(TlsStart { tcp: asked + 1, inner: 0 }, 12, &mut stats);
+    rx.tls.tls_resync(TlsStart { tcp: asked + 1, inner: 0 }, 14, &mut stats);
     assert!(!rx.tls.rx_synced());
-    rx.tls.tls_resync(TlsStart { tcp: asked, inner: 0 }, 12, &mut stats);
+    rx.tls.tls_resync(TlsStart { tcp: asked, inner: 0 }, 14, &mut stats);
     assert_eq!(stats.rx_tls_resync_res_ok, 1);
-    let last = spans[3].0 + 10;
     let seg = rx.segment(&s, last..s.len());
-    // Record 3 was under way at the confirmation; 4 on are the NIC's.
-    assert!(rx.decrypted(spans[3].0 as u64, spans[3].1 as u64).is_empty());
-    for (k, &(a, b)) in spans.iter().enumerate().skip(4) {
+    // Record 5 was under way at the confirmation; 6 on are the NIC's.
+    assert!(rx.decrypted(spans[5].0 as u64, spans[5].1 as u64).is_empty());
+    for (k, &(a, b)) in spans.iter().enumerate().skip(6) {
         assert_eq!(rx.decrypted(a as u64, b as u64), vec![((a + HEADER) as u64, b as u64)]);
         let body = a + HEADER - last;
         assert_eq!(seg[body..body + 2000], content(10 + k as u64, 2000));
     }
-    assert_eq!(rx.stats.rx_tls_records, 4);
+    assert_eq!(rx.stats.rx_tls_records, 2);
 }
 
 /// Bytes past the offload's start went by before it began: the stack
