@@ -92,7 +92,7 @@ fn without_the_offload_software_does_every_record() {
 /// 1% of frames lost each way, some reordered: records the NICs saw cut
 /// are opened in software (what they decrypted of them encrypted back
 /// first), retransmitted records are sealed again by the sending NIC,
-/// and a lost header is found again and confirmed.
+/// and lost headers are found again.
 #[test]
 fn on_a_lossy_wire_records_the_nic_missed_are_opened_in_software_and_the_data_is_intact() {
     let impair = Profile { loss: 0.01, reorder: 0.005, ..Profile::default() };
@@ -108,7 +108,10 @@ fn on_a_lossy_wire_records_the_nic_missed_are_opened_in_software_and_the_data_is
     let nic = d.host_nic.stats();
     let cn = d.ctrl_nic.stats();
     assert_eq!(nic.rx_tls_auth_fail + cn.rx_tls_auth_fail, 0);
-    assert!(nic.rx_tls_resync_res_ok + cn.rx_tls_resync_res_ok > 0, "headers lost and found");
+    // Headers lost, and found again: by a guess the next tag proved, or
+    // by asking the host.
+    let found = |s: &ulp_ddp::Stats| s.rx_tls_resync_guess_ok + s.rx_tls_resync_res_ok;
+    assert!(found(&nic) + found(&cn) > 0, "headers lost and found: {nic:?}");
     assert!(nic.tx_tls_ooo > 0 && cn.tx_tls_ooo > 0, "retransmissions sealed again");
     assert!(ulp.tls_decrypt_bytes > 64 << 10, "records the NIC missed, opened here");
     assert!(nic.rx_tls_decrypted_bytes > o.size / 2);
