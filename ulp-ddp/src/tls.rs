@@ -6,12 +6,17 @@
 //!
 //! Receive: the device follows records through the stream, decrypts and
 //! authenticates each one it sees whole and in order, and says so per
-//! range ([`HintFlags::DECRYPTED`](crate::HintFlags::DECRYPTED), as
-//! `skb->decrypted` does). After a gap over a record header it finds
-//! records again by their headers and asks the ULP to confirm one
-//! (`resync_request` in the socket's mailbox); the ULP answers with the
-//! record's sequence number ([`DdpDevice::tls_dev_resync`](crate::DdpDevice::tls_dev_resync),
-//! `tls_dev_resync`), which only it knows.
+//! range ([`HintFlags::DECRYPTED`](crate::HintFlags::DECRYPTED) on body
+//! bytes, [`HintFlags::TAG_OK`](crate::HintFlags::TAG_OK) on a verified
+//! tag, as `skb->decrypted` does). After a gap over a record header it
+//! finds records again by their headers. Where it knew the lost header's
+//! place and number it may guess the next one's and let that record's tag
+//! prove it, noting the guess ([`SkCtx::push_guess`](crate::SkCtx::push_guess))
+//! so that software can undo what it decrypted under a wrong number;
+//! otherwise it asks the ULP to confirm a header (`resync_request` in the
+//! socket's mailbox), and the ULP answers with the record's sequence
+//! number ([`DdpDevice::tls_dev_resync`](crate::DdpDevice::tls_dev_resync),
+//! `tls_dev_resync`).
 //!
 //! Transmit: software frames each record in plaintext (header, content,
 //! content type, sixteen bytes left for the tag) and the device encrypts

@@ -16,7 +16,8 @@
 //!   hands a record over its wrap in one piece).
 //! - Transmit: records are framed in the clear, the tag left to the NIC.
 //! - The NIC's record resync requests are answered here, where the record
-//!   boundaries and sequence numbers are known.
+//!   boundaries and sequence numbers are known; a record the NIC decrypted
+//!   under a number it guessed wrong is encrypted back under that number.
 //! - The queue inside may be offloaded too, once the NIC has the records
 //!   ([`Channel::take_inner_offload`]): its PDUs are placed and digested
 //!   inside them. Bytes the NIC kept out of the stack's ring are put back

@@ -10,8 +10,8 @@
 //!   themselves are the cleartext ones, unchanged.
 //!
 //! A NIC that offloads TLS takes the records over after the handshake
-//! (`channel`); DDP and digest offload inside the records are the next
-//! step.
+//! (`channel`), and the queue inside may then be offloaded within them
+//! (placement and digests on the plaintext).
 
 mod channel;
 pub mod controller;
