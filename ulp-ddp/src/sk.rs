@@ -272,12 +272,15 @@ impl SkCtx {
     /// TLS: the record whose body starts at `body` was decrypted under
     /// the number `seq`, a guess its tag is to prove. If it does not,
     /// software encrypts back with the same number.
-    pub fn push_guess(&self, body: u64, seq: u64) {
+    /// False if there is no room: the device must then not decrypt
+    /// under the guess.
+    pub fn push_guess(&self, body: u64, seq: u64) -> bool {
         let mut m = self.lock();
         if m.guesses.len() >= GUESS_CAPACITY {
-            m.guesses.pop_front();
+            return false;
         }
         m.guesses.push_back((body, seq));
+        true
     }
 
     /// The number the record whose body starts at `body` was decrypted

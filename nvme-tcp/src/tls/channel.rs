@@ -267,9 +267,11 @@ impl Channel {
                     });
                 }
                 if tag_ok && nic.decrypted[..] == [(0, tag_at)] {
-                    // Where the NIC placed this record's data is not needed.
+                    // Where the NIC placed this record's data, and the
+                    // number it guessed for it, are not needed.
                     if let Some(sk) = &nic.sk {
                         sk.ctx.forget_frags(here + len as u64);
+                        sk.ctx.take_guess(body);
                     }
                     match records.take_opened(&record[HEADER..len - TAG])? {
                         Some(n) => {

@@ -270,6 +270,9 @@ impl RxRecords {
                 }
             }
             State::Body(r) if to == r.end => {
+                // A guess its tag could not prove: the next record's tag
+                // is to prove it too.
+                self.guessing = r.guessed;
                 self.state = State::Header { start: to, buf: [0; HEADER], got: 0 };
             }
             State::Body(r) => {
@@ -456,9 +459,11 @@ impl RxRecords {
                 {
                     (r.decrypting, r.seq) = (true, seq);
                     self.decrypted.push_back(Decrypted { seq, body, from: body, to: body, end });
-                    if guessed {
-                        // What software must know to undo it.
-                        ctx.push_guess(body, seq);
+                    if guessed && !ctx.push_guess(body, seq) {
+                        // Software could not undo it: not decrypted, and
+                        // the guess goes unproven.
+                        r.decrypting = false;
+                        self.decrypted.pop_back();
                     }
                 }
             }
@@ -512,22 +517,28 @@ impl Record {
         ctx: &SkCtx,
         env: &mut Env,
     ) -> bool {
-        let (Some(base), Some(flow)) = (self.inner, inner.as_mut()) else { return false };
         let kind_at = self.tag_at - 1;
         let n = (kind_at.saturating_sub(at) as usize).min(buf.len());
+        let odd = n < buf.len() && buf[n] != APPLICATION_DATA;
+        let Some(flow) = inner.as_mut() else { return false };
+        let Some(base) = self.inner else {
+            // Not given to the layer inside (a guessed record), but
+            // counted for it all the same: if it is not what was counted,
+            // the count is wrong from here on.
+            return odd;
+        };
         if n > 0 {
             feed(flow.as_mut(), base + (at - self.body), at, &buf[..n], ctx, env);
         }
-        if n < buf.len() && buf[n] != APPLICATION_DATA {
+        if odd {
             // Padded, or not application data: the layer inside counted
             // content that is not. It follows no further on receive (its
             // transmit digests go on), and its word on this record goes.
             tracing::debug!(at, kind = buf[n], "a record the layer inside cannot follow");
             flow.ctx().truncate_hints(base);
             self.odd = true;
-            return true;
         }
-        false
+        odd
     }
 }
 

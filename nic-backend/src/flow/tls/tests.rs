@@ -197,6 +197,29 @@ fn after_a_lost_header_the_next_record_is_guessed_and_proven() {
     assert!(rx.tls.rx_synced());
 }
 
+/// A guess its record's tag could not prove (the record was cut short at
+/// its end) is carried to the next record, whose tag proves it; the chain
+/// that led to it was found across two segments.
+#[test]
+fn a_guess_a_gap_left_unproven_is_proven_by_the_next_tag() {
+    let i = info(TlsCipher::Aes128Gcm, 3);
+    let (s, spans) = stream(&i, 3, &[2000; 6]);
+    let mut rx = Rx::new(&i);
+    rx.segment(&s, 0..1000);
+    // Lost: record 1's header. Record 2's header is seen, its successor's
+    // in the next segment, where the guess starts at record 3.
+    rx.segment(&s, spans[1].0 + 3..spans[2].0 + 50);
+    rx.segment(&s, spans[3].0..spans[3].0 + 100);
+    assert_eq!(rx.stats.rx_tls_resync_guess, 1);
+    // The rest of record 3 lost, to its very end.
+    rx.segment(&s, spans[4].0..s.len());
+    let (a, b) = spans[4];
+    assert_eq!(rx.tls.ctx.take_guess((a + HEADER) as u64), Some(3 + 4), "record 4: a guess too");
+    assert_eq!(rx.stats.rx_tls_resync_guess_ok, 1);
+    assert_eq!(rx.decrypted(a as u64, b as u64), vec![((a + HEADER) as u64, b as u64)]);
+    assert_eq!(rx.stats.rx_tls_resync_req, 0);
+}
+
 /// Two headers lost: the guess that one record lay between is refuted by
 /// the tag (and noted, for software to undo what was decrypted under it);
 /// then records are found again, the ULP confirms, and the NIC goes on.
