@@ -248,17 +248,7 @@ pub fn tls_rx(data: &[u8]) -> Stats {
         iv: [4, 5, 6, 7, 8, 9, 10, seed],
         rec_seq: u64::from(c.u8()),
     };
-    let config = NvmeTcpConfig {
-        role: Role::Host,
-        pfv: 0,
-        cpda: 0,
-        hpda: 0,
-        dgst: NvmeTcpConfig::DGST_DATA,
-        queue_size: TABLE as u32,
-        rx_start: 0,
-        tx_start: 0,
-    };
-    let mut flow = NvmeTcp::flow(config, 0, 0, false, TABLE);
+    let mut flow = NvmeTcp::host_flow(TABLE as u32, 0);
     let guarded = map(&mut c, &mut flow);
     let sizes: Vec<usize> = (0..c.u8() % 32).map(|_| usize::from(c.u16() % 2048).max(1)).collect();
     let ops: Vec<(u8, u16, u16)> = (0..c.u8()).map(|_| (c.u8(), c.u16(), c.u16())).collect();

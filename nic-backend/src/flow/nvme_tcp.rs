@@ -48,6 +48,23 @@ pub(crate) struct NvmeTcp {
 }
 
 impl NvmeTcp {
+    /// A host's socket with data digests, no transmit digest offload and
+    /// `queue_size` tags, its received PDUs from stream offset
+    /// `rx_start`: what the tests and fuzz targets drive.
+    pub fn host_flow(queue_size: u32, rx_start: u64) -> Flow<Self> {
+        let config = NvmeTcpConfig {
+            role: Role::Host,
+            pfv: 0,
+            cpda: 0,
+            hpda: 0,
+            dgst: NvmeTcpConfig::DGST_DATA,
+            queue_size,
+            rx_start,
+            tx_start: 0,
+        };
+        Self::flow(config, 0, 0, false, queue_size as usize)
+    }
+
     /// A socket with a tag table of `table_len` entries.
     pub fn flow(
         config: NvmeTcpConfig,

@@ -17,9 +17,7 @@ use crate::mpa::tests::fpdu;
 use crate::pdu::tests::c2h;
 use crate::place::{Mapping, Placed};
 use std::ops::Range;
-use ulp_ddp::{
-    Access, Caps, HintFlags, IoBuf, IwarpConfig, NvmeTcpConfig, Role, SgEntry, Stag, StagIo, Stats,
-};
+use ulp_ddp::{Access, Caps, HintFlags, IoBuf, IwarpConfig, SgEntry, Stag, StagIo, Stats};
 
 const PLACED_OK: HintFlags = HintFlags::PLACED.union(HintFlags::CRC_OK);
 
@@ -204,17 +202,7 @@ const CID: u16 = 3;
 /// C2HData PDUs of `each` bytes that fill it, byte `i` of the data being
 /// `i as u8`.
 fn nvme(n: usize, each: usize) -> Case<NvmeTcp> {
-    let config = NvmeTcpConfig {
-        role: Role::Host,
-        pfv: 0,
-        cpda: 0,
-        hpda: 0,
-        dgst: NvmeTcpConfig::DGST_DATA,
-        queue_size: 16,
-        rx_start: 0,
-        tx_start: 0,
-    };
-    let mut flow = NvmeTcp::flow(config, 0, 0, false, 16);
+    let mut flow = NvmeTcp::host_flow(16, 0);
     let (buf, sgl) = buffer(n * each);
     *flow.proto.slot(CID).unwrap() = Some(Mapping::new(sgl, false, true));
     let data = (0..n * each).map(|i| i as u8).collect();

@@ -369,24 +369,14 @@ mod inside {
     use crate::flow::nvme_tcp::NvmeTcp;
     use crate::pdu::tests::c2h;
     use crate::place::Mapping;
-    use ulp_ddp::{IoBuf, NvmeTcpConfig, Role, SgEntry};
+    use ulp_ddp::{IoBuf, SgEntry};
 
     const CID: u16 = 3;
 
     /// A TLS socket with a host's NVMe/TCP flow inside, `buf` mapped to
     /// `CID`; the records' content starts at inner offset `inner`.
     fn socket(i: &TlsCryptoInfo, buf: &IoBuf, inner: u64) -> Tls {
-        let config = NvmeTcpConfig {
-            role: Role::Host,
-            pfv: 0,
-            cpda: 0,
-            hpda: 0,
-            dgst: NvmeTcpConfig::DGST_DATA,
-            queue_size: 16,
-            rx_start: inner,
-            tx_start: 0,
-        };
-        let mut flow = NvmeTcp::flow(config, 0, 0, false, 16);
+        let mut flow = NvmeTcp::host_flow(16, inner);
         let sgl = vec![SgEntry { buf: buf.clone(), offset: 0, len: buf.len() }];
         *flow.proto.slot(CID).unwrap() = Some(Mapping::new(sgl, false, true));
         let mut tls = Tls::new(0, 0, 0);
