@@ -17,8 +17,8 @@
 //! FPDU into its CRC; [`marker_head`] reads one to find an FPDU after a
 //! loss.
 
+use crate::copy::crc32c_append;
 use crate::track::{self, Unfollowable};
-use crc32c::crc32c_append;
 
 const LEN: usize = 2;
 const CRC: usize = 4;

@@ -101,7 +101,7 @@ pub(crate) fn parse(
     let (t, flags, hlen) = (b[0], b[1], usize::from(b[2]));
     let (pdo, plen) = (u32::from(b[3]), le32(b, 4));
     let hdgst = need > hlen;
-    if hdgst && le32(b, hlen) != crc32c::crc32c(&b[..hlen]) {
+    if hdgst && le32(b, hlen) != crate::copy::crc32c(&b[..hlen]) {
         return Err(Unfollowable);
     }
     let head = need as u32;

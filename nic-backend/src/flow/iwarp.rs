@@ -20,10 +20,10 @@
 //! outside its range; and it does not depend on the iWARP crate.
 
 use super::{DigestSpan, Env, Flow, Protocol, TxStep, Unit};
+use crate::copy::crc32c_append;
 use crate::mpa::{self, Header, Kind, Tracker, marker_head, op};
 use crate::place::Mapping;
 use crate::track::{Event, Tracker as _};
-use crc32c::crc32c_append;
 use std::collections::HashMap;
 use ulp_ddp::{
     Access, Caps, HintFlags, IwarpConfig, SgEntry, SkCtx, Stag, StagIo, Stats, TaggedRun,
@@ -246,7 +246,7 @@ impl Protocol for Iwarp {
         let len = h.fpdu_len as usize;
         if self.crc && data.len() >= len {
             let sent = u32::from_le_bytes(data[len - 4..len].try_into().ok()?);
-            if crc32c::crc32c(&data[..len - 4]) != sent {
+            if crate::copy::crc32c(&data[..len - 4]) != sent {
                 return None;
             }
         }

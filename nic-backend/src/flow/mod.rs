@@ -28,9 +28,9 @@ pub(crate) mod nvme_tcp;
 mod tests;
 pub(crate) mod tls;
 
+use crate::copy::crc32c_append;
 use crate::place::{Mapping, Placed};
 use crate::track::{Event, Tracker};
-use crc32c::crc32c_append;
 use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -13,10 +13,10 @@
 //! end of its mapping; and it does not depend on the NVMe/TCP crate.
 
 use super::{DigestSpan, Env, Flow, Protocol, TxStep, Unit};
+use crate::copy::crc32c_append;
 use crate::pdu::{self, Direction, Header, Kind, Tracker};
 use crate::place::Mapping;
 use crate::track::{Event, Tracker as _};
-use crc32c::crc32c_append;
 use ulp_ddp::{Caps, NvmeTcpConfig, Role, SkCtx, Stats};
 
 /// Plausible PDUs are at most this long (a 4 MiB transfer and change).
