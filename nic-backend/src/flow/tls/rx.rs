@@ -135,6 +135,9 @@ pub(crate) struct RxRecords {
     missed: Option<Missed>,
     /// The record whose header comes next is numbered by a guess.
     guessing: bool,
+    /// A record numbered by the guess still to be proven looked padded or
+    /// not data: true if the guess is.
+    guessed_odd: bool,
     /// The hunt's last find followed a header that came before it, here.
     chain_from: Option<u64>,
 }
@@ -153,6 +156,7 @@ impl RxRecords {
             inner_off: false,
             missed: None,
             guessing: false,
+            guessed_odd: false,
             chain_from: None,
         }
     }
@@ -239,6 +243,7 @@ impl RxRecords {
         self.chain.clear();
         self.missed = None;
         self.guessing = false;
+        self.guessed_odd = false;
         self.chain_from = None;
     }
 
@@ -273,6 +278,7 @@ impl RxRecords {
                 // A guess its tag could not prove: the next record's tag
                 // is to prove it too.
                 self.guessing = r.guessed;
+                self.guessed_odd |= r.guessed && r.odd;
                 self.state = State::Header { start: to, buf: [0; HEADER], got: 0 };
             }
             State::Body(r) => {
@@ -400,12 +406,19 @@ impl RxRecords {
                     } else if r.decrypting && r.whole && !r.guessed {
                         env.stats.rx_tls_auth_fail += 1;
                     }
-                    let (start, guessed) = (r.end, r.guessed);
+                    let (start, guessed, odd) = (r.end, r.guessed, r.odd);
                     self.state = State::Header { start, buf: [0; HEADER], got: 0 };
                     if guessed {
                         match verified {
-                            true => env.stats.rx_tls_resync_guess_ok += 1,
-                            // A wrong guess: lost again, and the ULP asked.
+                            true => {
+                                env.stats.rx_tls_resync_guess_ok += 1;
+                                // Proven, and padded or not data: the
+                                // layer inside counted content that is
+                                // not, and can follow no further.
+                                self.inner_off |= odd | std::mem::take(&mut self.guessed_odd);
+                            }
+                            // A wrong guess: lost again, and the ULP asked,
+                            // whose answer counts the layer inside anew.
                             false => self.lose(),
                         }
                     }
@@ -523,9 +536,11 @@ impl Record {
         let Some(flow) = inner.as_mut() else { return false };
         let Some(base) = self.inner else {
             // Not given to the layer inside (a guessed record), but
-            // counted for it all the same: if it is not what was counted,
-            // the count is wrong from here on.
-            return odd;
+            // counted for it all the same. Whether it is what was counted
+            // is known when the tag proves the guess: under a wrong
+            // number its last byte is noise.
+            self.odd |= odd;
+            return false;
         };
         if n > 0 {
             feed(flow.as_mut(), base + (at - self.body), at, &buf[..n], ctx, env);

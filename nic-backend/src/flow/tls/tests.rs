@@ -486,4 +486,57 @@ mod inside {
         let body = (HEADER as u64, (first.len() - TAG) as u64, HintFlags::DECRYPTED);
         assert_eq!(said, vec![body], "decrypted, but the tag not vouched for");
     }
+
+    /// `stream[range]` as one segment.
+    fn feed(tls: &mut Tls, stream: &[u8], range: std::ops::Range<usize>, stats: &mut Stats) {
+        let mut seg = stream[range.clone()].to_vec();
+        let at = range.start as u64;
+        let mut placed = Placed { zero_copy: true, base: at, ..Placed::default() };
+        let mut env = Env { active: Caps::ALL, stats, placed: &mut placed };
+        tls.rx_segment_mut(at, &mut seg, &mut env);
+    }
+
+    /// A guess its tag refutes says nothing of the layer inside, whatever
+    /// the record looked like under the wrong number: the ULP's answer
+    /// counts the layer inside anew, and it places again once its own PDU
+    /// resync is confirmed. (It used to take the noise where the content
+    /// type should be for a padded record, and stop the flow inside for
+    /// the rest of the connection.)
+    #[test]
+    fn a_refuted_guess_leaves_the_flow_inside_to_place_again() {
+        let i = info(TlsCipher::Aes128Gcm, 0);
+        let data: Vec<u8> = (0..40_000u32).map(|x| (x * 7 + 1) as u8).collect();
+        let pdus: Vec<u8> = data
+            .chunks(1000)
+            .enumerate()
+            .flat_map(|(k, c)| c2h(CID, (k * 1000) as u32, c, false, 24))
+            .collect();
+        const CONTENT: usize = 2000;
+        let stream = records(&i, &pdus, CONTENT);
+        let record = HEADER + CONTENT + 1 + TAG;
+        let start = |k: usize| k * record;
+        let buf = IoBuf::new(data.len());
+        let mut tls = socket(&i, &buf, 0);
+        let inner = tls.inner.as_ref().unwrap().ctx().clone();
+        let mut stats = Stats::default();
+        feed(&mut tls, &stream, 0..1000, &mut stats);
+        // Lost: the end of record 0 and the headers of records 1 and 2.
+        feed(&mut tls, &stream, start(2) + 3..start(5) + 10, &mut stats);
+        assert_eq!((stats.rx_tls_resync_guess, stats.rx_tls_resync_guess_ok), (1, 0));
+        let asked = tls.ctx.take_resync_request().expect("a record resync request");
+        assert_eq!(asked, start(4) as u64);
+        let at = TlsStart { tcp: asked, inner: (4 * CONTENT) as u64 };
+        tls.tls_resync(at, 4, &mut stats);
+        // Records 6 on are decrypted; the flow inside finds its PDUs again.
+        feed(&mut tls, &stream, start(5) + 10..start(12), &mut stats);
+        let pdu = inner.take_resync_request().expect("the flow inside asks about a PDU");
+        assert_eq!(pdu % 1028, 0, "at a PDU header");
+        assert!(Socket::resync(&mut tls, pdu, &mut stats));
+        let placed = stats.nic_placed_bytes;
+        feed(&mut tls, &stream, start(12)..stream.len(), &mut stats);
+        // From the first header after the confirmed one that had not gone
+        // by: PDUs 24 to 39.
+        assert_eq!(stats.nic_placed_bytes - placed, 16_000, "placing again");
+        assert_eq!(buf.lock()[24_000..], data[24_000..]);
+    }
 }
