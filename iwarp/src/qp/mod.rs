@@ -291,13 +291,15 @@ struct Outbound {
 }
 
 /// An inbound Read Request being answered.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Inbound {
     sink: u32,
     sink_to: u64,
     len: u32,
-    src: Stag,
-    src_to: u64,
+    /// The source's pieces, looked up once when the request was
+    /// accepted: the response holds the memory, as siw's holds a
+    /// reference to it, rather than finding it again for every FPDU.
+    src: Vec<SgEntry>,
     sent: u32,
 }
 

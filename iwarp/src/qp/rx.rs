@@ -14,7 +14,7 @@ use crate::mr::{Access, MrError, Stag, sgl_len, walk};
 use crate::wire::{
     DdpHeader, Event, Opcode, ReadRequest, ReadRequestPacket, TermLayer, Terminate, TerminatePacket,
 };
-use ulp_ddp::{HintFlags, RxHint, TaggedRun};
+use ulp_ddp::{HintFlags, RxHint, SgEntry, TaggedRun};
 
 /// The longest Terminate body: header, length, DDP and RDMAP headers.
 const MAX_TERMINATE: usize = 4 + 2 + DdpHeader::UNTAGGED_LEN + ReadRequest::LEN;
@@ -539,18 +539,19 @@ impl Qp {
         if self.irq.len() >= usize::from(self.ird) {
             return Err(self.term(TermLayer::Rdmap, 2, 7, rdmap));
         }
-        let src = Stag(r.src_stag);
+        let mut src = Vec::new();
         if r.size > 0 {
-            let check =
-                self.dev.check(self.cfg.pd, src, r.src_to, u64::from(r.size), Access::REMOTE_READ);
-            check.map_err(|e| self.term(TermLayer::Rdmap, 1, e.rdmap_code(), rdmap))?;
+            let (pd, stag, len) = (self.cfg.pd, Stag(r.src_stag), r.size as usize);
+            let found = self.dev.pieces(pd, stag, r.src_to, len, Access::REMOTE_READ, |e, o, k| {
+                src.push(SgEntry { buf: e.buf.clone(), offset: o, len: k })
+            });
+            found.map_err(|e| self.term(TermLayer::Rdmap, 1, e.rdmap_code(), rdmap))?;
         }
         self.irq.push_back(Inbound {
             sink: r.sink_stag,
             sink_to: r.sink_to,
             len: r.size,
             src,
-            src_to: r.src_to,
             sent: 0,
         });
         Ok(())

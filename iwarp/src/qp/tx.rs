@@ -12,11 +12,11 @@
 
 use super::offload::{Active, Offload, QpStats};
 use super::{Hold, Outbound, Qp, QpState, Rtr, SendOp, SendWr, Wc, WcOpcode, WcStatus};
-use crate::mr::{Access, Stag, sgl_len, walk};
+use crate::mr::{Stag, sgl_len, walk};
 use crate::wire::marker::{self, Markers};
 use crate::wire::{
-    Ctrl, DdpHeader, Opcode, ReadRequest, ReadRequestPacket, TermLayer, Terminate, TerminatePacket,
-    append_with, crc32c_append, emit_fpdu_with, fpdu_pad, mulpdu,
+    Ctrl, DdpHeader, Opcode, ReadRequest, ReadRequestPacket, TerminatePacket, append_with,
+    crc32c_append, emit_fpdu_with, fpdu_pad, mulpdu,
 };
 use std::collections::VecDeque;
 use ulp_ddp::{IoBuf, SliceSink, TxMode, TxSink, ZeroCopyTx};
@@ -524,30 +524,18 @@ impl Qp {
     }
 
     fn read_response_fpdu(&mut self) -> bool {
-        let r = self.irq.front().expect("a Read Response is queued").clone();
+        let crc = self.our_crc();
+        let r = self.irq.front().expect("a Read Response is queued");
         let n = (r.len - r.sent).min((self.tx.mulpdu - DdpHeader::TAGGED_LEN) as u32);
         let last = r.sent + n == r.len;
         let ctrl = Ctrl { last, opcode: Opcode::ReadResponse };
         let header =
             DdpHeader::Tagged { ctrl, stag: r.sink, to: r.sink_to.wrapping_add(u64::from(r.sent)) };
-        let (dev, pd) = (&self.dev, self.cfg.pd);
-        let pieces = |f: &mut dyn FnMut(&IoBuf, usize, usize)| match n {
-            0 => Ok(()),
-            _ => dev.pieces(
-                pd,
-                r.src,
-                r.src_to + u64::from(r.sent),
-                n as usize,
-                Access::REMOTE_READ,
-                |e, off, k| f(&e.buf, off, k),
-            ),
+        let pieces = |f: &mut dyn FnMut(&IoBuf, usize, usize)| {
+            walk(&r.src, u64::from(r.sent), n as usize, |e, off, k| f(&e.buf, off, k));
+            Ok::<(), std::convert::Infallible>(())
         };
-        let crc = self.our_crc();
-        if let Err(e) = self.tx.put_payload(&header, n as usize, crc, pieces) {
-            // The source went away after the request was accepted.
-            self.fail(Terminate::new(TermLayer::Rdmap, 1, e.rdmap_code()));
-            return true;
-        }
+        let Ok(()) = self.tx.put_payload(&header, n as usize, crc, pieces);
         self.count_tx(n);
         if last {
             self.irq.pop_front();
