@@ -136,11 +136,14 @@ impl Placed {
     /// Ranges that do not fit are left out: the stack copies them too,
     /// which the ULP never reads, and which is always correct.
     pub fn push(&mut self, start: u64, end: u64) -> bool {
+        if !self.zero_copy {
+            return false;
+        }
         let Some((a, b)) = self.in_segment(start, end) else {
             debug_assert!(false, "a segment payload is shorter than 64 KiB");
             return false;
         };
-        self.zero_copy && self.ranges.push(a, b)
+        self.ranges.push(a, b)
     }
 
     /// Stream bytes `[start, end)` of this segment, in place of the placed

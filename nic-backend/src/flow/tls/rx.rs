@@ -89,17 +89,30 @@ struct Record {
     odd: bool,
     /// Numbered by a guess its tag is to prove.
     guessed: bool,
+    /// A guessed record's content, decrypted, held for the layer inside
+    /// until the tag proves the guess.
+    held: Option<Held>,
     tag: [u8; TAG],
+}
+
+/// The content of a guessed record, whole so far, which the layer inside
+/// counts from `inner`.
+#[derive(Debug)]
+struct Held {
+    inner: u64,
+    content: Vec<u8>,
 }
 
 /// Where records were lost: the header that went missing at `start`, of
 /// the record numbered `seq`, whose content the layer inside counts from
-/// `inner`.
+/// `inner`. With `odd`, those numbers rest on a guess still unproven, of
+/// a record that looked padded or not data: true if the guess is.
 #[derive(Debug, Clone, Copy)]
 struct Missed {
     start: u64,
     seq: u64,
     inner: Option<u64>,
+    odd: bool,
 }
 
 /// Bytes `[from, to)` of the body of record `seq` (which starts at
@@ -248,9 +261,11 @@ impl RxRecords {
     }
 
     /// Lost at a header that started at `start`, the record numbered
-    /// `seq` if known: the hunt may guess from there.
-    fn lose_header(&mut self, start: u64) {
-        let missed = self.seq.map(|seq| Missed { start, seq, inner: self.inner_at });
+    /// `seq` if known: the hunt may guess from there. `odd`: the record
+    /// before, numbered by a guess, looked padded or not data.
+    fn lose_header(&mut self, start: u64, odd: bool) {
+        let odd = odd || self.guessed_odd;
+        let missed = self.seq.map(|seq| Missed { start, seq, inner: self.inner_at, odd });
         self.lose();
         self.missed = missed;
     }
@@ -266,6 +281,8 @@ impl RxRecords {
                 // mode needs only their place), for the layer inside and
                 // for software, which encrypts them back to open it.
                 r.whole = false;
+                // With a hole, a guess cannot be proven: nothing to give.
+                r.held = None;
                 if r.decrypting && self.decrypted.len() < DECRYPTED_MEMORY {
                     let (seq, body, end) = (r.seq, r.body, r.end);
                     let from = to.min(r.tag_at);
@@ -282,12 +299,12 @@ impl RxRecords {
                 self.state = State::Header { start: to, buf: [0; HEADER], got: 0 };
             }
             State::Body(r) => {
-                let start = r.end;
-                self.lose_header(start);
+                let (start, odd) = (r.end, r.guessed && r.odd);
+                self.lose_header(start, odd);
             }
             State::Header { start, .. } => {
                 let start = *start;
-                self.lose_header(start);
+                self.lose_header(start, false);
             }
             State::Lost { candidate } => {
                 if candidate.is_some_and(|(c, _)| c < to) {
@@ -340,6 +357,7 @@ impl RxRecords {
                         self.inner_at =
                             m.inner.map(|i| i + (start - m.start) - (1 + before) * framing);
                         self.guessing = true;
+                        self.guessed_odd = m.odd;
                         env.stats.rx_tls_resync_guess += 1;
                         continue;
                     }
@@ -358,7 +376,7 @@ impl RxRecords {
                             Some(len) => self.begin(start, &header, len, ctx, env),
                             // Not a record: lost, and hunting from here.
                             None if self.guessing => self.lose(),
-                            None => self.lose_header(start),
+                            None => self.lose_header(start, false),
                         }
                     }
                 }
@@ -385,6 +403,7 @@ impl RxRecords {
                                     self.aead.keystream(d.seq, (here - d.body) as usize, buf);
                                 }
                                 r.decrypting = false;
+                                r.held = None;
                             }
                         }
                         pos += k;
@@ -406,6 +425,9 @@ impl RxRecords {
                     } else if r.decrypting && r.whole && !r.guessed {
                         env.stats.rx_tls_auth_fail += 1;
                     }
+                    // Held whole, or not at all.
+                    let held =
+                        r.held.take().filter(|h| h.content.len() as u64 == r.tag_at - 1 - r.body);
                     let (start, guessed, odd) = (r.end, r.guessed, r.odd);
                     self.state = State::Header { start, buf: [0; HEADER], got: 0 };
                     if guessed {
@@ -416,6 +438,17 @@ impl RxRecords {
                                 // layer inside counted content that is
                                 // not, and can follow no further.
                                 self.inner_off |= odd | std::mem::take(&mut self.guessed_odd);
+                                if let (false, Some(h), Some(flow)) =
+                                    (self.inner_off, held, inner.as_mut())
+                                {
+                                    // Proven plaintext: the layer inside
+                                    // takes it now, headers and all. Its
+                                    // bytes went up in the ring already, so
+                                    // what it places it copies.
+                                    let zero_copy = std::mem::take(&mut env.placed.zero_copy);
+                                    flow.rx_segment(h.inner, &h.content, env);
+                                    env.placed.zero_copy = zero_copy;
+                                }
                             }
                             // A wrong guess: lost again, and the ULP asked,
                             // whose answer counts the layer inside anew.
@@ -447,6 +480,7 @@ impl RxRecords {
             inner: inner.filter(|_| !guessed),
             odd: false,
             guessed,
+            held: None,
             tag: [0; TAG],
         };
         match self.seq {
@@ -477,6 +511,8 @@ impl RxRecords {
                         // the guess goes unproven.
                         r.decrypting = false;
                         self.decrypted.pop_back();
+                    } else if guessed && !self.inner_off {
+                        r.held = inner.map(|inner| Held { inner, content: Vec::new() });
                     }
                 }
             }
@@ -533,12 +569,18 @@ impl Record {
         let kind_at = self.tag_at - 1;
         let n = (kind_at.saturating_sub(at) as usize).min(buf.len());
         let odd = n < buf.len() && buf[n] != APPLICATION_DATA;
-        let Some(flow) = inner.as_mut() else { return false };
+        let Some(flow) = inner.as_mut() else {
+            self.held = None;
+            return false;
+        };
         let Some(base) = self.inner else {
-            // Not given to the layer inside (a guessed record), but
-            // counted for it all the same. Whether it is what was counted
-            // is known when the tag proves the guess: under a wrong
+            // A guessed record: held for the layer inside until the tag
+            // proves the guess, and counted for it all the same. Whether
+            // it is what was counted is known then too: under a wrong
             // number its last byte is noise.
+            if let Some(h) = &mut self.held {
+                h.content.extend_from_slice(&buf[..n]);
+            }
             self.odd |= odd;
             return false;
         };

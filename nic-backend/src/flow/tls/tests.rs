@@ -539,4 +539,101 @@ mod inside {
         assert_eq!(stats.nic_placed_bytes - placed, 16_000, "placing again");
         assert_eq!(buf.lock()[24_000..], data[24_000..]);
     }
+
+    /// The record found after a lost header is numbered by a guess and
+    /// held back from the layer inside until its tag proves it; then the
+    /// layer inside takes it whole. Here it carries the next PDU's header:
+    /// without it, the layer inside would have lost its place over the
+    /// gap and asked the ULP; with it, it only steps over the lost
+    /// record's content, inside a PDU's data, and places on.
+    #[test]
+    fn a_proven_guess_gives_the_layer_inside_the_record_it_held() {
+        let i = info(TlsCipher::Aes128Gcm, 0);
+        let data: Vec<u8> = (0..40_000u32).map(|x| (x * 11 + 5) as u8).collect();
+        let pdus: Vec<u8> = data
+            .chunks(10_000)
+            .enumerate()
+            .flat_map(|(k, c)| c2h(CID, (k * 10_000) as u32, c, false, 24))
+            .collect();
+        const CONTENT: usize = 2000;
+        let stream = records(&i, &pdus, CONTENT);
+        let start = |k: usize| k * (HEADER + CONTENT + 1 + TAG);
+        let buf = IoBuf::new(data.len());
+        let mut tls = socket(&i, &buf, 0);
+        let inner = tls.inner.as_ref().unwrap().ctx().clone();
+        let mut stats = Stats::default();
+        // Records 0 to 3 whole; record 4's header lost: its content (8,000
+        // to 10,000, inside PDU 0's data) never reaches the layer inside.
+        feed(&mut tls, &stream, 0..start(4) + 3, &mut stats);
+        // Record 5 (10,000 to 12,000, PDU 1's header at 10,028) is found
+        // with record 6's header after it, guessed, held, and proven.
+        feed(&mut tls, &stream, start(4) + 500..start(6) + 10, &mut stats);
+        assert_eq!((stats.rx_tls_resync_guess, stats.rx_tls_resync_guess_ok), (1, 1));
+        feed(&mut tls, &stream, start(6) + 10..stream.len(), &mut stats);
+        assert_eq!(inner.resync_request(), None, "the layer inside never lost its place");
+        assert!(tls.inner.as_ref().unwrap().rx_synced());
+        let got = buf.lock();
+        assert_eq!(got[10_000..], data[10_000..], "PDUs 1 to 3 placed");
+        assert_eq!(got[..7976], data[..7976], "PDU 0 before the gap");
+        assert_eq!(got[9976..10_000], data[9976..10_000], "and after it, from the held record");
+        assert!(got[7976..9976].iter().all(|&b| b == 0), "the lost record's content is the ULP's");
+    }
+
+    /// Record `seq` carrying `content`, padded with `pad` zeros, sealed.
+    fn seal_padded(i: &TlsCryptoInfo, seq: u64, content: &[u8], pad: usize) -> Vec<u8> {
+        let inner = [content, &[23], &vec![0; pad]].concat();
+        let mut header = vec![23u8, 3, 3, 0, 0];
+        header[3..5].copy_from_slice(&((inner.len() + TAG) as u16).to_be_bytes());
+        let mut tag = [0u8; TAG];
+        let (key, nonce) = (&i.key, i.nonce(seq));
+        let sealed =
+            encrypt_aead(Cipher::aes_128_gcm(), key, Some(&nonce), &header, &inner, &mut tag)
+                .unwrap();
+        [header, sealed, tag.to_vec()].concat()
+    }
+
+    /// A guessed record that is padded, then a loss past its end: the
+    /// next guess rests on its numbering and on its count of content, so when a tag proves that one,
+    /// the padding was real, the layer inside counted content that was
+    /// not, and it is given nothing more.
+    #[test]
+    fn a_padded_record_under_a_guess_stops_the_flow_inside_when_proven() {
+        let i = info(TlsCipher::Aes128Gcm, 0);
+        let data: Vec<u8> = (0..40_000u32).map(|x| (x * 3 + 1) as u8).collect();
+        let pdus: Vec<u8> = data
+            .chunks(10_000)
+            .enumerate()
+            .flat_map(|(k, c)| c2h(CID, (k * 10_000) as u32, c, false, 24))
+            .collect();
+        const CONTENT: usize = 2000;
+        let mut spans = Vec::new();
+        let mut stream = Vec::new();
+        for (k, c) in pdus.chunks(CONTENT).enumerate() {
+            let at = stream.len();
+            match k {
+                3 => stream.extend(seal_padded(&i, k as u64, c, 3)),
+                _ => stream.extend(seal(&i, k as u64, c)),
+            }
+            spans.push(at);
+        }
+        let buf = IoBuf::new(data.len());
+        let mut tls = socket(&i, &buf, 0);
+        let inner = tls.inner.as_ref().unwrap().ctx().clone();
+        let mut stats = Stats::default();
+        // Record 1's header lost. Record 2's header is found, and record
+        // 3's at its length in the next segment: record 3, padded, is
+        // guessed, and its last byte seen, but not all of its tag.
+        feed(&mut tls, &stream, 0..spans[1] + 3, &mut stats);
+        feed(&mut tls, &stream, spans[1] + 500..spans[2] + 1000, &mut stats);
+        feed(&mut tls, &stream, spans[3]..spans[4] - 10, &mut stats);
+        assert_eq!(stats.rx_tls_resync_guess, 1);
+        // The rest of record 3's tag and record 4's header lost: record 5
+        // is guessed on record 3's numbering, and proven.
+        feed(&mut tls, &stream, spans[4] + 500..spans[7], &mut stats);
+        assert_eq!((stats.rx_tls_resync_guess, stats.rx_tls_resync_guess_ok), (2, 1));
+        let placed = stats.nic_placed_bytes;
+        feed(&mut tls, &stream, spans[7]..stream.len(), &mut stats);
+        assert_eq!(stats.nic_placed_bytes, placed, "nothing given to the flow inside");
+        assert_eq!(inner.resync_request(), None, "nor did it hunt at false offsets");
+    }
 }
