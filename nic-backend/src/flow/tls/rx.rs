@@ -13,9 +13,11 @@
 //! second one follows at its length. If it knows where the lost header
 //! was and what its record was numbered, and one record fits between, it
 //! guesses that one did and goes on (the header it found is of the record
-//! after): the guess is proven or refuted by that record's tag, and noted
-//! in the mailbox meanwhile, so that software can undo what it decrypted
-//! should it be wrong. Otherwise it asks the ULP to confirm the header,
+//! after), without waiting for the second header where that lies in a
+//! later segment: the guess is proven or refuted by that record's tag,
+//! and noted in the mailbox meanwhile, so that software can undo what it
+//! decrypted should it be wrong. The layer inside is given a guessed
+//! record once the guess is proven, from a copy the NIC holds until then. Otherwise it asks the ULP to confirm the header,
 //! follows the chain meanwhile without decrypting, and starts again at
 //! the header after the confirmation, with the sequence number the ULP
 //! gave.
@@ -342,12 +344,8 @@ impl RxRecords {
                     self.state = State::Header { start, buf: [0; HEADER], got: 0 };
                     self.chain.clear();
                     // One record between the lost header and the chain?
-                    let fits = |n: u64| {
-                        (HEADER + TAG + 1) as u64 <= n && n <= (HEADER + record::MAX_BODY) as u64
-                    };
                     if let Some(m) = missed
-                        && first > m.start
-                        && fits(first - m.start)
+                        && one_record(m.start, first)
                     {
                         // The records before `start`: the one lost, and
                         // the chain's first if it is not this one.
@@ -538,6 +536,13 @@ impl RxRecords {
             let Some(len) = record::plausible(&data[p..]) else { continue };
             let next = p + HEADER + len;
             if next + HEADER > data.len() {
+                // Its successor lies beyond this segment. Where a guess
+                // can number it, its own tag is proof enough: it is
+                // decrypted as it comes, not let go by while the chain
+                // is checked.
+                if self.missed.is_some_and(|m| one_record(m.start, at + p as u64)) {
+                    return Some(p);
+                }
                 self.state = State::Lost { candidate: Some((at + next as u64, at + p as u64)) };
                 return None;
             }
@@ -547,6 +552,13 @@ impl RxRecords {
         }
         None
     }
+}
+
+/// Whether one record fits between a header lost at `lost` and one
+/// found at `found`.
+fn one_record(lost: u64, found: u64) -> bool {
+    let n = found.saturating_sub(lost);
+    (HEADER + TAG + 1) as u64 <= n && n <= (HEADER + record::MAX_BODY) as u64
 }
 
 /// Content bytes of a record with a `len`-byte body, unpadded.

@@ -197,6 +197,29 @@ fn after_a_lost_header_the_next_record_is_guessed_and_proven() {
     assert!(rx.tls.rx_synced());
 }
 
+/// Full-size records in jumbo frames: a header and the next one are
+/// never in one segment. After a lost header, the first record found is
+/// numbered by a guess and decrypted as it comes, its own tag the proof,
+/// rather than let go by while the header after it is awaited.
+#[test]
+fn the_first_record_found_after_a_lost_header_is_decrypted_under_a_guess() {
+    let i = info(TlsCipher::Aes128Gcm, 0);
+    let (s, spans) = stream(&i, 0, &[16_000; 6]);
+    let mut rx = Rx::new(&i);
+    let lost = spans[1].0 / 9000;
+    for (k, from) in (0..s.len()).step_by(9000).enumerate() {
+        if k != lost {
+            rx.segment(&s, from..(from + 9000).min(s.len()));
+        }
+    }
+    assert_eq!((rx.stats.rx_tls_resync_guess, rx.stats.rx_tls_resync_guess_ok), (1, 1));
+    for &(a, b) in &spans[2..] {
+        assert_eq!(rx.decrypted(a as u64, b as u64), vec![((a + HEADER) as u64, b as u64)]);
+    }
+    assert_eq!(rx.stats.rx_tls_records, 4);
+    assert_eq!(rx.stats.rx_tls_resync_req, 0);
+}
+
 /// A guess its record's tag could not prove (the record was cut short at
 /// its end) is carried to the next record, whose tag proves it; the chain
 /// that led to it was found across two segments.
