@@ -431,8 +431,11 @@ impl Connection {
         fail: Option<Status>,
         now: Instant,
     ) {
+        let named = self.core.qid().is_some();
         let action = self.core.submit(&sqe, data, fail, now);
-        if let Some(qid) = self.core.qid() {
+        // Once, when Connect names the queue: a span's fields are appended
+        // each time they are recorded.
+        if !named && let Some(qid) = self.core.qid() {
             self.span.record("qid", qid);
         }
         self.act(&sqe, action, now);
