@@ -510,6 +510,18 @@ mod inside {
         assert_eq!(said, vec![body], "decrypted, but the tag not vouched for");
     }
 
+    /// 40,000 bytes of data for `CID`, byte `x` being `x * mul + add`, and
+    /// the C2HData PDUs of `each` bytes that carry it.
+    fn c2h_pdus(mul: u32, add: u32, each: usize) -> (Vec<u8>, Vec<u8>) {
+        let data: Vec<u8> = (0..40_000u32).map(|x| (x * mul + add) as u8).collect();
+        let pdus = data
+            .chunks(each)
+            .enumerate()
+            .flat_map(|(k, c)| c2h(CID, (k * each) as u32, c, false, 24))
+            .collect();
+        (data, pdus)
+    }
+
     /// `stream[range]` as one segment.
     fn feed(tls: &mut Tls, stream: &[u8], range: std::ops::Range<usize>, stats: &mut Stats) {
         let mut seg = stream[range.clone()].to_vec();
@@ -528,12 +540,7 @@ mod inside {
     #[test]
     fn a_refuted_guess_leaves_the_flow_inside_to_place_again() {
         let i = info(TlsCipher::Aes128Gcm, 0);
-        let data: Vec<u8> = (0..40_000u32).map(|x| (x * 7 + 1) as u8).collect();
-        let pdus: Vec<u8> = data
-            .chunks(1000)
-            .enumerate()
-            .flat_map(|(k, c)| c2h(CID, (k * 1000) as u32, c, false, 24))
-            .collect();
+        let (data, pdus) = c2h_pdus(7, 1, 1000);
         const CONTENT: usize = 2000;
         let stream = records(&i, &pdus, CONTENT);
         let record = HEADER + CONTENT + 1 + TAG;
@@ -572,12 +579,7 @@ mod inside {
     #[test]
     fn a_proven_guess_gives_the_layer_inside_the_record_it_held() {
         let i = info(TlsCipher::Aes128Gcm, 0);
-        let data: Vec<u8> = (0..40_000u32).map(|x| (x * 11 + 5) as u8).collect();
-        let pdus: Vec<u8> = data
-            .chunks(10_000)
-            .enumerate()
-            .flat_map(|(k, c)| c2h(CID, (k * 10_000) as u32, c, false, 24))
-            .collect();
+        let (data, pdus) = c2h_pdus(11, 5, 10_000);
         const CONTENT: usize = 2000;
         let stream = records(&i, &pdus, CONTENT);
         let start = |k: usize| k * (HEADER + CONTENT + 1 + TAG);
@@ -622,12 +624,7 @@ mod inside {
     #[test]
     fn a_padded_record_under_a_guess_stops_the_flow_inside_when_proven() {
         let i = info(TlsCipher::Aes128Gcm, 0);
-        let data: Vec<u8> = (0..40_000u32).map(|x| (x * 3 + 1) as u8).collect();
-        let pdus: Vec<u8> = data
-            .chunks(10_000)
-            .enumerate()
-            .flat_map(|(k, c)| c2h(CID, (k * 10_000) as u32, c, false, 24))
-            .collect();
+        let (data, pdus) = c2h_pdus(3, 1, 10_000);
         const CONTENT: usize = 2000;
         let mut spans = Vec::new();
         let mut stream = Vec::new();
