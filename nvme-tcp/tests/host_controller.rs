@@ -276,39 +276,3 @@ fn a_retryable_error_is_retried_and_a_dnr_error_is_not() {
     assert_eq!(p.host.recovery().retried, 1, "DNR: not retried");
     assert_eq!(p.host.recovery().reconnects, 0);
 }
-
-/// A controller connection's span names its queue once, when Connect
-/// does: a span's fields are appended each time they are recorded, and
-/// the log showed `qid=1` once per command it had served.
-#[test]
-fn a_connections_span_names_its_queue_once() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
-    use tracing_subscriber::registry::LookupSpan;
-
-    struct Records(Arc<AtomicUsize>);
-    impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Records {
-        fn on_record(
-            &self,
-            id: &tracing::span::Id,
-            _: &tracing::span::Record<'_>,
-            cx: Context<'_, S>,
-        ) {
-            if cx.span(id).is_some_and(|s| s.name() == "ctrl_conn") {
-                self.0.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-    let records = Arc::new(AtomicUsize::new(0));
-    let subscriber = tracing_subscriber::registry().with(Records(records.clone()));
-    tracing::subscriber::with_default(subscriber, || {
-        let mut p = nvm(HostConfig::default());
-        p.ready();
-        for lba in 0..20 {
-            let buf = IoBuf::new(512);
-            assert_eq!(p.io(1, IoKind::Read, lba, 1, Some(buf)), Status::SUCCESS);
-        }
-    });
-    // The admin queue's connection and the I/O queue's.
-    assert_eq!(records.load(Ordering::Relaxed), 2);
-}
