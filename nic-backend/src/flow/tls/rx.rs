@@ -13,11 +13,16 @@
 //! second one follows at its length. If it knows where the lost header
 //! was and what its record was numbered, and one record fits between, it
 //! guesses that one did and goes on (the header it found is of the record
-//! after), without waiting for the second header where that lies in a
-//! later segment: the guess is proven or refuted by that record's tag,
-//! and noted in the mailbox meanwhile, so that software can undo what it
-//! decrypted should it be wrong. The layer inside is given a guessed
-//! record once the guess is proven, from a copy the NIC holds until then. Otherwise it asks the ULP to confirm the header,
+//! after): the guess is proven or refuted by that record's tag, and noted
+//! in the mailbox meanwhile, so that software can undo what it decrypted
+//! should it be wrong. Where the second header lies in a later segment
+//! (always, with full-size records in jumbo frames), the NIC does not
+//! wait for it: it guesses on the one header, but decrypts that record in
+//! a copy of its own, leaving the stream as it came, for a header no
+//! second one vouched for may be ciphertext that looks like one, whose
+//! decryption software could not undo. The layer inside is given a
+//! guessed record once the guess is proven, from a copy the NIC holds
+//! until then. Otherwise it asks the ULP to confirm the header,
 //! follows the chain meanwhile without decrypting, and starts again at
 //! the header after the confirmation, with the sequence number the ULP
 //! gave.
@@ -91,6 +96,9 @@ struct Record {
     odd: bool,
     /// Numbered by a guess its tag is to prove.
     guessed: bool,
+    /// Decrypted in a copy only (into `held`), the stream left as it
+    /// came: a guess on a header no second one vouched for.
+    shadow: bool,
     /// A guessed record's content, decrypted, held for the layer inside
     /// until the tag proves the guess.
     held: Option<Held>,
@@ -153,6 +161,8 @@ pub(crate) struct RxRecords {
     /// A record numbered by the guess still to be proven looked padded or
     /// not data: true if the guess is.
     guessed_odd: bool,
+    /// The hunt's last find is a header with no second one after it yet.
+    unchained: bool,
     /// The hunt's last find followed a header that came before it, here.
     chain_from: Option<u64>,
 }
@@ -172,6 +182,7 @@ impl RxRecords {
             missed: None,
             guessing: false,
             guessed_odd: false,
+            unchained: false,
             chain_from: None,
         }
     }
@@ -259,6 +270,7 @@ impl RxRecords {
         self.missed = None;
         self.guessing = false;
         self.guessed_odd = false;
+        self.unchained = false;
         self.chain_from = None;
     }
 
@@ -344,16 +356,14 @@ impl RxRecords {
                     self.state = State::Header { start, buf: [0; HEADER], got: 0 };
                     self.chain.clear();
                     // One record between the lost header and the chain?
+                    // (A chain found across segments never is: the hunt
+                    // guesses on its first header rather than wait.)
                     if let Some(m) = missed
                         && one_record(m.start, first)
                     {
-                        // The records before `start`: the one lost, and
-                        // the chain's first if it is not this one.
                         let framing = (HEADER + 1 + TAG) as u64;
-                        let before = u64::from(first < start);
-                        self.seq = Some(m.seq + 1 + before);
-                        self.inner_at =
-                            m.inner.map(|i| i + (start - m.start) - (1 + before) * framing);
+                        self.seq = Some(m.seq + 1);
+                        self.inner_at = m.inner.map(|i| i + (start - m.start) - framing);
                         self.guessing = true;
                         self.guessed_odd = m.odd;
                         env.stats.rx_tls_resync_guess += 1;
@@ -404,6 +414,18 @@ impl RxRecords {
                                 r.held = None;
                             }
                         }
+                        if r.shadow {
+                            let mut copy = data[pos..pos + k].to_vec();
+                            if self.aead.update(&mut copy) {
+                                let n = ((r.tag_at - 1).saturating_sub(here) as usize).min(k);
+                                r.odd |= n < k && copy[n] != APPLICATION_DATA;
+                                if let Some(h) = &mut r.held {
+                                    h.content.extend_from_slice(&copy[..n]);
+                                }
+                            } else {
+                                (r.shadow, r.held) = (false, None);
+                            }
+                        }
                         pos += k;
                         continue;
                     }
@@ -414,8 +436,10 @@ impl RxRecords {
                     if here + (k as u64) < r.end {
                         continue;
                     }
-                    let verified = r.decrypting && r.whole && self.aead.verify(&r.tag);
-                    if verified {
+                    let verified =
+                        (r.decrypting || r.shadow) && r.whole && self.aead.verify(&r.tag);
+                    // Software opens a record decrypted in a copy itself.
+                    if verified && !r.shadow {
                         if !r.odd && ctx.push_hint(r.tag_at, r.end, HintFlags::TAG_OK) {
                             env.stats.rx_tls_decrypted_bytes += TAG as u64;
                             env.stats.rx_tls_records += 1;
@@ -467,6 +491,7 @@ impl RxRecords {
         self.inner_at = inner.map(|i| i + content(len));
         let tag_at = end - TAG as u64;
         let guessed = std::mem::take(&mut self.guessing);
+        let shadow = std::mem::take(&mut self.unchained) && guessed;
         let mut r = Record {
             body,
             tag_at,
@@ -478,6 +503,7 @@ impl RxRecords {
             inner: inner.filter(|_| !guessed),
             odd: false,
             guessed,
+            shadow: false,
             held: None,
             tag: [0; TAG],
         };
@@ -491,6 +517,15 @@ impl RxRecords {
                     self.asked = Some(start);
                     ctx.request_resync(start);
                     env.stats.rx_tls_resync_req += 1;
+                }
+            }
+            Some(seq) if shadow => {
+                self.seq = Some(seq + 1);
+                if env.active.contains(Caps::TLS_RX) && self.aead.begin(seq, header) {
+                    (r.shadow, r.seq) = (true, seq);
+                    if !self.inner_off {
+                        r.held = inner.map(|inner| Held { inner, content: Vec::new() });
+                    }
                 }
             }
             Some(seq) => {
@@ -519,7 +554,8 @@ impl RxRecords {
     }
 
     /// Where in `data` (at stream offset `at`) a record header starts
-    /// that another follows at its length, after a loss.
+    /// that another follows at its length, after a loss; or, where a guess
+    /// can number it, one whose successor lies beyond `data`.
     fn hunt(&mut self, at: u64, data: &[u8]) -> Option<usize> {
         let end = at + data.len() as u64;
         if let State::Lost { candidate: Some((c, before)) } = self.state {
@@ -537,10 +573,10 @@ impl RxRecords {
             let next = p + HEADER + len;
             if next + HEADER > data.len() {
                 // Its successor lies beyond this segment. Where a guess
-                // can number it, its own tag is proof enough: it is
-                // decrypted as it comes, not let go by while the chain
-                // is checked.
+                // can number it, its own tag is proof enough, but only of
+                // a copy: it may not be a header at all.
                 if self.missed.is_some_and(|m| one_record(m.start, at + p as u64)) {
+                    self.unchained = true;
                     return Some(p);
                 }
                 self.state = State::Lost { candidate: Some((at + next as u64, at + p as u64)) };

@@ -199,30 +199,65 @@ fn after_a_lost_header_the_next_record_is_guessed_and_proven() {
 
 /// Full-size records in jumbo frames: a header and the next one are
 /// never in one segment. After a lost header, the first record found is
-/// numbered by a guess and decrypted as it comes, its own tag the proof,
-/// rather than let go by while the header after it is awaited.
+/// numbered by a guess at once, rather than let go by while the header
+/// after it is awaited; with no second header to vouch for it, it is
+/// decrypted in a copy of the NIC's own and the stream left as it came.
+/// Its tag proves the guess, and the records after it are the NIC's.
 #[test]
-fn the_first_record_found_after_a_lost_header_is_decrypted_under_a_guess() {
+fn the_first_record_found_after_a_lost_header_is_guessed_in_a_copy() {
     let i = info(TlsCipher::Aes128Gcm, 0);
     let (s, spans) = stream(&i, 0, &[16_000; 6]);
     let mut rx = Rx::new(&i);
     let lost = spans[1].0 / 9000;
+    let mut out = s.clone();
     for (k, from) in (0..s.len()).step_by(9000).enumerate() {
+        let to = (from + 9000).min(s.len());
         if k != lost {
-            rx.segment(&s, from..(from + 9000).min(s.len()));
+            out[from..to].copy_from_slice(&rx.segment(&s, from..to));
         }
     }
     assert_eq!((rx.stats.rx_tls_resync_guess, rx.stats.rx_tls_resync_guess_ok), (1, 1));
-    for &(a, b) in &spans[2..] {
+    let (a, b) = spans[2];
+    assert!(rx.decrypted(a as u64, b as u64).is_empty(), "software opens it");
+    assert_eq!(out[a..b], s[a..b], "as it came");
+    for &(a, b) in &spans[3..] {
         assert_eq!(rx.decrypted(a as u64, b as u64), vec![((a + HEADER) as u64, b as u64)]);
     }
-    assert_eq!(rx.stats.rx_tls_records, 4);
+    assert_eq!(rx.stats.rx_tls_records, 3);
     assert_eq!(rx.stats.rx_tls_resync_req, 0);
 }
 
+/// Ciphertext after a loss that looks like a record header is guessed on
+/// like one, but only in the NIC's copy: when its "tag" fails, nothing of
+/// the stream was touched and no guess is noted, so software, which finds
+/// records by their real headers, has nothing to undo.
+#[test]
+fn a_false_header_guessed_on_after_a_loss_leaves_the_stream_untouched() {
+    let i = info(TlsCipher::Aes128Gcm, 0);
+    let (mut s, spans) = stream(&i, 0, &[16_000; 6]);
+    let fake = 20_000;
+    assert!(spans[1].0 < 18_000 && fake + 16_022 > spans[2].0, "inside record 1, past 2's start");
+    s[fake..fake + HEADER].copy_from_slice(&[23, 3, 3, 0x3e, 0x91]);
+    let mut rx = Rx::new(&i);
+    rx.segment(&s, 0..9000);
+    // Record 1's header lost with the segment after 9000; the hunt meets
+    // the false header in the next one.
+    let mut out = Vec::new();
+    for from in (18_000..s.len()).step_by(9000) {
+        out.extend(rx.segment(&s, from..(from + 9000).min(s.len())));
+    }
+    assert_eq!((rx.stats.rx_tls_resync_guess, rx.stats.rx_tls_resync_guess_ok), (1, 0));
+    assert_eq!(out[..spans[3].0 - 18_000], s[18_000..spans[3].0], "not a byte rewritten");
+    assert!(rx.tls.ctx.take_guess((fake + HEADER) as u64).is_none(), "nothing to undo");
+    assert!(rx.decrypted(18_000, spans[3].0 as u64).is_empty());
+    assert_eq!(rx.stats.rx_tls_resync_req, 1, "refuted: the ULP asked");
+}
+
 /// A guess its record's tag could not prove (the record was cut short at
-/// its end) is carried to the next record, whose tag proves it; the chain
-/// that led to it was found across two segments.
+/// its end) is carried to the next record, and the next, whose tag proves
+/// it. The first was guessed on alone (its successor's header was in a
+/// later segment), in a copy; those after it came at its length, and are
+/// decrypted in place.
 #[test]
 fn a_guess_a_gap_left_unproven_is_proven_by_the_next_tag() {
     let i = info(TlsCipher::Aes128Gcm, 3);
@@ -230,7 +265,7 @@ fn a_guess_a_gap_left_unproven_is_proven_by_the_next_tag() {
     let mut rx = Rx::new(&i);
     rx.segment(&s, 0..1000);
     // Lost: record 1's header. Record 2's header is seen, its successor's
-    // in the next segment, where the guess starts at record 3.
+    // not: record 2 is guessed on alone, then cut short at its end.
     rx.segment(&s, spans[1].0 + 3..spans[2].0 + 50);
     rx.segment(&s, spans[3].0..spans[3].0 + 100);
     assert_eq!(rx.stats.rx_tls_resync_guess, 1);
@@ -640,9 +675,9 @@ mod inside {
         let mut tls = socket(&i, &buf, 0);
         let inner = tls.inner.as_ref().unwrap().ctx().clone();
         let mut stats = Stats::default();
-        // Record 1's header lost. Record 2's header is found, and record
-        // 3's at its length in the next segment: record 3, padded, is
-        // guessed, and its last byte seen, but not all of its tag.
+        // Record 1's header lost. Record 2's header is found alone and
+        // guessed on, its end lost; the guess is carried to record 3,
+        // padded, whose last byte is seen, but not all of its tag.
         feed(&mut tls, &stream, 0..spans[1] + 3, &mut stats);
         feed(&mut tls, &stream, spans[1] + 500..spans[2] + 1000, &mut stats);
         feed(&mut tls, &stream, spans[3]..spans[4] - 10, &mut stats);
