@@ -316,12 +316,11 @@ pub fn tls_rx(data: &[u8]) -> Stats {
                 }
             }
             2 => {
-                // The true offset inside where a record starts there.
-                let inner = records
-                    .iter()
-                    .find(|r| r.0 == usize::from(a))
-                    .map_or(u64::from(b) * 7, |r| r.4);
-                tls.tls_resync(TlsStart { tcp: u64::from(a), inner }, u64::from(b), env.stats)
+                // The ULP answers as software does: only where a record
+                // starts, with its number and the offset inside there.
+                if let Some(r) = records.iter().find(|r| r.0 == usize::from(a)) {
+                    tls.tls_resync(TlsStart { tcp: u64::from(a), inner: r.4 }, r.1, env.stats)
+                }
             }
             3 => {
                 tls.resync(u64::from(a), env.stats);
@@ -329,6 +328,43 @@ pub fn tls_rx(data: &[u8]) -> Stats {
             _ => {}
         }
         check(&placed, end - start, &guarded);
+    }
+    // Whatever the NIC did, software gets every record back as it came:
+    // headers and tags untouched, and each body byte either untouched or
+    // hinted decrypted under the record's own number or the guess noted
+    // at its body, which software encrypts back under (as `nvme_tcp::tls`
+    // does). That holds where software finds the records the stream was
+    // built of; a flipped header frames them otherwise, and a peer that
+    // frames its records so only fails its own connection.
+    let mut hinted = vec![false; stream.len()];
+    tls.ctx.with_hints(0, stream.len() as u64, |a, b, h| {
+        if h.flags.contains(HintFlags::DECRYPTED) {
+            hinted[a as usize..b as usize].fill(true);
+        }
+    });
+    let ctr = match cipher {
+        TlsCipher::Aes128Gcm => Cipher::aes_128_ctr(),
+        TlsCipher::Aes256Gcm => Cipher::aes_256_ctr(),
+    };
+    let framed_as_built =
+        records.iter().all(|(at, _, header, _, _)| stream[*at..*at + HEADER] == header[..]);
+    for (at, seq, _, content, _) in records.iter().filter(|_| framed_as_built) {
+        let (at, body, end) = (*at, at + HEADER, at + HEADER + content.len() + 1 + TAG);
+        let nic_seq = tls.ctx.take_guess(body as u64).unwrap_or(*seq);
+        // GCM's keystream: counter blocks from the nonce and 2 on.
+        let iv = [&info.nonce(nic_seq)[..], &2u32.to_be_bytes()].concat();
+        let zeros = vec![0u8; end - TAG - body];
+        let Ok(keystream) = openssl::symm::encrypt(ctr, &info.key, Some(&iv), &zeros) else {
+            break;
+        };
+        for i in at..end {
+            let (Some(got), false) = (view[i], kept_out[i]) else { continue };
+            let back = match i >= body && i < end - TAG && hinted[i] {
+                true => got ^ keystream[i - body],
+                false => got,
+            };
+            assert_eq!(back, stream[i], "byte {i} of the record at {at}: software cannot undo it");
+        }
     }
     for (at, seq, header, content, _) in &records {
         let (body, end) = (at + HEADER, at + HEADER + content.len() + 1 + TAG);

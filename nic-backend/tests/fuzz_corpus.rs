@@ -10,7 +10,8 @@ fn replay(target: &str, run: fn(&[u8]) -> ulp_ddp::Stats) {
         for entry in entries {
             let path = entry.expect("readable corpus directory").path();
             let data = std::fs::read(&path).expect("readable corpus file");
-            run(&data);
+            let ran = std::panic::catch_unwind(|| run(&data));
+            assert!(ran.is_ok(), "{} fails", path.display());
             n += 1;
         }
     }
