@@ -19,7 +19,8 @@ use crate::wire::{
     crc32c_append, emit_fpdu_with, fpdu_pad, mulpdu,
 };
 use std::collections::VecDeque;
-use ulp_ddp::{IoBuf, SliceSink, TxMode, TxSink, ZeroCopyTx};
+use std::convert::Infallible;
+use ulp_ddp::{IoBuf, SgEntry, SliceSink, TxMode, TxSink, ZeroCopyTx};
 
 /// The STag siw puts in RTRs (tagged STag 0 upsets some NICs).
 const RTR_STAG: u32 = 1;
@@ -123,47 +124,45 @@ impl TxState {
         Ok(())
     }
 
-    /// Append the FPDU of `header` carrying the `payload_len` bytes whose
-    /// pieces (buffer, offset, length) `pieces` names in order, with its
-    /// CRC when `crc`: by reference where it can, else copied.
-    fn put_payload<E>(
+    /// Append the FPDU of `header` carrying the `payload_len` bytes of
+    /// `sgl` from its byte `from`, with its CRC when `crc`: by reference
+    /// where it can, else copied.
+    fn put_payload(
         &mut self,
         header: &DdpHeader,
+        sgl: &[SgEntry],
+        from: u64,
         payload_len: usize,
         crc: bool,
-        pieces: impl FnOnce(&mut dyn FnMut(&IoBuf, usize, usize)) -> Result<(), E>,
-    ) -> Result<(), E> {
+    ) {
         if !self.by_reference || payload_len == 0 {
             let fill = |out: &mut Vec<u8>| {
-                pieces(&mut |b, off, k| out.extend_from_slice(&b.lock()[off..off + k]))
+                walk(sgl, from, payload_len, |e, off, k| {
+                    out.extend_from_slice(&e.buf.lock()[off..off + k])
+                });
+                Ok::<_, Infallible>(())
             };
-            return self.put(header, payload_len, crc, fill);
+            let Ok(()) = self.put(header, payload_len, crc, fill);
+            return;
         }
-        let (start, refs) = (self.buf.len(), self.refs.len());
+        let start = self.buf.len();
         let ulpdu = header.buffer_len() + payload_len;
         self.buf.extend_from_slice(&(ulpdu as u16).to_be_bytes());
         let at = self.buf.len();
         self.buf.resize(at + header.buffer_len(), 0);
         header.emit(&mut self.buf[at..]);
         let mut sum = if crc { crc32c_append(0, &self.buf[start..]) } else { 0 };
-        let got = pieces(&mut |b, offset, len| {
+        walk(sgl, from, payload_len, |e, offset, len| {
             if crc {
-                sum = crc32c_append(sum, &b.lock()[offset..offset + len]);
+                sum = crc32c_append(sum, &e.buf.lock()[offset..offset + len]);
             }
-            let at = self.buf.len();
-            let buf = b.clone();
+            let (at, buf) = (self.buf.len(), e.buf.clone());
             self.refs.push_back(Ref { at, buf, offset, len, done: 0, mode: TxMode::Unsent });
         });
-        if let Err(e) = got {
-            self.buf.truncate(start);
-            self.refs.truncate(refs);
-            return Err(e);
-        }
         let trailer = self.buf.len();
         self.buf.resize(trailer + fpdu_pad(ulpdu), 0);
         let sum = if crc { crc32c_append(sum, &self.buf[trailer..]) } else { 0 };
         self.buf.extend_from_slice(&sum.to_le_bytes());
-        Ok(())
     }
 
     /// Where setup frames go: straight out, ahead of any FPDU.
@@ -334,7 +333,7 @@ impl Qp {
         let payload = if with_payload { std::mem::take(&mut self.tx.scratch) } else { Vec::new() };
         let fill = |out: &mut Vec<u8>| {
             out.extend_from_slice(&payload);
-            Ok::<_, std::convert::Infallible>(())
+            Ok::<_, Infallible>(())
         };
         let Ok(()) = self.tx.put(&header, payload.len(), crc, fill);
         self.tx.scratch = payload;
@@ -500,12 +499,8 @@ impl Qp {
             }
             SendOp::FastReg { .. } | SendOp::LocalInv { .. } => unreachable!("run when reached"),
         };
-        let pieces = |f: &mut dyn FnMut(&IoBuf, usize, usize)| {
-            walk(sgl, u64::from(sent), n as usize, |e, off, k| f(&e.buf, off, k));
-            Ok::<_, std::convert::Infallible>(())
-        };
         let crc = self.our_crc();
-        let Ok(()) = self.tx.put_payload(&header, n as usize, crc, pieces);
+        self.tx.put_payload(&header, sgl, u64::from(sent), n as usize, crc);
         self.count_tx(n);
         let sent = sent + n;
         if sent == len {
@@ -531,11 +526,7 @@ impl Qp {
         let ctrl = Ctrl { last, opcode: Opcode::ReadResponse };
         let header =
             DdpHeader::Tagged { ctrl, stag: r.sink, to: r.sink_to.wrapping_add(u64::from(r.sent)) };
-        let pieces = |f: &mut dyn FnMut(&IoBuf, usize, usize)| {
-            walk(&r.src, u64::from(r.sent), n as usize, |e, off, k| f(&e.buf, off, k));
-            Ok::<(), std::convert::Infallible>(())
-        };
-        let Ok(()) = self.tx.put_payload(&header, n as usize, crc, pieces);
+        self.tx.put_payload(&header, &r.src, u64::from(r.sent), n as usize, crc);
         self.count_tx(n);
         if last {
             self.irq.pop_front();
