@@ -151,6 +151,20 @@ fn retransmissions_after_completion_gather_the_same_bytes() {
     }
 }
 
+/// The namespace lends 64 KiB reads from the middle of its 128 KiB
+/// chunks: each C2HData carries the half its command asked for, gathered
+/// by the NIC or copied, with its digest over those bytes.
+#[test]
+fn reads_lent_from_inside_a_chunk_send_the_right_bytes() {
+    for offload in [Caps::ALL, Caps::ALL.without(Caps::ZC_TX), Caps::NONE] {
+        let o = DemoOptions { bs: 64 << 10, size: 2 * MB, ..opts(offload, true) };
+        let d = run(&o);
+        let (_, ctrl_tx) = d.ctrl.stats();
+        let zc = offload.contains(Caps::ZC_TX);
+        assert_eq!(ctrl_tx.zero_copy_bytes, if zc { o.size } else { 0 }, "{offload}");
+    }
+}
+
 #[test]
 fn without_header_data_split_placed_bytes_also_reach_the_ring() {
     let o = opts(Caps::ALL, true);

@@ -10,9 +10,13 @@ use smoltcp_glue::Profile;
 use ulp_ddp::Caps;
 
 fn run(offload: Caps, crc: bool, impair: Profile) -> demo::DemoReport {
+    run_bs(offload, crc, impair, 128 << 10)
+}
+
+fn run_bs(offload: Caps, crc: bool, impair: Profile, bs: u32) -> demo::DemoReport {
     let o = DemoOptions {
         size: 8 << 20,
-        bs: 128 << 10,
+        bs,
         qd: 8,
         queues: 2,
         digests: Digests { header: false, data: crc },
@@ -60,6 +64,17 @@ fn classic_registration_takes_three_calls_and_no_offload_copies_everything() {
     assert_eq!(r.offload.nic_placed_bytes, 0);
     assert!(r.offload.host_copy_bytes >= 8 << 20, "{:?}", r.offload);
     assert!(r.offload.host_crc_bytes >= 16 << 20, "both ways: {:?}", r.offload);
+}
+
+/// The namespace lends 64 KiB reads from the middle of its 128 KiB
+/// chunks: each RDMA Write carries the half its command asked for, gathered
+/// by the NIC or copied.
+#[test]
+fn reads_lent_from_inside_a_chunk_write_the_right_bytes() {
+    for offload in [Caps::ALL, Caps::ALL.without(Caps::ZC_TX)] {
+        let r = run_bs(offload, true, Profile::default(), 64 << 10);
+        assert!(r.controller_offload.tx_zero_copy_bytes > 0 || !offload.contains(Caps::ZC_TX));
+    }
 }
 
 #[test]

@@ -18,7 +18,7 @@ use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
-use ulp_ddp::IoBuf;
+use ulp_ddp::{IoBuf, SgEntry};
 
 /// Block storage a namespace is made of.
 pub trait Namespace: Send + Sync {
@@ -41,6 +41,16 @@ pub trait Namespace: Send + Sync {
     /// (the VWC bit): true for a file, whose writes land in the page cache.
     fn volatile_write_cache(&self) -> bool {
         false
+    }
+    /// Lend the stored bytes `[offset, offset + len)` instead of copying
+    /// them into a buffer for a Read, as `sendfile` sends page-cache pages:
+    /// the entry stays as it is for as long as anyone holds it (a write
+    /// meanwhile goes to a copy of the storage's own), so a transport may
+    /// send from it, and send it again, until the host has it. None: read
+    /// it with [`BlockIo::Read`] (the store cannot lend, or not this range).
+    fn lend(&self, offset: u64, len: usize) -> Option<SgEntry> {
+        let _ = (offset, len);
+        None
     }
     /// Number of logical blocks.
     fn blocks(&self) -> u64 {

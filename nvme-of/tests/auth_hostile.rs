@@ -66,7 +66,7 @@ fn auth_receive(q: &mut CtrlQueue) -> (Status, Vec<u8>) {
     match q.submit(&sqe, None, None, Instant::ZERO) {
         Action::Respond { cqe, data } => (
             Status::from_field(cqe.status),
-            data.map(|(b, n)| b.to_vec()[..n].to_vec()).unwrap_or_default(),
+            data.map(|d| d.buf.lock()[d.offset..d.offset + d.len].to_vec()).unwrap_or_default(),
         ),
         other => panic!("{other:?}"),
     }

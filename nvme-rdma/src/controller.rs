@@ -227,14 +227,10 @@ impl Connection {
     }
 
     /// Write the command's data into the host's buffer, then the response.
-    fn respond(&mut self, sqe: &Sqe, cqe: Cqe, data: Option<(IoBuf, usize)>) {
+    fn respond(&mut self, sqe: &Sqe, cqe: Cqe, data: Option<SgEntry>) {
         let keyed = sqe.sgl.kind() == SglType::Keyed;
-        if let Some((buf, len)) = data.filter(|_| keyed) {
-            let op = SendOp::Write {
-                sgl: vec![SgEntry { buf, offset: 0, len }],
-                stag: Stag(sqe.sgl.key()),
-                to: sqe.sgl.addr,
-            };
+        if let Some(data) = data.filter(|_| keyed) {
+            let op = SendOp::Write { sgl: vec![data], stag: Stag(sqe.sgl.key()), to: sqe.sgl.addr };
             self.post(0, false, op);
         }
         let mut raw = [0u8; Cqe::LEN];

@@ -1,8 +1,10 @@
 //! The storage behind a controller's namespaces, for the contract in
 //! [`nvme_of::namespace`]:
 //!
-//! - [`RamNamespace`]: sparse memory, allocated a megabyte at a time; it
-//!   answers every I/O inside `submit`, as memory never makes anyone wait.
+//! - [`RamNamespace`]: sparse memory, allocated 128 KiB at a time; it
+//!   answers every I/O inside `submit`, as memory never makes anyone wait,
+//!   and lends what it holds to large reads instead of copying it
+//!   ([`Namespace::lend`](nvme_of::namespace::Namespace::lend)).
 //! - [`FileNamespace`]: a regular file or a block device, with positional
 //!   I/O on worker threads ([`Workers`]), so a slow `fdatasync` stalls
 //!   only the commands that wait for it, never the poll loop.
@@ -12,7 +14,7 @@ mod ram;
 mod workers;
 
 pub use file::FileNamespace;
-pub use ram::RamNamespace;
+pub use ram::{RamNamespace, RamStats};
 pub use workers::Workers;
 
 use std::io;

@@ -1,21 +1,43 @@
-//! A sparse RAM namespace.
+//! A sparse RAM namespace that lends what it holds.
 
 use crate::{check_block_size, check_size};
 use nvme_of::namespace::{BlockIo, Done, Namespace};
 use std::io;
-use std::sync::{PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockWriteGuard};
+use ulp_ddp::{IoBuf, SgEntry};
 
-const CHUNK: usize = 1 << 20;
+/// The unit of allocation, and of copy-on-write: a write to a chunk that
+/// is lent copies this much at most.
+const CHUNK: usize = 128 << 10;
 
-/// A megabyte of the namespace, allocated on first write.
-type Chunk = RwLock<Option<Box<[u8]>>>;
+/// Reads shorter than this are copied, not lent: a write into a lent chunk
+/// copies the whole chunk, and a small read should not make a small write
+/// that many times dearer.
+const LEND_MIN: usize = CHUNK / 4;
 
-/// A RAM namespace, allocated a megabyte at a time on first write. Its
-/// data lives and dies with the process.
+/// A chunk of the namespace, allocated on first write. A buffer someone
+/// else holds (a lent one) is never written again: a write replaces it
+/// with a copy.
+type Chunk = RwLock<Option<IoBuf>>;
+
+/// A RAM namespace, allocated a chunk at a time on first write. Its data
+/// lives and dies with the process.
 pub struct RamNamespace {
     block_size: u32,
     size: u64,
     chunks: Vec<Chunk>,
+    lent: AtomicU64,
+    copied_on_write: AtomicU64,
+}
+
+/// What lending cost and saved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RamStats {
+    /// Bytes read by lending them, not copying them.
+    pub lent_bytes: u64,
+    /// Bytes copied because a write came to a chunk someone still held.
+    pub copied_on_write_bytes: u64,
 }
 
 impl RamNamespace {
@@ -25,7 +47,20 @@ impl RamNamespace {
         check_size(size, block_size)?;
         let n = size.div_ceil(CHUNK as u64) as usize;
         let chunks = (0..n).map(|_| RwLock::new(None)).collect();
-        Ok(Self { block_size, size, chunks })
+        Ok(Self {
+            block_size,
+            size,
+            chunks,
+            lent: AtomicU64::new(0),
+            copied_on_write: AtomicU64::new(0),
+        })
+    }
+
+    pub fn stats(&self) -> RamStats {
+        RamStats {
+            lent_bytes: self.lent.load(Ordering::Relaxed),
+            copied_on_write_bytes: self.copied_on_write.load(Ordering::Relaxed),
+        }
     }
 
     /// Visit the chunk pieces `[offset, offset+len)` covers: (chunk index,
@@ -49,12 +84,29 @@ impl RamNamespace {
         self.chunks.get(idx).ok_or_else(|| io::Error::other("offset beyond the namespace"))
     }
 
+    /// Chunk `idx` to write `n` bytes of, held: allocated if it was not,
+    /// and a copy of its own if its buffer is lent.
+    fn writable(&self, idx: usize, n: usize) -> io::Result<RwLockWriteGuard<'_, Option<IoBuf>>> {
+        let mut chunk = self.chunk(idx)?.write().unwrap_or_else(PoisonError::into_inner);
+        match chunk.as_ref() {
+            None => *chunk = Some(IoBuf::new(CHUNK)),
+            // All of it is about to be written: nothing to copy.
+            Some(c) if c.is_shared() && n == CHUNK => *chunk = Some(IoBuf::new(CHUNK)),
+            Some(c) if c.is_shared() => {
+                self.copied_on_write.fetch_add(CHUNK as u64, Ordering::Relaxed);
+                *chunk = Some(IoBuf::from_vec(c.to_vec()));
+            }
+            Some(_) => {}
+        }
+        Ok(chunk)
+    }
+
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         for (idx, off, at, n) in Self::pieces(offset, buf.len() as u64) {
             let chunk = self.chunk(idx)?.read().unwrap_or_else(PoisonError::into_inner);
             let dst = &mut buf[at..at + n];
-            match chunk.as_deref() {
-                Some(c) => dst.copy_from_slice(&c[off..off + n]),
+            match chunk.as_ref() {
+                Some(c) => dst.copy_from_slice(&c.lock()[off..off + n]),
                 None => dst.fill(0),
             }
         }
@@ -63,9 +115,9 @@ impl RamNamespace {
 
     pub fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
         for (idx, off, at, n) in Self::pieces(offset, buf.len() as u64) {
-            let mut chunk = self.chunk(idx)?.write().unwrap_or_else(PoisonError::into_inner);
-            let c = chunk.get_or_insert_with(|| vec![0; CHUNK].into_boxed_slice());
-            c[off..off + n].copy_from_slice(&buf[at..at + n]);
+            if let Some(c) = self.writable(idx, n)?.as_ref() {
+                c.lock()[off..off + n].copy_from_slice(&buf[at..at + n]);
+            }
         }
         Ok(())
     }
@@ -73,11 +125,12 @@ impl RamNamespace {
     /// Zero a range; whole chunks are given back.
     pub fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         for (idx, off, _, n) in Self::pieces(offset, len) {
-            let mut chunk = self.chunk(idx)?.write().unwrap_or_else(PoisonError::into_inner);
             if n == CHUNK {
-                *chunk = None;
-            } else if let Some(c) = chunk.as_deref_mut() {
-                c[off..off + n].fill(0);
+                *self.chunk(idx)?.write().unwrap_or_else(PoisonError::into_inner) = None;
+            } else if self.chunk(idx)?.read().unwrap_or_else(PoisonError::into_inner).is_some()
+                && let Some(c) = self.writable(idx, n)?.as_ref()
+            {
+                c.lock()[off..off + n].fill(0);
             }
         }
         Ok(())
@@ -105,6 +158,19 @@ impl Namespace for RamNamespace {
             BlockIo::Flush => Ok(()),
         });
     }
+
+    /// A read of at least [`LEND_MIN`] bytes inside one written chunk is
+    /// lent; the chunk is copied before anything writes it again.
+    fn lend(&self, offset: u64, len: usize) -> Option<SgEntry> {
+        let (idx, off, _, n) = Self::pieces(offset, len as u64).next()?;
+        if len < LEND_MIN || n < len {
+            return None;
+        }
+        let chunk = self.chunks.get(idx)?.read().unwrap_or_else(PoisonError::into_inner);
+        let buf = chunk.as_ref()?.clone();
+        self.lent.fetch_add(len as u64, Ordering::Relaxed);
+        Some(SgEntry { buf, offset: off, len })
+    }
 }
 
 #[cfg(test)]
@@ -114,7 +180,7 @@ mod tests {
     #[test]
     fn ram_is_sparse_and_spans_chunks() {
         let ns = RamNamespace::new(3 * CHUNK as u64 + 4096, 4096).unwrap();
-        assert_eq!(ns.blocks(), 3 * 256 + 1);
+        assert_eq!(ns.blocks(), 3 * (CHUNK as u64 / 4096) + 1);
         let mut buf = vec![0xff; 8192];
         ns.read_at(CHUNK as u64 - 4096, &mut buf).unwrap();
         assert!(buf.iter().all(|&b| b == 0));
@@ -128,6 +194,53 @@ mod tests {
         assert!(buf[2048..6144].iter().all(|&b| b == 0));
         assert_eq!(&buf[6144..], &data[6144..]);
         assert!(RamNamespace::new(1000, 1000).is_err());
+    }
+
+    fn bytes(e: &SgEntry) -> Vec<u8> {
+        e.buf.lock()[e.offset..e.offset + e.len].to_vec()
+    }
+
+    #[test]
+    fn a_lent_range_keeps_its_bytes_while_writes_go_to_a_copy() {
+        let ns = RamNamespace::new(4 * CHUNK as u64, 512).unwrap();
+        let old: Vec<u8> = (0..CHUNK as u32).map(|i| (i * 7) as u8).collect();
+        ns.write_at(CHUNK as u64, &old).unwrap();
+        let lent = ns.lend(CHUNK as u64 + 4096, LEND_MIN).expect("lent");
+        assert_eq!((lent.offset, lent.len), (4096, LEND_MIN));
+        assert_eq!(bytes(&lent), &old[4096..4096 + LEND_MIN]);
+        // A write over the lent range, and one that fills the chunk.
+        ns.write_at(CHUNK as u64 + 8192, &[0xaa; 512]).unwrap();
+        assert_eq!(bytes(&lent), &old[4096..4096 + LEND_MIN], "the lent bytes never change");
+        let mut now = vec![0; 1024];
+        ns.read_at(CHUNK as u64 + 8192 - 256, &mut now).unwrap();
+        assert_eq!(&now[..256], &old[8192 - 256..8192]);
+        assert_eq!(&now[256..768], &[0xaa; 512]);
+        assert_eq!(ns.stats().copied_on_write_bytes, CHUNK as u64);
+        // The copy is no one else's: the next write goes into it in place.
+        ns.write_at(CHUNK as u64, &[1; 512]).unwrap();
+        assert_eq!(ns.stats().copied_on_write_bytes, CHUNK as u64);
+        // A whole-chunk write to a lent chunk has nothing to copy.
+        let again = ns.lend(CHUNK as u64, CHUNK).expect("lent");
+        ns.write_at(CHUNK as u64, &vec![2; CHUNK]).unwrap();
+        assert_eq!(ns.stats().copied_on_write_bytes, CHUNK as u64);
+        assert_eq!(bytes(&again)[..512], [1; 512]);
+        // Nor does zeroing it, which gives the chunk back.
+        let zeroed = ns.lend(CHUNK as u64, CHUNK).expect("lent");
+        ns.write_zeroes(CHUNK as u64, CHUNK as u64).unwrap();
+        assert!(bytes(&zeroed).iter().all(|&b| b == 2));
+        assert_eq!(ns.stats().lent_bytes, (LEND_MIN + 2 * CHUNK) as u64);
+    }
+
+    #[test]
+    fn small_straddling_and_unwritten_reads_are_not_lent() {
+        let ns = RamNamespace::new(4 * CHUNK as u64, 512).unwrap();
+        assert!(ns.lend(0, CHUNK).is_none(), "never written: nothing to lend");
+        ns.write_at(0, &vec![5; 2 * CHUNK]).unwrap();
+        assert!(ns.lend(0, LEND_MIN - 512).is_none(), "too small to lend");
+        assert!(ns.lend(CHUNK as u64 - 4096, LEND_MIN).is_none(), "in two chunks");
+        assert!(ns.lend(4 * CHUNK as u64, LEND_MIN).is_none(), "beyond the namespace");
+        assert!(ns.lend(CHUNK as u64, CHUNK).is_some());
+        assert_eq!(ns.stats().lent_bytes, CHUNK as u64);
     }
 
     #[test]

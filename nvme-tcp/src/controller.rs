@@ -20,7 +20,7 @@ use nvme_of::{Binding, Instant, UlpStats};
 use std::net::IpAddr;
 use std::sync::Arc;
 use tracing::{debug, trace};
-use ulp_ddp::{DdpDevice, FlowId, IoBuf, NvmeTcpConfig, Role, TxSink, ZeroCopyTx};
+use ulp_ddp::{DdpDevice, FlowId, IoBuf, NvmeTcpConfig, Role, SgEntry, TxSink, ZeroCopyTx};
 
 /// Stop taking new PDUs while this much is waiting to be sent: a host that
 /// does not read its completions is slowed by TCP, not by our memory.
@@ -505,13 +505,13 @@ impl Connection {
     /// Send a command's data (C2HData PDUs) and its completion. With SQ flow
     /// control disabled and a plain success, the last C2HData carries
     /// SUCCESS and replaces the CapsuleResp.
-    fn respond(&mut self, cqe: Cqe, data: Option<(IoBuf, usize)>) {
+    fn respond(&mut self, cqe: Cqe, data: Option<SgEntry>) {
         let cfg = self.core.target().config();
         let success_flag = cfg.c2h_success
             && !self.core.sq_flow_control()
             && cqe.status().is_success()
             && cqe.result64() == 0;
-        if let Some((buf, len)) = data {
+        if let Some(SgEntry { buf, offset, len }) = data {
             let chunk = cfg.c2h_data_len as usize;
             let mut at = 0;
             while at < len {
@@ -524,7 +524,7 @@ impl Connection {
                     last,
                     success: last && success_flag,
                 };
-                self.tx.push(Header::C2hData(d), Some((buf.clone(), at, n)));
+                self.tx.push(Header::C2hData(d), Some((buf.clone(), offset + at, n)));
                 at += n;
             }
             if success_flag {

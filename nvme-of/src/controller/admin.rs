@@ -13,6 +13,7 @@ use crate::nvme::{
 use crate::time::Instant;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use ulp_ddp::SgEntry;
 
 /// Keep alive timeout a discovery controller gets when the host asks for none.
 const DISCOVERY_KATO: Duration = Duration::from_secs(120);
@@ -339,7 +340,8 @@ impl CtrlQueue {
         }
         let buf = self.pool.get(bytes.len());
         buf.lock()[..bytes.len()].copy_from_slice(bytes);
-        Outcome::Complete { status: Status::SUCCESS, result: 0, data: Some((buf, bytes.len())) }
+        let data = Some(SgEntry { buf, offset: 0, len: bytes.len() });
+        Outcome::Complete { status: Status::SUCCESS, result: 0, data }
     }
 
     fn cntlid(&self) -> u16 {

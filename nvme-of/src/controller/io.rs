@@ -3,10 +3,11 @@
 //! completes when the storage answers ([`CtrlQueue::storage_answer`]).
 
 use super::CtrlQueue;
-use super::queue::{Data, DataPtr, Outcome, StorageIo};
+use super::queue::{Data, DataPtr, Outcome, Reply, StorageIo};
 use crate::namespace::{BlockIo, Namespace};
 use crate::nvme::{Sqe, Status, io};
 use std::sync::atomic::Ordering;
+use ulp_ddp::SgEntry;
 
 /// Dataset Management range: context attributes, length in blocks, start.
 const DSM_RANGE_LEN: usize = 16;
@@ -35,7 +36,13 @@ impl CtrlQueue {
         };
         let (io, data, bytes) = match sqe.opcode {
             io::READ => match self.read(sqe, ns, data) {
-                Ok((io, data, len)) => (io, data, len),
+                Ok(Read::Io(io, data, len)) => (io, data, len),
+                Ok(Read::Lent(data)) => {
+                    let bytes = data.len as u64;
+                    let io =
+                        StorageIo { sqe: *sqe, data: Some(data), bytes, owed: 0, failed: false };
+                    return self.finish(io);
+                }
                 Err(outcome) => return outcome,
             },
             io::WRITE => match self.write(sqe, ns, data, durable) {
@@ -77,7 +84,7 @@ impl CtrlQueue {
         Ok((offset, len as usize))
     }
 
-    fn read(&mut self, sqe: &Sqe, ns: usize, data: Data) -> Result<(BlockIo, Data, u64), Outcome> {
+    fn read(&mut self, sqe: &Sqe, ns: usize, data: Data) -> Result<Read, Outcome> {
         let (offset, len) = self.transfer(sqe, ns)?;
         match self.data_ptr(sqe) {
             DataPtr::Remote if data.is_none() => {}
@@ -89,8 +96,12 @@ impl CtrlQueue {
         if (sqe.sgl.data_len() as usize) < len {
             return Err(Outcome::status(Status::DATA_SGL_LENGTH_INVALID));
         }
+        if let Some(lent) = self.ns(ns).lend(offset, len) {
+            return Ok(Read::Lent(lent));
+        }
         let buf = self.pool.get(len);
-        Ok((BlockIo::Read { offset, buf: buf.clone(), len }, Some((buf, len)), len as u64))
+        let data = Some(SgEntry { buf: buf.clone(), offset: 0, len });
+        Ok(Read::Io(BlockIo::Read { offset, buf, len }, data, len as u64))
     }
 
     fn write(
@@ -154,7 +165,7 @@ impl CtrlQueue {
     fn hand_over(
         &mut self,
         sqe: &Sqe,
-        data: Data,
+        data: Reply,
         bytes: u64,
         owed: usize,
         ios: impl IntoIterator<Item = (usize, BlockIo)>,
@@ -215,6 +226,15 @@ impl StorageIo {
             self.failed = true;
         }
     }
+}
+
+/// How a Read's data comes.
+enum Read {
+    /// From the storage, into a buffer of ours: the I/O to hand it, the
+    /// buffer, and the bytes it moves.
+    Io(BlockIo, Reply, u64),
+    /// The namespace's own memory, lent at once.
+    Lent(SgEntry),
 }
 
 /// Byte offset and length of `nlb` blocks at `slba`, if inside the namespace.

@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tracing::trace;
-use ulp_ddp::IoBuf;
+use ulp_ddp::{IoBuf, SgEntry};
 
 /// The queue a Connect bound a connection to.
 pub(crate) struct Queue {
@@ -52,12 +52,16 @@ impl Queue {
 /// Data that came with a command: a buffer and how many bytes of it.
 pub(crate) type Data = Option<(IoBuf, usize)>;
 
+/// Data a command answers with: bytes of a buffer of ours, or of the
+/// namespace's own memory when it lent them.
+pub(crate) type Reply = Option<SgEntry>;
+
 /// An I/O the storage has not answered yet (`io` hands it over and
 /// collects the answers).
 pub(crate) struct StorageIo {
     pub sqe: Sqe,
     /// A Read's data, sent when the storage has filled it.
-    pub data: Data,
+    pub data: Reply,
     /// Bytes a Read or Write moves, for the counters.
     pub bytes: u64,
     /// Answers still owed (a Flush of every namespace asks each).
@@ -70,7 +74,7 @@ pub(crate) enum Outcome {
     Complete {
         status: Status,
         result: u64,
-        data: Data,
+        data: Reply,
     },
     /// The command needs this many bytes from the host first.
     NeedData(u32),
@@ -94,7 +98,7 @@ impl Outcome {
 #[derive(Debug)]
 pub enum Action {
     /// Send `data` to the host (if any, and only on success), then `cqe`.
-    Respond { cqe: Cqe, data: Data },
+    Respond { cqe: Cqe, data: Reply },
     /// Fetch this many bytes of host data (R2T, RDMA Read), then
     /// [`CtrlQueue::resume`] the command with them.
     Fetch(u32),
@@ -314,7 +318,7 @@ impl CtrlQueue {
             cid,
             status: status.to_field(),
         };
-        let data = data.filter(|d| d.1 > 0 && status.is_success());
+        let data = data.filter(|d| d.len > 0 && status.is_success());
         Action::Respond { cqe, data }
     }
 

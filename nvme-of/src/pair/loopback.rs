@@ -318,7 +318,9 @@ impl LoopCtrlQueue {
             Action::Respond { cqe, data } => {
                 let mut raw = [0u8; Cqe::LEN];
                 cqe.emit(&mut raw);
-                let data = data.map(|(buf, n)| buf.lock()[..n].to_vec()).unwrap_or_default();
+                let data = data
+                    .map(|d| d.buf.lock()[d.offset..d.offset + d.len].to_vec())
+                    .unwrap_or_default();
                 push(&mut self.tx, RESP, cqe.cid, &[&raw, &data]);
             }
             Action::Fetch(len) => {
