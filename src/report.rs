@@ -173,6 +173,8 @@ pub struct OffloadReport {
     pub tx_gathered_bytes: u64,
     pub tx_setup: u64,
     pub tx_gather_refused: u64,
+    /// iWARP: FPDUs the NIC cut tagged messages into and framed itself.
+    pub tx_fpdus_framed: u64,
     pub fallback_pdus: u64,
     pub control_calls: u64,
     pub ddp_ios: u64,
@@ -247,6 +249,7 @@ impl OffloadReport {
             tx_gathered_bytes: nic.tx_gathered_bytes,
             tx_setup: nic.tx_setup,
             tx_gather_refused: nic.tx_gather_refused,
+            tx_fpdus_framed: nic.tx_fpdus_framed,
             fallback_pdus: ulp.fallback_pdus,
             control_calls: ulp.control_calls,
             ddp_ios: ulp.ddp_ios,
@@ -336,11 +339,15 @@ impl OffloadReport {
                 self.rx_csum_bad
             ),
             format!(
-                "{side}   NIC placed {} and digested {} rx / {} tx, gathered {} tx; {software}; {} fallback PDUs; {:.2} control calls per mapped I/O",
+                "{side}   NIC placed {} and digested {} rx / {} tx, gathered {} tx{}; {software}; {} fallback PDUs; {:.2} control calls per mapped I/O",
                 human_bytes(self.nic_placed_bytes as f64),
                 human_bytes(self.nic_crc_bytes as f64),
                 human_bytes(self.tx_crc_offloaded_bytes as f64),
                 human_bytes(self.tx_gathered_bytes as f64),
+                match self.tx_fpdus_framed {
+                    0 => String::new(),
+                    n => format!(" ({n} FPDUs framed)"),
+                },
                 self.fallback_pdus,
                 self.control_calls_per_io
             ),

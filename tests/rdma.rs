@@ -86,10 +86,14 @@ fn data_survives_loss_and_reordering_with_offload_on() {
 
 /// Zero-copy transmit over iWARP: the host's Read Responses (the data of
 /// its writes) and the controller's RDMA Writes (of reads) leave their
-/// buffers once, gathered by the NIC; under loss the NIC gathers the
+/// buffers once, gathered by the NIC, which cuts each message into FPDUs
+/// and frames them itself; under loss the NIC frames and gathers the
 /// retransmissions again from buffers still held.
 #[test]
 fn payload_leaves_its_buffer_once_gathered_by_the_nic() {
+    // No FPDU is longer than the demo's 9000-byte MTU.
+    let fpdus_per_io = (128u64 << 10).div_ceil(9000);
+    let ios = (8u64 << 20) / (128 << 10);
     for impair in [Profile::default(), Profile { loss: 0.01, ..Profile::default() }] {
         let r = run(Caps::ALL, true, impair);
         for (side, o) in [("host", &r.offload), ("controller", &r.controller_offload)] {
@@ -97,10 +101,12 @@ fn payload_leaves_its_buffer_once_gathered_by_the_nic() {
             assert!(o.host_tx_copy_bytes < 64 << 10, "{side} copies only Sends: {o:?}");
             assert!(o.tx_gathered_bytes >= o.tx_zero_copy_bytes, "{side}: {o:?}");
             assert_eq!(o.tx_gather_refused, 0, "{side}: {o:?}");
+            assert!(o.tx_fpdus_framed >= ios * fpdus_per_io, "{side}: {o:?}");
         }
         if impair.loss > 0.0 {
             let o = &r.controller_offload;
             assert!(o.tx_gathered_bytes > o.tx_zero_copy_bytes, "retransmissions: {o:?}");
+            assert!(o.tx_fpdus_framed > ios * fpdus_per_io, "framed again: {o:?}");
         }
     }
     let r = run(Caps::ALL.without(Caps::ZC_TX), true, Profile::default());

@@ -84,9 +84,10 @@ impl Shared {
     /// A frame the stack is sending, already written; `gathered` payload
     /// bytes of it the NIC filled in (checksummed here, as they were not
     /// by the stack).
-    pub fn on_tx(&self, frame: &mut [u8], gathered: u64) {
+    pub fn on_tx(&self, frame: &mut [u8], (gathered, fpdus): (u64, u64)) {
         let mut st = self.lock();
         st.stats.tx_gathered_bytes += gathered;
+        st.stats.tx_fpdus_framed += fpdus;
         st.tx(frame, gathered > 0);
     }
 

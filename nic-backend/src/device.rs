@@ -157,7 +157,7 @@ impl<T: phy::TxToken> phy::TxToken for TxToken<'_, T> {
         };
         self.inner.consume(len, |frame| {
             let r = f(frame);
-            let gathered = gathers.as_ref().map_or(0, |g| g.fill(frame));
+            let gathered = gathers.as_ref().map_or((0, 0), |g| g.fill(frame));
             shared.on_tx(frame, gathered);
             r
         })
@@ -246,7 +246,7 @@ mod tests {
         Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
     };
     use smoltcp_glue::VirtualWire;
-    use ulp_ddp::{DdpDevice as _, DdpError};
+    use ulp_ddp::{DdpDevice as _, DdpError, TxFpdus};
 
     const A: Ipv4Address = Ipv4Address::new(198, 18, 0, 2);
     const B: Ipv4Address = Ipv4Address::new(198, 18, 0, 3);
@@ -356,6 +356,10 @@ mod tests {
         assert!(sk.offloads.contains(ulp_ddp::Caps::ZC_TX));
 
         let buf = IoBuf::from_vec(b"0123456789".to_vec());
+        // Only iWARP messages are cut into FPDUs.
+        let whole = vec![SgEntry { buf: buf.clone(), offset: 0, len: 10 }];
+        let fpdus = TxFpdus::new([TxFpdus::TAGGED; TxFpdus::HEADER_LEN], 4, whole).unwrap();
+        assert_eq!(dev.tx_setup_fpdus(&sk, fpdus), Err(DdpError::WrongUlp));
         let token = dev.tx_setup(&sk, SgEntry { buf: buf.clone(), offset: 2, len: 6 }).unwrap();
         assert!(buf.is_shared(), "the mapping holds the buffer");
         // The stack wrote the header bytes around six it left stale.
@@ -394,7 +398,8 @@ mod tests {
         send(&mut nic, now, &stale, meta);
         assert_eq!(payload_at(&mut peer, now), None);
         let st = dev.stats();
-        assert_eq!((st.tx_setup, st.tx_teardown, st.tx_gather_refused), (2, 2, 3));
+        assert_eq!((st.tx_setup, st.tx_setup_fail), (2, 1));
+        assert_eq!((st.tx_teardown, st.tx_gather_refused), (2, 3));
         assert_eq!(dev.tx_setup(&sk, SgEntry { buf, offset: 0, len: 1 }), Err(DdpError::NoSocket));
     }
 

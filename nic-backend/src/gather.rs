@@ -1,5 +1,9 @@
 //! Zero-copy transmit: the NIC's transmit mappings, and the gather that
-//! fills outgoing frames from them.
+//! fills outgoing frames from them. A mapping is a buffer, whose bytes go
+//! out as they are, or a tagged iWARP message, which the NIC cuts into
+//! FPDUs as it sends them ([`TxFpdus`]): each FPDU's length and header
+//! written here, its payload gathered, its pad and CRC field zero for the
+//! transmit CRC offload to fill in after.
 //!
 //! The stack names, in each frame's metadata, the payload ranges it never
 //! wrote and the mapping (token and offset) they come from. The NIC looks
@@ -11,7 +15,8 @@
 
 use crate::frame;
 use smoltcp::phy::GatherRanges;
-use ulp_ddp::{DdpError, IoBuf, SgEntry};
+use std::sync::Arc;
+use ulp_ddp::{DdpError, IoBuf, SgEntry, TxFpdus};
 
 /// Transmit mappings the NIC holds at once, over all sockets.
 const MAX_TX_MAPS: usize = 1 << 16;
@@ -19,7 +24,23 @@ const MAX_TX_MAPS: usize = 1 << 16;
 struct TxMap {
     generation: u32,
     sk: u32,
-    sg: SgEntry,
+    src: Source,
+}
+
+/// What a mapping's bytes are.
+#[derive(Clone)]
+enum Source {
+    Buffer(SgEntry),
+    Fpdus(Arc<TxFpdus>),
+}
+
+impl Source {
+    fn len(&self) -> usize {
+        match self {
+            Source::Buffer(sg) => sg.len,
+            Source::Fpdus(f) => f.len(),
+        }
+    }
 }
 
 /// Every socket's transmit mappings, by token.
@@ -38,11 +59,21 @@ impl TxMaps {
         if !sg.in_bounds() {
             return Err(DdpError::BadEntry(0));
         }
+        self.insert_source(sk, Source::Buffer(sg))
+    }
+
+    /// Map a message to cut into FPDUs for socket `sk` (its entries were
+    /// checked when it was made); the token that names it.
+    pub fn insert_fpdus(&mut self, sk: u32, fpdus: TxFpdus) -> Result<u64, DdpError> {
+        self.insert_source(sk, Source::Fpdus(Arc::new(fpdus)))
+    }
+
+    fn insert_source(&mut self, sk: u32, src: Source) -> Result<u64, DdpError> {
         if self.maps.len() >= MAX_TX_MAPS {
             return Err(DdpError::TooManyTxMaps(MAX_TX_MAPS));
         }
         self.generation = self.generation.wrapping_add(1);
-        let slot = self.maps.insert(TxMap { generation: self.generation, sk, sg });
+        let slot = self.maps.insert(TxMap { generation: self.generation, sk, src });
         Ok(u64::from(self.generation) << 32 | slot as u64)
     }
 
@@ -67,29 +98,34 @@ impl TxMaps {
     pub fn resolve(&self, gather: &GatherRanges) -> Option<Gathers> {
         let mut out = Gathers::default();
         for (slot, g) in out.pieces.iter_mut().zip(gather.iter()) {
-            let sg = &self.get(g.token)?.sg;
+            let src = &self.get(g.token)?.src;
             let len = usize::from(g.end - g.start);
             let at = usize::try_from(g.token_offset).ok()?;
-            if at.checked_add(len)? > sg.len {
+            if at.checked_add(len)? > src.len() {
                 return None;
             }
-            *slot = Some(Piece {
-                start: usize::from(g.start),
-                len,
-                buf: sg.buf.clone(),
-                offset: sg.offset + at,
-            });
+            let from = match src {
+                Source::Buffer(sg) => From::Buffer { buf: sg.buf.clone(), offset: sg.offset + at },
+                Source::Fpdus(f) => From::Fpdus { fpdus: f.clone(), at },
+            };
+            *slot = Some(Piece { start: usize::from(g.start), len, from });
         }
         Some(out)
     }
 }
 
-/// Payload bytes `start..start + len` of a frame are `buf[offset..]`.
+/// Payload bytes `start..start + len` of a frame, and where they come from.
 struct Piece {
     start: usize,
     len: usize,
-    buf: IoBuf,
-    offset: usize,
+    from: From,
+}
+
+enum From {
+    /// `buf[offset..]`.
+    Buffer { buf: IoBuf, offset: usize },
+    /// The framed message's octets from `at` on.
+    Fpdus { fpdus: Arc<TxFpdus>, at: usize },
 }
 
 /// A frame's gathered ranges, resolved.
@@ -99,12 +135,13 @@ pub(crate) struct Gathers {
 }
 
 impl Gathers {
-    /// Copy each range into the TCP payload of `frame` (the DMA); the bytes
-    /// copied.
-    pub fn fill(&self, frame: &mut [u8]) -> u64 {
-        let Some(seg) = frame::parse_headers(frame) else { return 0 };
+    /// Copy each range into the TCP payload of `frame` (the DMA), framing
+    /// the FPDUs of a message as it goes; the bytes written, and the
+    /// FPDUs framed.
+    pub fn fill(&self, frame: &mut [u8]) -> (u64, u64) {
+        let Some(seg) = frame::parse_headers(frame) else { return (0, 0) };
         let payload = &mut frame[seg.payload_at..seg.payload_at + seg.payload_len];
-        let mut n = 0;
+        let (mut n, mut fpdus) = (0, 0);
         for p in self.pieces.iter().flatten() {
             // `resolve` checked the source against the mapping, whose
             // buffer never changes length; the stack sized the payload.
@@ -112,9 +149,14 @@ impl Gathers {
                 debug_assert!(false, "a gather range past the payload");
                 continue;
             };
-            dst.copy_from_slice(&p.buf.lock()[p.offset..p.offset + p.len]);
+            match &p.from {
+                From::Buffer { buf, offset } => {
+                    dst.copy_from_slice(&buf.lock()[*offset..*offset + p.len])
+                }
+                From::Fpdus { fpdus: f, at } => fpdus += f.fill(*at, dst),
+            }
             n += p.len as u64;
         }
-        n
+        (n, fpdus)
     }
 }

@@ -15,7 +15,7 @@ use std::any::Any;
 use std::sync::Arc;
 use ulp_ddp::{
     Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, Limits, NvmeTcpConfig, SgEntry, SkHandle,
-    Stag, StagIo, Stats, TlsCryptoInfo, TlsDirection, TlsStart,
+    Stag, StagIo, Stats, TlsCryptoInfo, TlsDirection, TlsStart, TxFpdus,
 };
 
 /// The NIC as its driver sees it: the ULP DDP device operations.
@@ -239,6 +239,22 @@ impl DdpDevice for NicHandle {
             _ if !st.cfg.active.contains(Caps::ZC_TX) => Err(DdpError::NotActive(Caps::ZC_TX)),
             _ if !st.flows.contains(sk.id as usize) => Err(DdpError::NoSocket),
             _ => st.tx_maps.insert(sk.id, sg),
+        };
+        match &result {
+            Ok(_) => st.stats.tx_setup += 1,
+            Err(_) => st.stats.tx_setup_fail += 1,
+        }
+        result
+    }
+
+    /// Only an iWARP socket's messages are cut into FPDUs.
+    fn tx_setup_fpdus(&self, sk: &SkHandle, fpdus: TxFpdus) -> Result<u64, DdpError> {
+        let mut st = self.shared.lock();
+        let iwarp = proto::<Iwarp>(&mut st, sk).map(|_| ());
+        let result = match iwarp {
+            _ if !st.cfg.active.contains(Caps::ZC_TX) => Err(DdpError::NotActive(Caps::ZC_TX)),
+            Err(e) => Err(e),
+            Ok(()) => st.tx_maps.insert_fpdus(sk.id, fpdus),
         };
         match &result {
             Ok(_) => st.stats.tx_setup += 1,

@@ -112,6 +112,12 @@ fn tagged_payload_skips_the_host_with_offloads_and_not_without() {
         }
         // a's NIC wrote the CRCs of a's Write; b's NIC checked them.
         assert_eq!(tx_crc >= MIB as u64, caps == Caps::ALL);
+        // Without markers a's NIC cut the Write into FPDUs itself, and b's
+        // the Read Response.
+        for nic in &link.nics {
+            let framed = nic.stats().tx_fpdus_framed;
+            assert_eq!(framed as usize >= MIB / 1460, caps == Caps::ALL && !markers, "{framed}");
+        }
         // Segments start at FPDUs, so b's NIC took the Write's FPDUs whole
         // and b's QP walked none of them; not with markers, which it
         // leaves to the QP.
@@ -126,6 +132,32 @@ fn tagged_payload_skips_the_host_with_offloads_and_not_without() {
         data.push((b_sink.to_vec(), a_sink.to_vec()));
     }
     assert!(data.iter().all(|d| *d == data[0]), "identical data every way");
+}
+
+/// A message the NIC would cut into FPDUs goes out by copy where the
+/// transport cannot take references, framed by the engine from the same
+/// description: byte for byte the FPDUs the engine builds itself when the
+/// NIC does not gather (both leave the CRCs to the NIC).
+#[test]
+fn a_message_the_nic_would_frame_is_framed_by_copy_where_references_cannot_go() {
+    let mut wire = Vec::new();
+    for caps in [Caps::ALL, Caps::ALL.without(Caps::ZC_TX)] {
+        let mut link = Smol::with([nic_doing(caps); 2], Profile::default());
+        let (ea, eb) = (end(), end());
+        let (mut a, mut b) = connect(&mut link, &ea, &eb);
+        let sink = IoBuf::new(KIB64);
+        let stag = reg(&mut b, &sink, 0, KIB64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        let data = pattern(KIB64, 3);
+        post(&mut a, 1, SendOp::Write { sgl: sgl(&data), stag, to: 0x10_0000 });
+        // Straight from the QP into a buffer, not through the link.
+        let mut out = vec![0u8; 2 * KIB64];
+        let n = a.poll_transmit(&mut out);
+        wire.push(out[..n].to_vec());
+        let framed = link.nics[0].stats().tx_setup;
+        assert_eq!(framed > 0, caps == Caps::ALL, "the NIC was asked to frame it");
+    }
+    assert!(wire[0].len() > KIB64, "{} bytes", wire[0].len());
+    assert!(wire[0] == wire[1], "the same FPDUs");
 }
 
 /// Sends into receives posted to be placed: with offloads the NIC writes

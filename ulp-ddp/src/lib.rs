@@ -26,7 +26,9 @@
 //!   them, first transmission and retransmissions alike, until the ULP
 //!   calls [`DdpDevice::tx_teardown`] once the peer acknowledged them.
 //!   Linux needs no such call: an skb's fragments are the pages, which
-//!   the driver maps as it posts them.
+//!   the driver maps as it posts them. On an iWARP socket the device may
+//!   also take a whole tagged message and cut it into FPDUs itself
+//!   ([`DdpDevice::tx_setup_fpdus`], [`TxFpdus`]), as an RNIC does.
 //! - Beside Linux's one ULP type there is a second, iWARP
 //!   ([`Config::Iwarp`]), whose mappings are tagged buffers ([`StagIo`]).
 //!   The capabilities keep their meanings on it: placement of tagged
@@ -37,12 +39,14 @@
 //!   both: [`DdpDevice::tls_dev_add`] hands it a direction's crypto state
 //!   (see [`tls`]).
 
+mod fpdus;
 mod iobuf;
 mod sk;
 mod stag;
 pub mod tls;
 mod tx;
 
+pub use fpdus::TxFpdus;
 pub use iobuf::IoBuf;
 pub use sk::{Frag, Freed, HintFlags, RxHint, SkCtx, TaggedRun};
 pub use stag::{Access, Stag, StagIo};
@@ -435,6 +439,9 @@ pub struct Stats {
     /// no transmit mapping (one torn down before the peer acknowledged
     /// it): sending whatever the frame held would corrupt the stream.
     pub tx_gather_refused: u64,
+    /// FPDUs the device framed itself, of messages mapped with
+    /// [`DdpDevice::tx_setup_fpdus`], retransmissions included.
+    pub tx_fpdus_framed: u64,
     /// TLS contexts handed to the device and taken back
     /// (`tls_dev_add`, `tls_dev_del`), either direction.
     pub tls_dev_add: u64,
@@ -505,6 +512,7 @@ impl std::ops::AddAssign<&Stats> for Stats {
             tx_teardown,
             tx_gathered_bytes,
             tx_gather_refused,
+            tx_fpdus_framed,
             tls_dev_add,
             tls_dev_del,
             rx_tls_records,
@@ -553,6 +561,7 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.tx_teardown += tx_teardown;
         self.tx_gathered_bytes += tx_gathered_bytes;
         self.tx_gather_refused += tx_gather_refused;
+        self.tx_fpdus_framed += tx_fpdus_framed;
         self.tls_dev_add += tls_dev_add;
         self.tls_dev_del += tls_dev_del;
         self.rx_tls_records += rx_tls_records;
@@ -628,6 +637,17 @@ pub trait DdpDevice: Send + Sync {
     /// the buffer must stay as it is until then.
     fn tx_setup(&self, sk: &SkHandle, sg: SgEntry) -> Result<u64, DdpError> {
         let _ = (sk, sg);
+        Err(DdpError::Unsupported(Caps::ZC_TX))
+    }
+
+    /// Map a tagged iWARP message that the device cuts into FPDUs itself
+    /// (see [`TxFpdus`]): the token offsets are offsets into the framed
+    /// message, and the device writes every octet of it, each FPDU's
+    /// length, header, payload, pad and CRC field, into the segments that
+    /// carry them, as [`tx_setup`](Self::tx_setup)'s mappings are
+    /// gathered and torn down.
+    fn tx_setup_fpdus(&self, sk: &SkHandle, fpdus: TxFpdus) -> Result<u64, DdpError> {
+        let _ = (sk, fpdus);
         Err(DdpError::Unsupported(Caps::ZC_TX))
     }
 

@@ -9,7 +9,7 @@
 //! buffer the caller's again (the device's mapping holds a handle to it
 //! until then, so a pool that reuses only unshared buffers waits).
 
-use crate::{Caps, DdpDevice, IoBuf, SgEntry, SkHandle};
+use crate::{Caps, DdpDevice, IoBuf, SgEntry, SkHandle, TxFpdus};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -117,10 +117,13 @@ pub struct ZeroCopyTx {
 
 /// One transmit mapping the device holds for us.
 struct TxMap {
-    /// The stream offset where the last byte queued under it ends.
+    /// The stream offset where the last byte queued under it ends; none
+    /// queued yet, the largest.
     end: u64,
     token: u64,
-    buf: IoBuf,
+    /// The buffer mapped whole, which later runs of it share; none for a
+    /// message the device frames.
+    buf: Option<IoBuf>,
 }
 
 impl ZeroCopyTx {
@@ -162,7 +165,7 @@ impl ZeroCopyTx {
             TxMode::Unsent if out.room() == 0 => return Some(0),
             TxMode::Unsent => match self.maps.back_mut() {
                 // The buffer mapped last: its mapping carries this run too.
-                Some(m) if m.buf.same(buf) => {
+                Some(m) if m.buf.as_ref().is_some_and(|b| b.same(buf)) => {
                     m.end = m.end.max(end);
                     m.token
                 }
@@ -174,7 +177,7 @@ impl ZeroCopyTx {
                         *mode = TxMode::Copy;
                         return None;
                     };
-                    self.maps.push_back(TxMap { end, token, buf: buf.clone() });
+                    self.maps.push_back(TxMap { end, token, buf: Some(buf.clone()) });
                     token
                 }
             },
@@ -192,6 +195,33 @@ impl ZeroCopyTx {
         }
         *mode = TxMode::Reference(token);
         Some(n)
+    }
+
+    /// Map a message the device cuts into FPDUs; the token to queue its
+    /// framed octets under with [`send_mapped`](Self::send_mapped), or
+    /// None if the device refused it (send the FPDUs by other means).
+    pub fn map_fpdus(&mut self, fpdus: TxFpdus) -> Option<u64> {
+        let token = self.dev.tx_setup_fpdus(&self.sk, fpdus).ok()?;
+        self.maps.push_back(TxMap { end: u64::MAX, token, buf: None });
+        Some(token)
+    }
+
+    /// Queue `len` octets of mapping `token` from `token_offset` by
+    /// reference, `rest` of its octets (these among them) still to queue;
+    /// how many were queued.
+    pub fn send_mapped(
+        &mut self,
+        out: &mut dyn TxSink,
+        token: u64,
+        token_offset: u64,
+        len: usize,
+        rest: usize,
+    ) -> usize {
+        let end = out.offset() + rest as u64;
+        if let Some(m) = self.maps.iter_mut().rev().find(|m| m.token == token) {
+            m.end = if m.end == u64::MAX { end } else { m.end.max(end) };
+        }
+        out.write_by_reference(len, token, token_offset)
     }
 
     /// Tear down the mappings whose bytes the peer has acknowledged.

@@ -20,7 +20,7 @@ use crate::wire::{
 };
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use ulp_ddp::{IoBuf, SgEntry, SliceSink, TxMode, TxSink, ZeroCopyTx};
+use ulp_ddp::{IoBuf, SgEntry, SliceSink, TxFpdus, TxMode, TxSink, ZeroCopyTx};
 
 /// The STag siw puts in RTRs (tagged STag 0 upsets some NICs).
 const RTR_STAG: u32 = 1;
@@ -38,17 +38,22 @@ enum Msg {
     ReadResponse,
 }
 
-/// Payload queued by reference: `len` bytes of `buf` from `offset`, in
-/// the stream where byte `at` of the framing buffer is; `done` of them
-/// handed to the transport.
+/// Octets queued by reference, in the stream where byte `at` of the
+/// framing buffer is: `len` of them, `done` handed to the transport.
 #[derive(Debug)]
 struct Ref {
     at: usize,
-    buf: IoBuf,
-    offset: usize,
     len: usize,
     done: usize,
-    mode: TxMode,
+    run: Run,
+}
+
+#[derive(Debug)]
+enum Run {
+    /// Payload: `buf` from `offset`, going out as `mode` says.
+    Payload { buf: IoBuf, offset: usize, mode: TxMode },
+    /// A whole tagged message, framed by the NIC under mapping `token`.
+    Fpdus { fpdus: TxFpdus, token: u64 },
 }
 
 #[derive(Debug)]
@@ -157,7 +162,8 @@ impl TxState {
                 sum = crc32c_append(sum, &e.buf.lock()[offset..offset + len]);
             }
             let (at, buf) = (self.buf.len(), e.buf.clone());
-            self.refs.push_back(Ref { at, buf, offset, len, done: 0, mode: TxMode::Unsent });
+            let run = Run::Payload { buf, offset, mode: TxMode::Unsent };
+            self.refs.push_back(Ref { at, len, done: 0, run });
         });
         let trailer = self.buf.len();
         self.buf.resize(trailer + fpdu_pad(ulpdu), 0);
@@ -205,6 +211,12 @@ impl TxState {
         self.at == self.buf.len() && self.refs.is_empty()
     }
 
+    /// Queue a message the NIC frames, mapped as `token`.
+    fn put_fpdus(&mut self, fpdus: TxFpdus, token: u64) {
+        let (at, len) = (self.buf.len(), fpdus.len());
+        self.refs.push_back(Ref { at, len, done: 0, run: Run::Fpdus { fpdus, token } });
+    }
+
     /// Hand what is buffered to `out`, payload by reference through `zc`
     /// where it was queued so; how many bytes.
     fn drain(
@@ -225,15 +237,21 @@ impl TxState {
                 }
             }
             let Some(r) = self.refs.front_mut() else { break };
-            let by_ref = zc
-                .as_deref_mut()
-                .and_then(|z| z.send(out, &mut r.mode, &r.buf, r.offset, r.len, r.done));
-            let k = match by_ref {
-                Some(k) => {
-                    stats.tx_zero_copy_bytes += k as u64;
-                    k
+            let zc = zc.as_deref_mut();
+            let k = match &mut r.run {
+                Run::Payload { buf, offset, mode } => {
+                    let by_ref = zc.and_then(|z| z.send(out, mode, buf, *offset, r.len, r.done));
+                    match by_ref {
+                        Some(k) => {
+                            stats.tx_zero_copy_bytes += k as u64;
+                            k
+                        }
+                        None => out.write(&buf.lock()[*offset + r.done..*offset + r.len]),
+                    }
                 }
-                None => out.write(&r.buf.lock()[r.offset + r.done..r.offset + r.len]),
+                Run::Fpdus { fpdus, token } => {
+                    drain_fpdus(out, zc, fpdus, *token, (r.done, r.len), &mut self.scratch)
+                }
             };
             r.done += k;
             n += k;
@@ -248,6 +266,44 @@ impl TxState {
         }
         n
     }
+}
+
+/// Hand `out` octets `done..len` of a message the NIC frames, FPDU by
+/// FPDU, each ending a record; by copy, framed here, if the transport
+/// cannot queue them by reference. How many.
+fn drain_fpdus(
+    out: &mut dyn TxSink,
+    mut zc: Option<&mut ZeroCopyTx>,
+    fpdus: &TxFpdus,
+    token: u64,
+    (mut done, len): (usize, usize),
+    scratch: &mut Vec<u8>,
+) -> usize {
+    let start = done;
+    while done < len {
+        let (i, at) = fpdus.fpdu_at(done);
+        let end = at + fpdus.fpdu_len(i);
+        let want = end - done;
+        let by_ref = zc
+            .as_deref_mut()
+            .map_or(0, |z| z.send_mapped(out, token, done as u64, want, len - done));
+        let k = match by_ref {
+            0 if out.room() > 0 => {
+                scratch.resize(want.min(out.room()), 0);
+                fpdus.fill(done, scratch);
+                out.write(scratch)
+            }
+            k => k,
+        };
+        done += k;
+        if done == end {
+            out.end_record();
+        }
+        if k < want {
+            break;
+        }
+    }
+    done - start
 }
 
 impl Qp {
@@ -492,6 +548,14 @@ impl Qp {
                 (DdpHeader::Untagged { ctrl, inval_stag, qn: 0, msn, mo: sent }, n, sgl)
             }
             SendOp::Write { sgl, stag, to } => {
+                let ctrl = Ctrl { last: true, opcode: Opcode::Write };
+                let first = DdpHeader::Tagged { ctrl, stag: stag.0, to: *to };
+                if sent == 0 && self.nic_frames(&first, sgl, len) {
+                    if wr.signaled {
+                        self.cq.push_back(ok(wr.wr_id, WcOpcode::RdmaWrite, len));
+                    }
+                    return true;
+                }
                 let n = (len - sent).min((self.tx.mulpdu - DdpHeader::TAGGED_LEN) as u32);
                 let ctrl = Ctrl { last: sent + n == len, opcode: Opcode::Write };
                 let to = to.wrapping_add(u64::from(sent));
@@ -521,6 +585,16 @@ impl Qp {
     fn read_response_fpdu(&mut self) -> bool {
         let crc = self.our_crc();
         let r = self.irq.front().expect("a Read Response is queued");
+        if r.sent == 0 {
+            let ctrl = Ctrl { last: true, opcode: Opcode::ReadResponse };
+            let first = DdpHeader::Tagged { ctrl, stag: r.sink, to: r.sink_to };
+            let (src, len) = (r.src.clone(), r.len);
+            if self.nic_frames(&first, &src, len) {
+                self.irq.pop_front();
+                return true;
+            }
+        }
+        let r = self.irq.front().expect("a Read Response is queued");
         let n = (r.len - r.sent).min((self.tx.mulpdu - DdpHeader::TAGGED_LEN) as u32);
         let last = r.sent + n == r.len;
         let ctrl = Ctrl { last, opcode: Opcode::ReadResponse };
@@ -534,6 +608,26 @@ impl Qp {
             self.irq.front_mut().expect("front").sent += n;
             self.tx.cur = Some(Msg::ReadResponse);
         }
+        true
+    }
+
+    /// Hand the NIC the whole tagged message of `sgl` (`len` bytes, more
+    /// than one FPDU's), `first` its first FPDU's header, to cut into
+    /// FPDUs as it sends them; whether it took it. It must gather our
+    /// payload and write our CRCs, if we send any.
+    fn nic_frames(&mut self, first: &DdpHeader, sgl: &[SgEntry], len: u32) -> bool {
+        let per_fpdu = self.tx.mulpdu - DdpHeader::TAGGED_LEN;
+        if !self.tx.by_reference || self.our_crc() || len as usize <= per_fpdu {
+            return false;
+        }
+        let Offload::On(Active { zc: Some(zc), .. }) = &mut self.offload else { return false };
+        let mut header = [0u8; TxFpdus::HEADER_LEN];
+        first.emit(&mut header);
+        let Some(fpdus) = TxFpdus::new(header, per_fpdu, sgl.to_vec()) else { return false };
+        let Some(token) = zc.map_fpdus(fpdus.clone()) else { return false };
+        self.tx.put_fpdus(fpdus, token);
+        self.count_tx(len);
+        self.stats.tx_zero_copy_bytes += u64::from(len);
         true
     }
 
