@@ -359,7 +359,7 @@ mod tests {
         // Only iWARP messages are cut into FPDUs.
         let whole = vec![SgEntry { buf: buf.clone(), offset: 0, len: 10 }];
         let fpdus = TxFpdus::new([TxFpdus::TAGGED; TxFpdus::HEADER_LEN], 4, whole).unwrap();
-        assert_eq!(dev.tx_setup_fpdus(&sk, fpdus), Err(DdpError::WrongUlp));
+        assert_eq!(dev.tx_setup_fpdus(&sk, fpdus.into()), Err(DdpError::WrongUlp));
         let token = dev.tx_setup(&sk, SgEntry { buf: buf.clone(), offset: 2, len: 6 }).unwrap();
         assert!(buf.is_shared(), "the mapping holds the buffer");
         // The stack wrote the header bytes around six it left stale.

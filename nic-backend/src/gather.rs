@@ -64,8 +64,8 @@ impl TxMaps {
 
     /// Map a message to cut into FPDUs for socket `sk` (its entries were
     /// checked when it was made); the token that names it.
-    pub fn insert_fpdus(&mut self, sk: u32, fpdus: TxFpdus) -> Result<u64, DdpError> {
-        self.insert_source(sk, Source::Fpdus(Arc::new(fpdus)))
+    pub fn insert_fpdus(&mut self, sk: u32, fpdus: Arc<TxFpdus>) -> Result<u64, DdpError> {
+        self.insert_source(sk, Source::Fpdus(fpdus))
     }
 
     fn insert_source(&mut self, sk: u32, src: Source) -> Result<u64, DdpError> {

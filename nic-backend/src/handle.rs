@@ -248,7 +248,7 @@ impl DdpDevice for NicHandle {
     }
 
     /// Only an iWARP socket's messages are cut into FPDUs.
-    fn tx_setup_fpdus(&self, sk: &SkHandle, fpdus: TxFpdus) -> Result<u64, DdpError> {
+    fn tx_setup_fpdus(&self, sk: &SkHandle, fpdus: Arc<TxFpdus>) -> Result<u64, DdpError> {
         let mut st = self.shared.lock();
         let iwarp = proto::<Iwarp>(&mut st, sk).map(|_| ());
         let result = match iwarp {

@@ -646,7 +646,7 @@ pub trait DdpDevice: Send + Sync {
     /// length, header, payload, pad and CRC field, into the segments that
     /// carry them, as [`tx_setup`](Self::tx_setup)'s mappings are
     /// gathered and torn down.
-    fn tx_setup_fpdus(&self, sk: &SkHandle, fpdus: TxFpdus) -> Result<u64, DdpError> {
+    fn tx_setup_fpdus(&self, sk: &SkHandle, fpdus: Arc<TxFpdus>) -> Result<u64, DdpError> {
         let _ = (sk, fpdus);
         Err(DdpError::Unsupported(Caps::ZC_TX))
     }

@@ -200,7 +200,7 @@ impl ZeroCopyTx {
     /// Map a message the device cuts into FPDUs; the token to queue its
     /// framed octets under with [`send_mapped`](Self::send_mapped), or
     /// None if the device refused it (send the FPDUs by other means).
-    pub fn map_fpdus(&mut self, fpdus: TxFpdus) -> Option<u64> {
+    pub fn map_fpdus(&mut self, fpdus: Arc<TxFpdus>) -> Option<u64> {
         let token = self.dev.tx_setup_fpdus(&self.sk, fpdus).ok()?;
         self.maps.push_back(TxMap { end: u64::MAX, token, buf: None });
         Some(token)

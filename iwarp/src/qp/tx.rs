@@ -20,6 +20,7 @@ use crate::wire::{
 };
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::Arc;
 use ulp_ddp::{IoBuf, SgEntry, SliceSink, TxFpdus, TxMode, TxSink, ZeroCopyTx};
 
 /// The STag siw puts in RTRs (tagged STag 0 upsets some NICs).
@@ -53,7 +54,7 @@ enum Run {
     /// Payload: `buf` from `offset`, going out as `mode` says.
     Payload { buf: IoBuf, offset: usize, mode: TxMode },
     /// A whole tagged message, framed by the NIC under mapping `token`.
-    Fpdus { fpdus: TxFpdus, token: u64 },
+    Fpdus { fpdus: Arc<TxFpdus>, token: u64 },
 }
 
 #[derive(Debug)]
@@ -212,7 +213,7 @@ impl TxState {
     }
 
     /// Queue a message the NIC frames, mapped as `token`.
-    fn put_fpdus(&mut self, fpdus: TxFpdus, token: u64) {
+    fn put_fpdus(&mut self, fpdus: Arc<TxFpdus>, token: u64) {
         let (at, len) = (self.buf.len(), fpdus.len());
         self.refs.push_back(Ref { at, len, done: 0, run: Run::Fpdus { fpdus, token } });
     }
@@ -550,7 +551,8 @@ impl Qp {
             SendOp::Write { sgl, stag, to } => {
                 let ctrl = Ctrl { last: true, opcode: Opcode::Write };
                 let first = DdpHeader::Tagged { ctrl, stag: stag.0, to: *to };
-                if sent == 0 && self.nic_frames(&first, sgl, len) {
+                if sent == 0 && self.nic_may_frame(len) && self.nic_frames(&first, sgl.clone(), len)
+                {
                     if wr.signaled {
                         self.cq.push_back(ok(wr.wr_id, WcOpcode::RdmaWrite, len));
                     }
@@ -585,11 +587,11 @@ impl Qp {
     fn read_response_fpdu(&mut self) -> bool {
         let crc = self.our_crc();
         let r = self.irq.front().expect("a Read Response is queued");
-        if r.sent == 0 {
+        if r.sent == 0 && self.nic_may_frame(r.len) {
             let ctrl = Ctrl { last: true, opcode: Opcode::ReadResponse };
             let first = DdpHeader::Tagged { ctrl, stag: r.sink, to: r.sink_to };
             let (src, len) = (r.src.clone(), r.len);
-            if self.nic_frames(&first, &src, len) {
+            if self.nic_frames(&first, src, len) {
                 self.irq.pop_front();
                 return true;
             }
@@ -611,19 +613,24 @@ impl Qp {
         true
     }
 
-    /// Hand the NIC the whole tagged message of `sgl` (`len` bytes, more
-    /// than one FPDU's), `first` its first FPDU's header, to cut into
-    /// FPDUs as it sends them; whether it took it. It must gather our
-    /// payload and write our CRCs, if we send any.
-    fn nic_frames(&mut self, first: &DdpHeader, sgl: &[SgEntry], len: u32) -> bool {
+    /// Whether the NIC may be handed a tagged message of `len` bytes to
+    /// cut into FPDUs: it gathers our payload and writes our CRCs, if we
+    /// send any, and the message takes more than one FPDU.
+    fn nic_may_frame(&self, len: u32) -> bool {
         let per_fpdu = self.tx.mulpdu - DdpHeader::TAGGED_LEN;
-        if !self.tx.by_reference || self.our_crc() || len as usize <= per_fpdu {
-            return false;
-        }
+        self.tx.by_reference && !self.our_crc() && len as usize > per_fpdu
+    }
+
+    /// Hand the NIC the tagged message of `sgl` (`len` bytes), `first` its
+    /// first FPDU's header, to cut into FPDUs as it sends them; whether it
+    /// took it. Only where [`nic_may_frame`](Self::nic_may_frame).
+    fn nic_frames(&mut self, first: &DdpHeader, sgl: Vec<SgEntry>, len: u32) -> bool {
+        let per_fpdu = self.tx.mulpdu - DdpHeader::TAGGED_LEN;
         let Offload::On(Active { zc: Some(zc), .. }) = &mut self.offload else { return false };
         let mut header = [0u8; TxFpdus::HEADER_LEN];
         first.emit(&mut header);
-        let Some(fpdus) = TxFpdus::new(header, per_fpdu, sgl.to_vec()) else { return false };
+        let Some(fpdus) = TxFpdus::new(header, per_fpdu, sgl) else { return false };
+        let fpdus = Arc::new(fpdus);
         let Some(token) = zc.map_fpdus(fpdus.clone()) else { return false };
         self.tx.put_fpdus(fpdus, token);
         self.count_tx(len);
