@@ -24,9 +24,9 @@ use nvme_of::host::Host;
 use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tracing::{debug, info, warn};
@@ -234,6 +234,7 @@ impl ControllerServer {
             loops.push((index, cpu, poll, waker, arrivals, target, listener));
         }
         let doors = Arc::new(doors);
+        let placing = Arc::new(Mutex::new(()));
         for (index, cpu, poll, waker, arrivals, target, listener) in loops {
             let group = GroupLoop {
                 index,
@@ -244,6 +245,7 @@ impl ControllerServer {
                 waker,
                 arrivals,
                 groups: doors.clone(),
+                placing: placing.clone(),
             };
             let flag = stop.clone();
             let thread = std::thread::Builder::new()
@@ -399,6 +401,9 @@ struct GroupLoop {
     waker: Arc<mio::Waker>,
     arrivals: mpsc::Receiver<Arrival>,
     groups: Arc<Vec<Group>>,
+    /// Held while an I/O queue is placed: two groups placing at once
+    /// would each count the other's queue as not there yet.
+    placing: Arc<Mutex<()>>,
 }
 
 impl GroupLoop {
@@ -408,6 +413,7 @@ impl GroupLoop {
     /// yet (the host sends no I/O before its Connect completes).
     /// Returns whether it stayed.
     fn place_io_queue(&self, token: usize, conns: &mut HashMap<usize, CtrlConn>) -> bool {
+        let _placing = self.placing.lock().unwrap_or_else(PoisonError::into_inner);
         let me = &self.groups[self.index];
         let count = |g: &Group| g.io_queues.load(Ordering::Relaxed);
         let least = (0..self.groups.len()).min_by_key(|&i| count(&self.groups[i]));
