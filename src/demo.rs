@@ -178,6 +178,10 @@ pub struct DemoReport {
     pub jobs: u16,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub per_job: Vec<Vec<PhaseReport>>,
+    /// Read bytes the RAM namespace lent rather than copied, and bytes it
+    /// copied because a write came to a chunk a read still held.
+    pub namespace_lent_bytes: u64,
+    pub namespace_copied_on_write_bytes: u64,
     #[serde(skip)]
     pub error: Option<String>,
 }
@@ -213,17 +217,22 @@ pub struct Demo {
     pub ctrl: ControllerSide<DemoDevice>,
     pub host_nic: NicHandle,
     pub ctrl_nic: NicHandle,
+    /// The namespace the controller serves.
+    pub namespace: Arc<RamNamespace>,
 }
 
 /// The two sides of the demo, wired together.
 pub fn build(o: &DemoOptions) -> Result<Demo, DemoError> {
-    build_job(o, &target(o)?, 0)
+    let (target, ram) = target(o)?;
+    build_job(o, &target, 0, ram)
 }
 
-/// The target every job's controller serves: one RAM namespace.
-fn target(o: &DemoOptions) -> Result<Arc<Target>, DemoError> {
-    let ns: Arc<dyn Namespace> =
+/// The target every job's controller serves: one RAM namespace, which is
+/// returned too.
+fn target(o: &DemoOptions) -> Result<(Arc<Target>, Arc<RamNamespace>), DemoError> {
+    let ram =
         Arc::new(RamNamespace::new(o.size, 512).map_err(|e| DemoError::Setup(e.to_string()))?);
+    let ns: Arc<dyn Namespace> = ram.clone();
     let port = Port { traddr: CONTROLLER_IP.to_string(), trsvcid: PORT.to_string(), portid: 1 };
     let cfg = TargetConfig {
         subnqn: NQN.into(),
@@ -234,14 +243,20 @@ fn target(o: &DemoOptions) -> Result<Arc<Target>, DemoError> {
     // Both ends are ours: the controller's queues take the depth asked
     // for (a queue holds one entry fewer than its size).
     let cfg = TargetConfig { queue_size: cfg.queue_size.max(o.qd.saturating_add(1)), ..cfg };
-    Target::new(cfg, vec![ns]).map_err(|e| DemoError::Setup(e.to_string()))
+    let target = Target::new(cfg, vec![ns]).map_err(|e| DemoError::Setup(e.to_string()))?;
+    Ok((target, ram))
 }
 
 /// Job `job`'s two sides over a wire of its own, its controller serving
 /// `target`; its impairments seeded with `seed + 2 job` (the host's end)
 /// and one more (the controller's). Only the first job's frames are
 /// captured.
-fn build_job(o: &DemoOptions, target: &Arc<Target>, job: u16) -> Result<Demo, DemoError> {
+fn build_job(
+    o: &DemoOptions,
+    target: &Arc<Target>,
+    job: u16,
+    namespace: Arc<RamNamespace>,
+) -> Result<Demo, DemoError> {
     let (h, c) = VirtualWire::pair(o.mtu + 14, 512);
     let now = to_smol(nvme_of::Instant::ZERO);
     let seed = o.seed.wrapping_add(2 * u64::from(job));
@@ -276,7 +291,7 @@ fn build_job(o: &DemoOptions, target: &Arc<Target>, job: u16) -> Result<Demo, De
     let host = HostSide::new(hstack, host, remote, Some(hdev));
     let ctrl =
         ControllerSide::new(cstack, target.clone(), PORT, Some(cdev))?.with_listener(listener);
-    Ok(Demo { host, ctrl, host_nic, ctrl_nic })
+    Ok(Demo { host, ctrl, host_nic, ctrl_nic, namespace })
 }
 
 /// A write pass over the namespace, then a verified read pass.
@@ -303,13 +318,13 @@ pub fn run(
     mut watch: Option<Watch>,
     stop: &AtomicBool,
 ) -> Result<DemoReport, DemoError> {
-    let target = target(o)?;
+    let (target, ram) = target(o)?;
     let runs = match o.jobs {
-        0 | 1 => vec![run_job(o, build_job(o, &target, 0)?, watch, stop)?],
+        0 | 1 => vec![run_job(o, build_job(o, &target, 0, ram.clone())?, watch, stop)?],
         jobs => std::thread::scope(|scope| {
             let mut threads = Vec::new();
             for job in 0..jobs {
-                let demo = build_job(o, &target, job)?;
+                let demo = build_job(o, &target, job, ram.clone())?;
                 let watch = watch.take();
                 let thread = std::thread::Builder::new()
                     .name(format!("demo job {job}"))
@@ -322,6 +337,9 @@ pub fn run(
         })?,
     };
     let mut report = report(o, runs);
+    let lending = ram.stats();
+    report.namespace_lent_bytes = lending.lent_bytes;
+    report.namespace_copied_on_write_bytes = lending.copied_on_write_bytes;
     if o.baseline && o.offload != Caps::NONE && !report.interrupted && report.error.is_none() {
         report.savings = match savings(o, stop) {
             Err(BenchError::Interrupted) => {
@@ -371,7 +389,7 @@ fn run_job(
     watch: Option<Watch>,
     stop: &AtomicBool,
 ) -> Result<JobRun, DemoError> {
-    let Demo { mut host, mut ctrl, host_nic, ctrl_nic } = demo;
+    let Demo { mut host, mut ctrl, host_nic, ctrl_nic, .. } = demo;
     let mut io = IoApp::new(passes(o));
     if let Some(w) = watch {
         io = io.with_watch(w);
@@ -519,6 +537,8 @@ fn report(o: &DemoOptions, runs: Vec<JobRun>) -> DemoReport {
         queue_depth: first.queue_depth,
         jobs,
         per_job: if jobs > 1 { per_job } else { Vec::new() },
+        namespace_lent_bytes: 0,
+        namespace_copied_on_write_bytes: 0,
         error,
     }
 }

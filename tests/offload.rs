@@ -162,6 +162,9 @@ fn reads_lent_from_inside_a_chunk_send_the_right_bytes() {
         let (_, ctrl_tx) = d.ctrl.stats();
         let zc = offload.contains(Caps::ZC_TX);
         assert_eq!(ctrl_tx.zero_copy_bytes, if zc { o.size } else { 0 }, "{offload}");
+        let ns = d.namespace.stats();
+        assert_eq!(ns.lent_bytes, o.size, "{offload}: every read lent, none copied");
+        assert_eq!(ns.copied_on_write_bytes, 0, "{offload}: the writes came first");
     }
 }
 
@@ -357,9 +360,9 @@ impl DdpDevice for Spy {
 fn spied(o: &DemoOptions) -> (Demo, Spy) {
     let d = demo::build(o).unwrap();
     let spy = Spy { nic: d.host_nic.clone(), sockets: Arc::default(), misplace: false };
-    let Demo { host, ctrl, host_nic, ctrl_nic } = d;
+    let Demo { host, ctrl, host_nic, ctrl_nic, namespace } = d;
     let host = rebuild_host(host, o, Arc::new(spy.clone()));
-    (Demo { host, ctrl, host_nic, ctrl_nic }, spy)
+    (Demo { host, ctrl, host_nic, ctrl_nic, namespace }, spy)
 }
 
 /// The demo's host again, on the same stack, seeing its NIC as `dev`.

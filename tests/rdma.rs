@@ -74,6 +74,7 @@ fn reads_lent_from_inside_a_chunk_write_the_right_bytes() {
     for offload in [Caps::ALL, Caps::ALL.without(Caps::ZC_TX)] {
         let r = run_bs(offload, true, Profile::default(), 64 << 10);
         assert!(r.controller_offload.tx_zero_copy_bytes > 0 || !offload.contains(Caps::ZC_TX));
+        assert_eq!(r.namespace_lent_bytes, 8 << 20, "{offload}: every read lent");
     }
 }
 
@@ -107,6 +108,10 @@ fn payload_leaves_its_buffer_once_gathered_by_the_nic() {
             let o = &r.controller_offload;
             assert!(o.tx_gathered_bytes > o.tx_zero_copy_bytes, "retransmissions: {o:?}");
             assert!(o.tx_fpdus_framed > ios * fpdus_per_io, "framed again: {o:?}");
+        } else {
+            // Only payload counts as gathered: the framing is the NIC's.
+            let o = &r.controller_offload;
+            assert_eq!(o.tx_gathered_bytes, o.tx_zero_copy_bytes, "a clean wire: {o:?}");
         }
     }
     let r = run(Caps::ALL.without(Caps::ZC_TX), true, Profile::default());

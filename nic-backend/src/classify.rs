@@ -10,7 +10,7 @@
 use crate::config::NicConfig;
 use crate::flow::{Env, Socket};
 use crate::frame;
-use crate::gather::{Gathers, TxMaps};
+use crate::gather::{Filled, Gathers, TxMaps};
 use crate::place::Placed;
 use smoltcp::phy;
 use std::collections::HashMap;
@@ -84,11 +84,11 @@ impl Shared {
     /// A frame the stack is sending, already written; `gathered` payload
     /// bytes of it the NIC filled in (checksummed here, as they were not
     /// by the stack).
-    pub fn on_tx(&self, frame: &mut [u8], (gathered, fpdus): (u64, u64)) {
+    pub fn on_tx(&self, frame: &mut [u8], filled: Filled) {
         let mut st = self.lock();
-        st.stats.tx_gathered_bytes += gathered;
-        st.stats.tx_fpdus_framed += fpdus;
-        st.tx(frame, gathered > 0);
+        st.stats.tx_gathered_bytes += filled.gathered;
+        st.stats.tx_fpdus_framed += filled.fpdus;
+        st.tx(frame, filled.bytes > 0);
     }
 
     /// After a change of sockets or capabilities.

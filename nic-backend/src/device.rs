@@ -157,7 +157,7 @@ impl<T: phy::TxToken> phy::TxToken for TxToken<'_, T> {
         };
         self.inner.consume(len, |frame| {
             let r = f(frame);
-            let gathered = gathers.as_ref().map_or((0, 0), |g| g.fill(frame));
+            let gathered = gathers.as_ref().map_or_else(Default::default, |g| g.fill(frame));
             shared.on_tx(frame, gathered);
             r
         })

@@ -136,12 +136,11 @@ pub(crate) struct Gathers {
 
 impl Gathers {
     /// Copy each range into the TCP payload of `frame` (the DMA), framing
-    /// the FPDUs of a message as it goes; the bytes written, and the
-    /// FPDUs framed.
-    pub fn fill(&self, frame: &mut [u8]) -> (u64, u64) {
-        let Some(seg) = frame::parse_headers(frame) else { return (0, 0) };
+    /// the FPDUs of a message as it goes.
+    pub fn fill(&self, frame: &mut [u8]) -> Filled {
+        let mut filled = Filled::default();
+        let Some(seg) = frame::parse_headers(frame) else { return filled };
         let payload = &mut frame[seg.payload_at..seg.payload_at + seg.payload_len];
-        let (mut n, mut fpdus) = (0, 0);
         for p in self.pieces.iter().flatten() {
             // `resolve` checked the source against the mapping, whose
             // buffer never changes length; the stack sized the payload.
@@ -149,14 +148,31 @@ impl Gathers {
                 debug_assert!(false, "a gather range past the payload");
                 continue;
             };
+            filled.bytes += p.len as u64;
             match &p.from {
                 From::Buffer { buf, offset } => {
-                    dst.copy_from_slice(&buf.lock()[*offset..*offset + p.len])
+                    dst.copy_from_slice(&buf.lock()[*offset..*offset + p.len]);
+                    filled.gathered += p.len as u64;
                 }
-                From::Fpdus { fpdus: f, at } => fpdus += f.fill(*at, dst),
+                From::Fpdus { fpdus, at } => {
+                    // The payload is gathered; the framing is the NIC's own.
+                    let (started, payload) = fpdus.fill(*at, dst);
+                    filled.fpdus += started;
+                    filled.gathered += payload as u64;
+                }
             }
-            n += p.len as u64;
         }
-        (n, fpdus)
+        filled
     }
+}
+
+/// What [`Gathers::fill`] wrote into a frame.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Filled {
+    /// Octets written: gathered, or framing.
+    pub bytes: u64,
+    /// Payload octets gathered from buffers.
+    pub gathered: u64,
+    /// FPDUs that start in the frame, framed.
+    pub fpdus: u64,
 }

@@ -11,10 +11,13 @@ use ulp_ddp::{IoBuf, SgEntry};
 /// is lent copies this much at most.
 const CHUNK: usize = 128 << 10;
 
-/// Reads shorter than this are copied, not lent: a write into a lent chunk
-/// copies the whole chunk, and a small read should not make a small write
-/// that many times dearer.
-const LEND_MIN: usize = CHUNK / 4;
+/// Reads shorter than this are copied, not lent. A lent read holds its
+/// whole chunk until the host has it, and a write into a lent chunk copies
+/// the whole chunk: from half a chunk up, reads held by a host that does
+/// not read its socket hold at most twice the memory their copies would
+/// have, and a write to what they hold costs at most twice the copies
+/// lending saved.
+const LEND_MIN: usize = CHUNK / 2;
 
 /// A chunk of the namespace, allocated on first write. A buffer someone
 /// else holds (a lent one) is never written again: a write replaces it

@@ -43,6 +43,8 @@ impl TxFpdus {
     /// The ULPDU_LENGTH field and the CRC field.
     const LENGTH_LEN: usize = 2;
     const CRC_LEN: usize = 4;
+    /// What comes before an FPDU's payload: its length and header.
+    pub const HEAD_LEN: usize = Self::LENGTH_LEN + Self::HEADER_LEN;
 
     /// The message of `sgl`'s payload with `header` first, `per_fpdu`
     /// payload octets to an FPDU; None unless the header is tagged and
@@ -110,8 +112,8 @@ impl TxFpdus {
     }
 
     /// FPDU `i`'s ULPDU_LENGTH and header, as they go on the wire.
-    pub fn head_of(&self, i: usize) -> [u8; Self::LENGTH_LEN + Self::HEADER_LEN] {
-        let mut head = [0u8; Self::LENGTH_LEN + Self::HEADER_LEN];
+    pub fn head_of(&self, i: usize) -> [u8; Self::HEAD_LEN] {
+        let mut head = [0u8; Self::HEAD_LEN];
         let ulpdu = (Self::HEADER_LEN + self.payload_of(i)) as u16;
         head[..2].copy_from_slice(&ulpdu.to_be_bytes());
         let h = &mut head[2..];
@@ -127,10 +129,24 @@ impl TxFpdus {
         head
     }
 
+    /// Payload octets among the framed message's octets `from..to`.
+    pub fn payload_in(&self, from: usize, to: usize) -> usize {
+        let mut n = 0;
+        let mut at = from;
+        while at < to {
+            let (i, start) = self.fpdu_at(at);
+            let payload = start + Self::HEAD_LEN..start + Self::HEAD_LEN + self.payload_of(i);
+            n += to.min(payload.end).saturating_sub(at.max(payload.start));
+            at = start + self.fpdu_len(i);
+        }
+        n
+    }
+
     /// Write octets `at..at + dst.len()` of the framed message into
-    /// `dst`; how many FPDUs start among them.
-    pub fn fill(&self, mut at: usize, dst: &mut [u8]) -> u64 {
-        let (mut started, mut k) = (0, 0);
+    /// `dst`; how many FPDUs start among them, and how many payload
+    /// octets they are.
+    pub fn fill(&self, mut at: usize, dst: &mut [u8]) -> (u64, usize) {
+        let (mut started, mut k, mut payload_octets) = (0, 0, 0);
         while k < dst.len() {
             let (i, start) = self.fpdu_at(at);
             let head = self.head_of(i);
@@ -148,11 +164,12 @@ impl TxFpdus {
             let in_payload = (p - from).min(n - in_head);
             let payload = &mut out[in_head..in_head + in_payload];
             copy_from_sgl(&self.sgl, i * self.per_fpdu + from, payload);
+            payload_octets += in_payload;
             out[in_head + in_payload..].fill(0);
             at += n;
             k += n;
         }
-        started
+        (started, payload_octets)
     }
 }
 
@@ -247,14 +264,16 @@ mod tests {
         let want = by_hand(&f, &payload);
         assert_eq!(want.len(), f.len());
         let mut whole = vec![0xee; f.len()];
-        assert_eq!(f.fill(0, &mut whole), 3);
+        assert_eq!(f.fill(0, &mut whole), (3, 5_003));
         assert_eq!(whole, want);
         for cut in (0..f.len()).step_by(7) {
             let mut tail = vec![0xee; f.len() - cut];
-            let started = f.fill(cut, &mut tail);
+            let (started, payload) = f.fill(cut, &mut tail);
             assert_eq!(tail, want[cut..], "from {cut}");
             let starts = (0..3).map(|i| f.fpdu_at(i * 2_024 + 1).1).filter(|&s| s >= cut);
             assert_eq!(started, starts.count() as u64, "from {cut}");
+            assert_eq!(payload, f.payload_in(cut, f.len()), "from {cut}");
+            assert_eq!(f.payload_in(0, cut) + payload, 5_003, "from {cut}");
         }
     }
 

@@ -208,7 +208,9 @@ impl ZeroCopyTx {
 
     /// Queue `len` octets of mapping `token` from `token_offset` by
     /// reference, `rest` of its octets (these among them) still to queue;
-    /// how many were queued.
+    /// how many were queued, or None if the transport cannot queue by
+    /// reference (a mapping that carried nothing yet is torn down then:
+    /// send its octets by copy).
     pub fn send_mapped(
         &mut self,
         out: &mut dyn TxSink,
@@ -216,12 +218,20 @@ impl ZeroCopyTx {
         token_offset: u64,
         len: usize,
         rest: usize,
-    ) -> usize {
+    ) -> Option<usize> {
         let end = out.offset() + rest as u64;
-        if let Some(m) = self.maps.iter_mut().rev().find(|m| m.token == token) {
-            m.end = if m.end == u64::MAX { end } else { m.end.max(end) };
+        let i = self.maps.iter().rposition(|m| m.token == token)?;
+        let unsent = self.maps[i].end == u64::MAX;
+        let n = out.write_by_reference(len, token, token_offset);
+        if n == 0 && out.room() > 0 {
+            if unsent && let Some(m) = self.maps.remove(i) {
+                self.dev.tx_teardown(&self.sk, m.token);
+            }
+            return None;
         }
-        out.write_by_reference(len, token, token_offset)
+        let m = &mut self.maps[i];
+        m.end = if unsent { end } else { m.end.max(end) };
+        Some(n)
     }
 
     /// Tear down the mappings whose bytes the peer has acknowledged.

@@ -583,9 +583,9 @@ impl Qp {
         if self.state == QpState::Closed {
             return;
         }
-        self.tx.clear();
         self.terminate = None;
         self.go_down(Down::Aborted, Close::Abortive);
+        self.tx.clear();
         self.state = QpState::Closed;
     }
 
@@ -626,6 +626,9 @@ impl Qp {
         };
         if let Some(wr) = self.tx.abandon() {
             self.cq.push_back(flushed(wr.wr_id, opcode_of(&wr.op)));
+        }
+        if let Some(wc) = self.tx.cut_framed() {
+            self.cq.push_back(flushed(wc.wr_id, wc.opcode));
         }
         for o in self.orq.drain(..) {
             if let Some(id) = o.wr_id {

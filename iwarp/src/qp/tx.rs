@@ -53,8 +53,10 @@ struct Ref {
 enum Run {
     /// Payload: `buf` from `offset`, going out as `mode` says.
     Payload { buf: IoBuf, offset: usize, mode: TxMode },
-    /// A whole tagged message, framed by the NIC under mapping `token`.
-    Fpdus { fpdus: Arc<TxFpdus>, token: u64 },
+    /// A whole tagged message, framed by the NIC under mapping `token`
+    /// (or, where the transport cannot take references, here, by copy);
+    /// its completion once all of it is handed to the transport.
+    Fpdus { fpdus: Arc<TxFpdus>, token: Option<u64>, wc: Option<Wc> },
 }
 
 #[derive(Debug)]
@@ -71,6 +73,9 @@ pub(super) struct TxState {
     sent: [u32; 3],
     cur: Option<Msg>,
     scratch: Vec<u8>,
+    /// Completions of messages the NIC frames, all handed to the
+    /// transport: the QP's once it has drained.
+    completed: Vec<Wc>,
     /// Bytes handed to the transport so far.
     drained: u64,
     /// The markers the peer asked for, if it did, and where an FPDU is
@@ -92,6 +97,7 @@ impl TxState {
             sent: [0; 3],
             cur: None,
             scratch: Vec::new(),
+            completed: Vec::new(),
             drained: 0,
             markers: None,
             unmarked: Vec::new(),
@@ -212,10 +218,28 @@ impl TxState {
         self.at == self.buf.len() && self.refs.is_empty()
     }
 
-    /// Queue a message the NIC frames, mapped as `token`.
-    fn put_fpdus(&mut self, fpdus: Arc<TxFpdus>, token: u64) {
+    /// Queue a message the NIC frames, mapped as `token`; `wc` is owed
+    /// once it is all handed to the transport.
+    fn put_fpdus(&mut self, fpdus: Arc<TxFpdus>, token: u64, wc: Option<Wc>) {
         let (at, len) = (self.buf.len(), fpdus.len());
-        self.refs.push_back(Ref { at, len, done: 0, run: Run::Fpdus { fpdus, token } });
+        let run = Run::Fpdus { fpdus, token: Some(token), wc };
+        self.refs.push_back(Ref { at, len, done: 0, run });
+    }
+
+    /// A message the NIC frames stops after the FPDU in progress (the
+    /// queue pair is going down): the rest is not sent, and the
+    /// completion it owed is returned, to be flushed.
+    pub(super) fn cut_framed(&mut self) -> Option<Wc> {
+        let r = self.refs.back_mut()?;
+        let Run::Fpdus { fpdus, wc, .. } = &mut r.run else { return None };
+        let wc = wc.take();
+        if r.done == 0 {
+            self.refs.pop_back();
+        } else {
+            let (i, start) = fpdus.fpdu_at(r.done - 1);
+            r.len = start + fpdus.fpdu_len(i);
+        }
+        wc
     }
 
     /// Hand what is buffered to `out`, payload by reference through `zc`
@@ -250,8 +274,9 @@ impl TxState {
                         None => out.write(&buf.lock()[*offset + r.done..*offset + r.len]),
                     }
                 }
-                Run::Fpdus { fpdus, token } => {
-                    drain_fpdus(out, zc, fpdus, *token, (r.done, r.len), &mut self.scratch)
+                Run::Fpdus { fpdus, token, .. } => {
+                    let run = (r.done, r.len);
+                    drain_fpdus(out, zc, fpdus, token, run, &mut self.scratch, stats)
                 }
             };
             r.done += k;
@@ -259,7 +284,9 @@ impl TxState {
             if r.done < r.len {
                 break;
             }
-            self.refs.pop_front();
+            if let Some(Ref { run: Run::Fpdus { wc: Some(wc), .. }, .. }) = self.refs.pop_front() {
+                self.completed.push(wc);
+            }
         }
         self.drained += n as u64;
         if self.drained_all() {
@@ -270,31 +297,37 @@ impl TxState {
 }
 
 /// Hand `out` octets `done..len` of a message the NIC frames, FPDU by
-/// FPDU, each ending a record; by copy, framed here, if the transport
-/// cannot queue them by reference. How many.
+/// FPDU, each ending a record; by copy, framed here, once the transport
+/// turned out not to take references (`token` is then gone). How many.
 fn drain_fpdus(
     out: &mut dyn TxSink,
     mut zc: Option<&mut ZeroCopyTx>,
     fpdus: &TxFpdus,
-    token: u64,
+    token: &mut Option<u64>,
     (mut done, len): (usize, usize),
     scratch: &mut Vec<u8>,
+    stats: &mut QpStats,
 ) -> usize {
     let start = done;
     while done < len {
         let (i, at) = fpdus.fpdu_at(done);
         let end = at + fpdus.fpdu_len(i);
         let want = end - done;
-        let by_ref = zc
-            .as_deref_mut()
-            .map_or(0, |z| z.send_mapped(out, token, done as u64, want, len - done));
+        let by_ref = match (zc.as_deref_mut(), *token) {
+            (Some(z), Some(t)) => z.send_mapped(out, t, done as u64, want, len - done),
+            _ => None,
+        };
         let k = match by_ref {
-            0 if out.room() > 0 => {
+            Some(k) => {
+                stats.tx_zero_copy_bytes += fpdus.payload_in(done, done + k) as u64;
+                k
+            }
+            None => {
+                *token = None;
                 scratch.resize(want.min(out.room()), 0);
                 fpdus.fill(done, scratch);
                 out.write(scratch)
             }
-            k => k,
         };
         done += k;
         if done == end {
@@ -322,6 +355,7 @@ impl Qp {
                 _ => None,
             };
             n += self.tx.drain(out, zc, &mut self.stats);
+            self.cq.extend(self.tx.completed.drain(..));
             if !self.tx.drained_all() {
                 break;
             }
@@ -551,11 +585,9 @@ impl Qp {
             SendOp::Write { sgl, stag, to } => {
                 let ctrl = Ctrl { last: true, opcode: Opcode::Write };
                 let first = DdpHeader::Tagged { ctrl, stag: stag.0, to: *to };
-                if sent == 0 && self.nic_may_frame(len) && self.nic_frames(&first, sgl.clone(), len)
+                let wc = wr.signaled.then(|| ok(wr.wr_id, WcOpcode::RdmaWrite, len));
+                if sent == 0 && self.nic_may_frame(len) && self.nic_frames(&first, sgl.clone(), wc)
                 {
-                    if wr.signaled {
-                        self.cq.push_back(ok(wr.wr_id, WcOpcode::RdmaWrite, len));
-                    }
                     return true;
                 }
                 let n = (len - sent).min((self.tx.mulpdu - DdpHeader::TAGGED_LEN) as u32);
@@ -590,8 +622,8 @@ impl Qp {
         if r.sent == 0 && self.nic_may_frame(r.len) {
             let ctrl = Ctrl { last: true, opcode: Opcode::ReadResponse };
             let first = DdpHeader::Tagged { ctrl, stag: r.sink, to: r.sink_to };
-            let (src, len) = (r.src.clone(), r.len);
-            if self.nic_frames(&first, src, len) {
+            let src = r.src.clone();
+            if self.nic_frames(&first, src, None) {
                 self.irq.pop_front();
                 return true;
             }
@@ -621,10 +653,11 @@ impl Qp {
         self.tx.by_reference && !self.our_crc() && len as usize > per_fpdu
     }
 
-    /// Hand the NIC the tagged message of `sgl` (`len` bytes), `first` its
-    /// first FPDU's header, to cut into FPDUs as it sends them; whether it
-    /// took it. Only where [`nic_may_frame`](Self::nic_may_frame).
-    fn nic_frames(&mut self, first: &DdpHeader, sgl: Vec<SgEntry>, len: u32) -> bool {
+    /// Hand the NIC the tagged message of `sgl`, `first` its first FPDU's
+    /// header, to cut into FPDUs as it sends them, `wc` owed when all of it
+    /// is handed to the transport; whether it took it. Only where
+    /// [`nic_may_frame`](Self::nic_may_frame).
+    fn nic_frames(&mut self, first: &DdpHeader, sgl: Vec<SgEntry>, wc: Option<Wc>) -> bool {
         let per_fpdu = self.tx.mulpdu - DdpHeader::TAGGED_LEN;
         let Offload::On(Active { zc: Some(zc), .. }) = &mut self.offload else { return false };
         let mut header = [0u8; TxFpdus::HEADER_LEN];
@@ -632,9 +665,8 @@ impl Qp {
         let Some(fpdus) = TxFpdus::new(header, per_fpdu, sgl) else { return false };
         let fpdus = Arc::new(fpdus);
         let Some(token) = zc.map_fpdus(fpdus.clone()) else { return false };
-        self.tx.put_fpdus(fpdus, token);
-        self.count_tx(len);
-        self.stats.tx_zero_copy_bytes += u64::from(len);
+        self.count_tx(fpdus.payload_len() as u32);
+        self.tx.put_fpdus(fpdus, token, wc);
         true
     }
 
