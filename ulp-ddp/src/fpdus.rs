@@ -27,6 +27,8 @@ pub struct TxFpdus {
     /// The first FPDU's DDP and RDMAP header (RFC 5041 §4.2, RFC 5040
     /// §4): control octets, STag, TO.
     pub header: [u8; TxFpdus::HEADER_LEN],
+    /// The first FPDU's TO, as its header has it.
+    to: u64,
     per_fpdu: usize,
     sgl: Vec<SgEntry>,
     payload: usize,
@@ -51,12 +53,13 @@ impl TxFpdus {
     /// every entry lies in its buffer, or if there is nothing to send.
     pub fn new(header: [u8; Self::HEADER_LEN], per_fpdu: usize, sgl: Vec<SgEntry>) -> Option<Self> {
         let payload = sgl.iter().map(|e| e.len).sum::<usize>();
+        let to = u64::from_be_bytes(header[Self::TO_AT..].try_into().ok()?);
         let ok = header[0] & Self::TAGGED != 0
             && per_fpdu > 0
             && payload > 0
             && Self::HEADER_LEN + per_fpdu <= usize::from(u16::MAX)
             && sgl.iter().all(SgEntry::in_bounds);
-        ok.then_some(Self { header, per_fpdu, sgl, payload })
+        ok.then_some(Self { header, to, per_fpdu, sgl, payload })
     }
 
     pub fn per_fpdu(&self) -> usize {
@@ -122,10 +125,8 @@ impl TxFpdus {
         if i + 1 == self.count() {
             h[0] |= Self::LAST;
         }
-        let to_at = Self::TO_AT..Self::TO_AT + 8;
-        let to = u64::from_be_bytes(h[to_at.clone()].try_into().expect("eight octets"));
-        let to = to.wrapping_add((i * self.per_fpdu) as u64);
-        h[to_at].copy_from_slice(&to.to_be_bytes());
+        let to = self.to.wrapping_add((i * self.per_fpdu) as u64);
+        h[Self::TO_AT..].copy_from_slice(&to.to_be_bytes());
         head
     }
 
