@@ -112,18 +112,31 @@ for t in tap0 tap1 tap2; do
 	ip -n "$NS" link set "$t" master br0
 	ip -n "$NS" link set "$t" up
 done
+# Where the captures' probes go: an address no one holds, its neighbour
+# entry fixed so that a probe needs no ARP answer (nothing listens).
+PROBE_IP=198.18.0.250
+ip -n "$NS" neigh replace "$PROBE_IP" lladdr 02:00:00:00:00:fa dev br0 nud permanent
 
 # --- captures --------------------------------------------------------------------
 # capture_start NAME FILTER: dumpcap on br0 into $TMP/NAME.pcap, until
 # capture_stop. A large buffer: the guest's bursts must not be dropped.
 capture_start() {
 	: >"$TMP/$1.dumpcap.log"
+	# dumpcap says "Capturing on" a while before packets reach its file
+	# (on a busy machine, long enough to miss a whole connection): it also
+	# takes UDP probes to $PROBE_IP, and the capture starts once one is in
+	# the file. The checks read TCP only.
+	local probe="udp and dst host $PROBE_IP and dst port 9"
 	# (ip netns exec execs dumpcap: $! is dumpcap itself, which SIGINT stops.)
-	ip netns exec "$NS" dumpcap -q -i br0 -B 64 -s 0 -f "$2" -w "$TMP/$1.pcap" >"$TMP/$1.dumpcap.log" 2>&1 &
+	ip netns exec "$NS" dumpcap -q -i br0 -B 64 -s 0 -f "($2) or ($probe)" -w "$TMP/$1.pcap" \
+		>"$TMP/$1.dumpcap.log" 2>&1 &
 	CAP_PID=$!
 	for _ in $(seq 100); do
-		grep -q "Capturing on" "$TMP/$1.dumpcap.log" && return 0
 		kill -0 "$CAP_PID" 2>/dev/null || break
+		if grep -q "Capturing on" "$TMP/$1.dumpcap.log"; then
+			ip netns exec "$NS" bash -c "echo probe >/dev/udp/$PROBE_IP/9" 2>/dev/null || true
+			tshark -n -r "$TMP/$1.pcap" -Y 'udp.dstport == 9' 2>/dev/null | grep -q . && return 0
+		fi
 		sleep 0.1
 	done
 	say "FAIL: dumpcap did not start: $(tr '\n' ' ' <"$TMP/$1.dumpcap.log")"
