@@ -293,7 +293,7 @@ done
 # type 00h.
 tls_walk() {
 	local pcap=$1 s
-	for s in $(tshark -n -r "$pcap" -T fields -e tcp.stream 2>/dev/null | sort -un); do
+	for s in $(tshark -n -r "$pcap" -Y tcp -T fields -e tcp.stream 2>/dev/null | sort -un); do
 		tshark -n -r "$pcap" -q -z "follow,tcp,raw,$s" 2>/dev/null | awk -v stream="$s" '
 			function hexval(h,   i, v) {
 				v = 0
