@@ -37,6 +37,10 @@ const HOST_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
 const CONTROLLER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const NQN: &str = "nqn.2026-11.io.nvme-ddp:bench";
 const PORT: u16 = 4420;
+/// Bytes of each TCP send and receive ring of every stack a run measures,
+/// raw TCP's too: a ring bounds what a stack sends in one burst, and so
+/// how much of a burst is still in cache when its receiver takes it.
+const TCP_RING: usize = 8 << 20;
 
 /// Why a bench run failed. The texts are what users see.
 #[derive(Debug, thiserror::Error)]
@@ -385,8 +389,8 @@ fn run_job<M: Medium + Send + 'static>(
     let stack_seed = fresh_seed().wrapping_add(seed);
     let hcfg = StackConfig {
         seed: stack_seed,
-        rx_buffer: 8 << 20,
-        tx_buffer: 8 << 20,
+        rx_buffer: TCP_RING,
+        tx_buffer: TCP_RING,
         // The jobs' hosts on the queues of one TAP connect from ports it
         // steers back to their own queue (on the wire it changes nothing).
         queue: (of > 1).then_some((index, of)),
@@ -394,8 +398,8 @@ fn run_job<M: Medium + Send + 'static>(
     };
     let ccfg = StackConfig {
         seed: stack_seed ^ 0x5a5a,
-        rx_buffer: 8 << 20,
-        tx_buffer: 8 << 20,
+        rx_buffer: TCP_RING,
+        tx_buffer: TCP_RING,
         ..StackConfig::new(Ipv4Cidr::new(CONTROLLER_IP, 24))
     };
     let host_cfg = HostConfig {
@@ -588,7 +592,8 @@ enum Media {
 
 /// Raw TCP throughput on the bench's medium at `mtu` under `impair`
 /// (seeded per repetition as the NVMe runs are), through the same NIC
-/// (checksum offload, no ULP offload): median of `reps`, spread and range.
+/// (checksum offload, no ULP offload), between stacks with the same rings:
+/// median of `reps`, spread and range.
 /// Setting `stop` (Ctrl-C) ends it after the run under way.
 pub fn raw_tcp(
     o: &BenchOptions,
@@ -610,10 +615,10 @@ pub fn raw_tcp(
         let (b, _) = chain(b, impair, seed, None, Caps::NONE)?;
         if threads {
             let (ring, _nic) = NicThread::spawn(b)?;
-            Ok(rawtcp::throughput(a, ring, d, stop)?)
+            Ok(rawtcp::throughput(a, ring, TCP_RING, d, stop)?)
         } else {
             let (ring, nic) = NicEngine::new(b);
-            Ok(rawtcp::lockstep(a, ring, nic, d, stop)?)
+            Ok(rawtcp::lockstep(a, ring, nic, TCP_RING, d, stop)?)
         }
     }
     let d = o.duration.max(Duration::from_millis(100));

@@ -36,10 +36,12 @@ const SENDER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
 const RECEIVER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const PORT: u16 = 5001;
 
-/// Bytes per second over a fresh in-process wire at IP MTU `mtu`.
+/// Bytes per second over a fresh in-process wire at IP MTU `mtu`, with
+/// smoltcp's default rings.
 pub fn wire_throughput(mtu: usize, duration: Duration) -> Result<f64, RawTcpError> {
     let (a, b) = VirtualWire::pair(mtu + 14, 512);
-    throughput(a, b, duration, &AtomicBool::new(false))
+    let ring = StackConfig::new(Ipv4Cidr::new(SENDER, 24)).tx_buffer;
+    throughput(a, b, ring, duration, &AtomicBool::new(false))
 }
 
 /// What one turn of the sender came to.
@@ -63,9 +65,9 @@ struct Sender<T: Medium> {
 }
 
 impl<T: Medium> Sender<T> {
-    fn new(tx: T, clock: &Clock, duration: Duration) -> Result<Self, RawTcpError> {
+    fn new(tx: T, ring: usize, clock: &Clock, duration: Duration) -> Result<Self, RawTcpError> {
         let now = to_smol(clock.now());
-        let mut stack = Stack::new(tx, StackConfig::new(Ipv4Cidr::new(SENDER, 24)), now);
+        let mut stack = Stack::new(tx, config(SENDER, ring), now);
         let conn = stack.connect(SocketAddrV4::new(RECEIVER, PORT))?;
         let give_up = clock.now() + Duration::from_secs(30);
         Ok(Self { stack, conn, duration, give_up, started: None, sent: 0 })
@@ -118,15 +120,25 @@ fn receive<R: Medium>(
     progress | receiver.poll(now)
 }
 
+/// A stack at `ip` whose TCP send and receive rings are `ring` bytes each.
+fn config(ip: Ipv4Addr, ring: usize) -> StackConfig {
+    StackConfig { rx_buffer: ring, tx_buffer: ring, ..StackConfig::new(Ipv4Cidr::new(ip, 24)) }
+}
+
 /// A listening receiver on `rx` and a sender on `tx` connecting to it.
 type Ends<T, R> = (Clock, Stack<R>, Sender<T>);
 
-fn ends<T: Medium, R: Medium>(tx: T, rx: R, duration: Duration) -> Result<Ends<T, R>, RawTcpError> {
+fn ends<T: Medium, R: Medium>(
+    tx: T,
+    rx: R,
+    ring: usize,
+    duration: Duration,
+) -> Result<Ends<T, R>, RawTcpError> {
     let clock = Clock::new();
     let now = to_smol(clock.now());
-    let mut receiver = Stack::new(rx, StackConfig::new(Ipv4Cidr::new(RECEIVER, 24)), now);
+    let mut receiver = Stack::new(rx, config(RECEIVER, ring), now);
     receiver.listen(PORT, 1)?;
-    let sender = Sender::new(tx, &clock, duration)?;
+    let sender = Sender::new(tx, ring, &clock, duration)?;
     Ok((clock, receiver, sender))
 }
 
@@ -134,14 +146,16 @@ fn ends<T: Medium, R: Medium>(tx: T, rx: R, duration: Duration) -> Result<Ends<T
 const NAP: smoltcp::time::Duration = smoltcp::time::Duration::from_millis(10);
 
 /// Bytes per second from a stack on `tx` to one on `rx`, each on its own
-/// thread, measured over `duration` once connected, unless `stop` is set.
+/// thread, with TCP rings of `ring` bytes, measured over `duration` once
+/// connected, unless `stop` is set.
 pub fn throughput<T: Medium, R: Medium + Send + 'static>(
     tx: T,
     rx: R,
+    ring: usize,
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<f64, RawTcpError> {
-    let (clock, mut receiver, mut sender) = ends(tx, rx, duration)?;
+    let (clock, mut receiver, mut sender) = ends(tx, rx, ring, duration)?;
     let done = Arc::new(AtomicBool::new(false));
     let flag = done.clone();
     let rx = std::thread::spawn(move || {
@@ -177,15 +191,17 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
 
 /// Bytes per second from a stack on `tx` to one on `rx`, the receiver's NIC
 /// `nic` (whose ring `rx` is) between them, all three stepped in turn on
-/// this thread, as the bench's lockstep runs are; unless `stop` is set.
+/// this thread, as the bench's lockstep runs are; with TCP rings of `ring`
+/// bytes; unless `stop` is set.
 pub fn lockstep<T: Medium, R: Medium, N: Medium>(
     tx: T,
     rx: R,
     mut nic: NicEngine<N>,
+    ring: usize,
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<f64, RawTcpError> {
-    let (clock, mut receiver, mut sender) = ends(tx, rx, duration)?;
+    let (clock, mut receiver, mut sender) = ends(tx, rx, ring, duration)?;
     let mut conn = None;
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -198,5 +214,28 @@ pub fn lockstep<T: Medium, R: Medium, N: Medium>(
         nic.step(to_smol(t));
         receive(&mut receiver, &mut conn, to_smol(t));
         nic.step(to_smol(t));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rings a measurement is given are the rings its stacks have: the
+    /// sender's first burst fills exactly its send ring.
+    #[test]
+    fn a_measurement_runs_on_the_rings_it_is_given() {
+        for ring in [64 << 10, 3 << 20] {
+            let (a, b) = VirtualWire::pair(9014, 512);
+            let (clock, mut receiver, mut sender) =
+                ends(a, b, ring, Duration::from_secs(5)).unwrap();
+            let mut conn = None;
+            while sender.sent == 0 {
+                let t = clock.now();
+                assert!(matches!(sender.turn(t), Ok(Turn::Going(_))));
+                receive(&mut receiver, &mut conn, to_smol(t));
+            }
+            assert_eq!(sender.sent, ring as u64, "ring of {ring} bytes");
+        }
     }
 }
