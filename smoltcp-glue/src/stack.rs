@@ -114,6 +114,10 @@ impl TxSink for Sink<'_> {
         self.sock.end_record();
     }
 
+    fn end_records(&mut self, len: usize, stride: usize) {
+        self.sock.end_records(len, stride);
+    }
+
     fn offset(&self) -> u64 {
         self.offset
     }

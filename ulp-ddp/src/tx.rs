@@ -35,6 +35,13 @@ pub trait TxSink {
     /// segments start where records start.
     fn end_record(&mut self) {}
 
+    /// Of the last `len` bytes queued, a record ends after every whole
+    /// `stride` (the FPDUs of one message): what `end_record` after each
+    /// would do.
+    fn end_records(&mut self, len: usize, stride: usize) {
+        let _ = (len, stride);
+    }
+
     /// Stream offset of the next byte queued.
     fn offset(&self) -> u64;
 

@@ -296,44 +296,43 @@ impl TxState {
     }
 }
 
-/// Hand `out` octets `done..len` of a message the NIC frames, FPDU by
-/// FPDU, each ending a record; by copy, framed here, once the transport
-/// turned out not to take references (`token` is then gone). How many.
+/// Hand `out` octets `done..len` of a message the NIC frames: by
+/// reference, as many as there is room for, in one run whose every whole
+/// FPDU ends a record; or by copy, framed here, FPDU by FPDU, once the
+/// transport turned out not to take references (`token` is then gone).
+/// How many.
 fn drain_fpdus(
     out: &mut dyn TxSink,
-    mut zc: Option<&mut ZeroCopyTx>,
+    zc: Option<&mut ZeroCopyTx>,
     fpdus: &TxFpdus,
     token: &mut Option<u64>,
     (mut done, len): (usize, usize),
     scratch: &mut Vec<u8>,
     stats: &mut QpStats,
 ) -> usize {
+    if let (Some(z), Some(t)) = (zc, *token) {
+        if let Some(k) = z.send_mapped(out, t, done as u64, len - done, len - done) {
+            stats.tx_zero_copy_bytes += fpdus.payload_in(done, done + k) as u64;
+            // Every FPDU but the last is as long as the first, and the
+            // last ends the message, which ends a record of its own.
+            let (_, at) = fpdus.fpdu_at(done);
+            out.end_records(done + k - at, fpdus.fpdu_len(0));
+            return k;
+        }
+        *token = None;
+    }
     let start = done;
     while done < len {
         let (i, at) = fpdus.fpdu_at(done);
         let end = at + fpdus.fpdu_len(i);
-        let want = end - done;
-        let by_ref = match (zc.as_deref_mut(), *token) {
-            (Some(z), Some(t)) => z.send_mapped(out, t, done as u64, want, len - done),
-            _ => None,
-        };
-        let k = match by_ref {
-            Some(k) => {
-                stats.tx_zero_copy_bytes += fpdus.payload_in(done, done + k) as u64;
-                k
-            }
-            None => {
-                *token = None;
-                scratch.resize(want.min(out.room()), 0);
-                fpdus.fill(done, scratch);
-                out.write(scratch)
-            }
-        };
+        scratch.resize((end - done).min(out.room()), 0);
+        fpdus.fill(done, scratch);
+        let k = out.write(scratch);
         done += k;
         if done == end {
             out.end_record();
         }
-        if k < want {
+        if done < end {
             break;
         }
     }

@@ -522,6 +522,50 @@ pub enum CongestionControl {
     Cubic,
 }
 
+/// Record ends `first`, `first + stride`, and so on: `count` of them, the
+/// ends of a run of records of one length (a message's FPDUs, say) kept as
+/// one entry. A lone end has a `count` of one, and any `stride`.
+#[cfg(feature = "socket-tcp-records")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RecordEnds {
+    first: TcpSeqNumber,
+    stride: usize,
+    count: usize,
+}
+
+#[cfg(feature = "socket-tcp-records")]
+impl RecordEnds {
+    fn last(&self) -> TcpSeqNumber {
+        self.first + self.stride * (self.count - 1)
+    }
+
+    /// The last of these ends not past `seq`.
+    fn last_until(&self, seq: TcpSeqNumber) -> Option<TcpSeqNumber> {
+        if seq < self.first {
+            return None;
+        }
+        let k = match self.count {
+            1 => 0,
+            n => ((seq - self.first) / self.stride).min(n - 1),
+        };
+        Some(self.first + self.stride * k)
+    }
+
+    /// Forget the ends not past `seq`; whether none are left.
+    fn forget_until(&mut self, seq: TcpSeqNumber) -> bool {
+        match self.last_until(seq) {
+            Some(e) if e == self.last() => true,
+            Some(e) => {
+                let k = (e - self.first) / self.stride + 1;
+                self.first = self.first + self.stride * k;
+                self.count -= k;
+                false
+            }
+            None => false,
+        }
+    }
+}
+
 /// Stream octets queued by reference: `start..end` of the sequence space
 /// come from the device's buffer `token`, from `token_offset` on.
 #[cfg(feature = "socket-tcp-by-reference")]
@@ -586,9 +630,10 @@ pub struct Socket<'a> {
     /// The maximum number of data octets that the remote side may receive.
     remote_mss: usize,
     /// Sequence numbers where records the application wrote end, oldest
-    /// first; see [`Socket::end_record`].
+    /// first, runs of records of one length in one entry; see
+    /// [`Socket::end_record`].
     #[cfg(feature = "socket-tcp-records")]
-    record_ends: alloc::collections::VecDeque<TcpSeqNumber>,
+    record_ends: alloc::collections::VecDeque<RecordEnds>,
     /// Stream octets queued by reference, oldest first, kept until
     /// acknowledged; see [`Socket::send_by_reference`].
     #[cfg(feature = "socket-tcp-by-reference")]
@@ -1580,7 +1625,6 @@ impl<'a> Socket<'a> {
         self.tx_buffer.len()
     }
 
-    /// Number of octets transmitted but not yet ACKed.
     /// End a record at the data enqueued so far: a segment that would end
     /// inside a later record ends at the last record end it holds instead,
     /// so segments start where records start (the FPDU alignment of RFC
@@ -1588,17 +1632,62 @@ impl<'a> Socket<'a> {
     /// than a segment are split as before.
     #[cfg(feature = "socket-tcp-records")]
     pub fn end_record(&mut self) {
-        /// Record ends kept; older ones are forgotten, which costs only
-        /// the alignment of segments not yet sent from that far back.
-        const MAX_RECORD_ENDS: usize = 4096;
         let end = self.local_seq_no + self.tx_buffer.len();
-        if self.record_ends.back() == Some(&end) {
+        self.push_record_ends(RecordEnds { first: end, stride: 0, count: 1 });
+    }
+
+    /// End a record after every whole `stride` octets of the last `len`
+    /// octets enqueued: what [`Socket::end_record`] after each of them
+    /// would do, in one call, for a ULP that queues many records of one
+    /// length at once (the FPDUs of a message, queued by reference). The
+    /// octets past the last whole `stride` do not end a record.
+    #[cfg(feature = "socket-tcp-records")]
+    pub fn end_records(&mut self, len: usize, stride: usize) {
+        let count = len.checked_div(stride).unwrap_or(0);
+        if count == 0 {
             return;
+        }
+        let end = self.local_seq_no + self.tx_buffer.len();
+        let first = end - len + stride;
+        self.push_record_ends(RecordEnds { first, stride, count });
+    }
+
+    /// Keep `new` after the record ends already kept (leaving out those of
+    /// its ends that are not past them), in the last entry when it
+    /// continues that entry's run.
+    #[cfg(feature = "socket-tcp-records")]
+    fn push_record_ends(&mut self, mut new: RecordEnds) {
+        /// Entries kept; older ones are forgotten, which costs only the
+        /// alignment of segments not yet sent from that far back.
+        const MAX_RECORD_ENDS: usize = 4096;
+        self.forget_acked_record_ends();
+        if let Some(back) = self.record_ends.back_mut() {
+            let last = back.last();
+            if new.forget_until(last) {
+                return;
+            }
+            let gap = new.first - last;
+            let continues = |r: &RecordEnds| r.count == 1 || r.stride == gap;
+            if continues(back) && continues(&new) {
+                back.stride = gap;
+                back.count += new.count;
+                return;
+            }
         }
         if self.record_ends.len() == MAX_RECORD_ENDS {
             self.record_ends.pop_front();
         }
-        self.record_ends.push_back(end);
+        self.record_ends.push_back(new);
+    }
+
+    /// Forget the record ends the peer has acknowledged.
+    #[cfg(feature = "socket-tcp-records")]
+    fn forget_acked_record_ends(&mut self) {
+        while let Some(front) = self.record_ends.front_mut()
+            && front.forget_until(self.local_seq_no)
+        {
+            self.record_ends.pop_front();
+        }
     }
 
     /// `size` octets from `offset` in the send buffer, cut back to the
@@ -1606,18 +1695,14 @@ impl<'a> Socket<'a> {
     /// record.
     #[cfg(feature = "socket-tcp-records")]
     fn record_aligned(&mut self, offset: usize, size: usize) -> usize {
-        while self
-            .record_ends
-            .front()
-            .is_some_and(|&e| e <= self.local_seq_no)
-        {
-            self.record_ends.pop_front();
-        }
+        self.forget_acked_record_ends();
         let (start, end) = (self.local_seq_no + offset, self.local_seq_no + offset + size);
-        // Record ends are in sequence order: the last one not past `end`
-        // is found by bisection, not by walking every record in flight.
-        let past = self.record_ends.partition_point(|&e| e <= end);
-        match past.checked_sub(1).map(|i| self.record_ends[i]) {
+        // Entries are in sequence order: the last one that starts before
+        // `end` is found by bisection, not by walking every record in
+        // flight, and holds the last end not past it.
+        let past = self.record_ends.partition_point(|r| r.first <= end);
+        let last = past.checked_sub(1).and_then(|i| self.record_ends[i].last_until(end));
+        match last {
             Some(e) if e > start => e - start,
             _ => size,
         }
@@ -1734,6 +1819,7 @@ impl<'a> Socket<'a> {
         gather
     }
 
+    /// Number of octets transmitted but not yet ACKed.
     fn flight_size(&self) -> usize {
         self.remote_last_seq - self.local_seq_no
     }
@@ -7666,6 +7752,109 @@ mod test {
             payload: &b"aaaaabbbb"[..],
             ..RECV_TEMPL
         }));
+    }
+
+    /// The lengths of the segments `s` sends at `time_ms`, until it sends
+    /// none.
+    #[cfg(feature = "socket-tcp-records")]
+    fn sent_lengths(s: &mut TestSocket, time_ms: i64) -> alloc::vec::Vec<usize> {
+        s.cx.set_now(Instant::from_millis(time_ms));
+        let mut lengths = alloc::vec::Vec::new();
+        loop {
+            let mut sent = None;
+            s.socket
+                .dispatch(&mut s.cx, |_, _, (_, repr)| {
+                    sent = Some(repr.payload.len());
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+            match sent {
+                Some(n) if n > 0 => lengths.push(n),
+                _ => return lengths,
+            }
+        }
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-records")]
+    fn test_end_records_ends_a_record_every_stride() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.remote_mss = 12;
+        s.set_nagle_enabled(false);
+        // Four records of 5 octets, and 2 octets of a fifth.
+        s.send_slice(b"aaaaabbbbbcccccdddddee").unwrap();
+        s.end_records(22, 5);
+        // 12 octets would split the third record; the fifth has not ended.
+        assert_eq!(sent_lengths(&mut s, 0), [10, 10, 2]);
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-records")]
+    fn test_end_records_cuts_as_end_record_after_each_record_does() {
+        // Runs of records of 7, 4 and 9 octets, each queued in pieces that
+        // end inside records: (octets, record length) of each piece.
+        let pieces = [(9, 7), (12, 7), (7, 7), (4, 4), (16, 4), (5, 9), (13, 9)];
+        for mss in [6, 10, 13, 31] {
+            let mut one_by_one = socket_established_with_buffer_sizes(128, 128);
+            let mut in_runs = socket_established_with_buffer_sizes(128, 128);
+            let (mut run, mut in_run) = (0, 0);
+            for (len, record) in pieces {
+                if record != run {
+                    (run, in_run) = (record, 0);
+                }
+                // One by one: an end_record where each record ends.
+                for _ in 0..len {
+                    one_by_one.send_slice(b"x").unwrap();
+                    in_run += 1;
+                    if in_run % record == 0 {
+                        one_by_one.end_record();
+                    }
+                }
+                // In runs: one call for the run so far.
+                in_runs.send_slice(&alloc::vec![b'x'; len]).unwrap();
+                in_runs.end_records(in_run, record);
+            }
+            assert_eq!(one_by_one.record_ends, in_runs.record_ends);
+            // A run continued at the next record's length joins its entry.
+            assert_eq!(in_runs.record_ends.len(), 3);
+            for s in [&mut one_by_one, &mut in_runs] {
+                s.remote_mss = mss;
+                s.set_nagle_enabled(false);
+            }
+            let sent = sent_lengths(&mut in_runs, 0);
+            assert_eq!(sent, sent_lengths(&mut one_by_one, 0), "mss {mss}");
+            assert_eq!(sent.iter().sum::<usize>(), 66);
+        }
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-records")]
+    fn test_records_of_one_length_are_kept_as_one_entry() {
+        let mut s = socket_established_with_buffer_sizes(1024, 1024);
+        s.remote_mss = 100;
+        s.set_nagle_enabled(false);
+        for _ in 0..40 {
+            s.send_slice(b"abcdefghijklmnopqrstuvwxy").unwrap();
+            s.end_record();
+        }
+        assert_eq!(s.record_ends.len(), 1);
+        // A record of another length starts an entry.
+        s.send_slice(b"12345").unwrap();
+        s.end_record();
+        assert_eq!(s.record_ends.len(), 2);
+        assert_eq!(sent_lengths(&mut s, 0)[..2], [100, 100]);
+        // The peer acknowledges 60 octets: the ends it covered are
+        // forgotten, and a retransmission is still cut at the others.
+        send!(s, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 60),
+            ..SEND_TEMPL
+        });
+        s.forget_acked_record_ends();
+        assert_eq!(s.record_ends[0].first, LOCAL_SEQ + 1 + 75);
+        assert_eq!(s.record_ends[0].count, 38);
+        s.timer.set_for_retransmit(Instant::from_millis(0), Duration::from_millis(1));
+        assert_eq!(sent_lengths(&mut s, 2000)[0], 90);
     }
 
     /// The segment `s` sends at `time_ms`: its sequence number, length and
