@@ -132,15 +132,14 @@ impl TxFpdus {
 
     /// Payload octets among the framed message's octets `from..to`.
     pub fn payload_in(&self, from: usize, to: usize) -> usize {
-        let mut n = 0;
-        let mut at = from;
-        while at < to {
-            let (i, start) = self.fpdu_at(at);
-            let payload = start + Self::HEAD_LEN..start + Self::HEAD_LEN + self.payload_of(i);
-            n += to.min(payload.end).saturating_sub(at.max(payload.start));
-            at = start + self.fpdu_len(i);
-        }
-        n
+        self.payload_before(to).saturating_sub(self.payload_before(from))
+    }
+
+    /// Payload octets before the framed message's octet `at`.
+    fn payload_before(&self, at: usize) -> usize {
+        let (i, start) = self.fpdu_at(at);
+        let into = (at - start).saturating_sub(Self::HEAD_LEN).min(self.payload_of(i));
+        i * self.per_fpdu + into
     }
 
     /// Write octets `at..at + dst.len()` of the framed message into
@@ -275,6 +274,32 @@ mod tests {
             assert_eq!(started, starts.count() as u64, "from {cut}");
             assert_eq!(payload, f.payload_in(cut, f.len()), "from {cut}");
             assert_eq!(f.payload_in(0, cut) + payload, 5_003, "from {cut}");
+        }
+    }
+
+    #[test]
+    fn payload_is_counted_octet_by_octet_between_any_two_cuts() {
+        let f = fpdus(1_001, 300);
+        // Which framed octets are payload, by the layout.
+        let mut is_payload = Vec::new();
+        for i in 0..f.count() {
+            let n = f.payload_of(i);
+            is_payload.extend([false; TxFpdus::HEAD_LEN]);
+            is_payload.extend(vec![true; n]);
+            is_payload.extend(vec![false; f.fpdu_len(i) - TxFpdus::HEAD_LEN - n]);
+        }
+        assert_eq!(is_payload.len(), f.len());
+        // Payload octets before each framed octet.
+        let before: Vec<usize> = std::iter::once(0)
+            .chain(is_payload.iter().scan(0, |n, &p| {
+                *n += usize::from(p);
+                Some(*n)
+            }))
+            .collect();
+        for from in 0..=f.len() {
+            for to in from..=f.len() {
+                assert_eq!(f.payload_in(from, to), before[to] - before[from], "{from}..{to}");
+            }
         }
     }
 
