@@ -93,6 +93,14 @@ impl<T: Medium> Sender<T> {
         let mut progress = self.stack.poll(now);
         if self.stack.is_established(&self.conn) {
             if self.started.is_none() {
+                // The ring is memory nothing wrote yet: read, it is the
+                // kernel's zero page, always in cache. Write it once, as
+                // an application would have, so what goes out comes from
+                // memory; it is sent again and again from there.
+                self.stack.send_with(&mut self.conn, |free| {
+                    free.fill(0x5a);
+                    0
+                });
                 self.started = Some((t, self.acked()));
             }
             let n = self.stack.send_with(&mut self.conn, |free| free.len());
@@ -237,5 +245,28 @@ mod tests {
             }
             assert_eq!(sender.sent, ring as u64, "ring of {ring} bytes");
         }
+    }
+
+    /// What the sender sends was written: not the zero page that memory
+    /// no one wrote reads as, which would never leave the cache.
+    #[test]
+    fn the_sender_sends_bytes_from_memory_it_wrote() {
+        let (a, b) = VirtualWire::pair(9014, 512);
+        let (clock, mut receiver, mut sender) =
+            ends(a, b, 1 << 20, Duration::from_secs(5)).unwrap();
+        let (mut conn, mut got) = (None, Vec::new());
+        while got.len() < 256 << 10 {
+            let t = clock.now();
+            assert!(matches!(sender.turn(t), Ok(Turn::Going(_))));
+            receiver.poll(to_smol(t));
+            conn = conn.or_else(|| receiver.accept());
+            if let Some(c) = &mut conn {
+                receiver.recv(c, |bytes| {
+                    got.extend_from_slice(bytes);
+                    bytes.len()
+                });
+            }
+        }
+        assert!(got.iter().all(|&b| b == 0x5a));
     }
 }
