@@ -212,6 +212,8 @@ impl ReadsOvertaken {
         let (buf, round, out) = &mut self.slots[slot];
         *round += 1;
         *out = Self::READ | Self::WRITE;
+        // Bytes a read fails to bring match neither chunk.
+        buf.lock().fill(0xee);
         let slba = (slot * CHUNK / 512) as u64;
         let tag = |kind: u8| (slot as u64) << 8 | u64::from(kind);
         let ios = [
@@ -237,6 +239,7 @@ impl ReadsOvertaken {
         for (qid, io) in [1, 2].into_iter().zip(ios) {
             if let Err(e) = host.submit(qid, io, now) {
                 self.failure = Some(e.to_string());
+                self.done = true;
             }
         }
     }

@@ -37,7 +37,7 @@ const RECEIVER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const PORT: u16 = 5001;
 
 /// Bytes per second over a fresh in-process wire at IP MTU `mtu`, with
-/// smoltcp's default rings.
+/// the stack's default rings.
 pub fn wire_throughput(mtu: usize, duration: Duration) -> Result<f64, RawTcpError> {
     let (a, b) = VirtualWire::pair(mtu + 14, 512);
     let ring = StackConfig::new(Ipv4Cidr::new(SENDER, 24)).tx_buffer;
@@ -59,6 +59,8 @@ struct Sender<T: Medium> {
     conn: TcpConn,
     duration: Duration,
     give_up: nvme_of::Instant,
+    /// The send ring was written once.
+    filled: bool,
     /// When the connection was up, and what had been acknowledged then.
     started: Option<(nvme_of::Instant, u64)>,
     sent: u64,
@@ -70,7 +72,7 @@ impl<T: Medium> Sender<T> {
         let mut stack = Stack::new(tx, config(SENDER, ring), now);
         let conn = stack.connect(SocketAddrV4::new(RECEIVER, PORT))?;
         let give_up = clock.now() + Duration::from_secs(30);
-        Ok(Self { stack, conn, duration, give_up, started: None, sent: 0 })
+        Ok(Self { stack, conn, duration, give_up, filled: false, started: None, sent: 0 })
     }
 
     /// Bytes the receiver has (not what sits in our ring).
@@ -92,15 +94,20 @@ impl<T: Medium> Sender<T> {
         let now = to_smol(t);
         let mut progress = self.stack.poll(now);
         if self.stack.is_established(&self.conn) {
-            if self.started.is_none() {
+            if !self.filled {
                 // The ring is memory nothing wrote yet: read, it is the
                 // kernel's zero page, always in cache. Write it once, as
                 // an application would have, so what goes out comes from
-                // memory; it is sent again and again from there.
+                // memory; it is sent again and again from there. In a
+                // turn of its own: the measurement starts at the next.
                 self.stack.send_with(&mut self.conn, |free| {
                     free.fill(0x5a);
                     0
                 });
+                self.filled = true;
+                return Ok(Turn::Going(true));
+            }
+            if self.started.is_none() {
                 self.started = Some((t, self.acked()));
             }
             let n = self.stack.send_with(&mut self.conn, |free| free.len());

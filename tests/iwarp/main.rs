@@ -164,6 +164,75 @@ fn a_message_the_nic_would_frame_is_framed_by_copy_where_references_cannot_go() 
     assert!(wire[0] == wire[1], "the same FPDUs");
 }
 
+/// A transport that takes `room` bytes a call, by copy or by reference,
+/// and notes where it was told records end.
+struct Recorder {
+    room: usize,
+    offset: u64,
+    by_reference: u64,
+    ends: Vec<u64>,
+}
+
+impl ulp_ddp::TxSink for Recorder {
+    fn room(&self) -> usize {
+        self.room
+    }
+    fn write(&mut self, bytes: &[u8]) -> usize {
+        let n = bytes.len().min(self.room);
+        (self.room, self.offset) = (self.room - n, self.offset + n as u64);
+        n
+    }
+    fn write_by_reference(&mut self, len: usize, _token: u64, _token_offset: u64) -> usize {
+        let n = len.min(self.room);
+        (self.room, self.offset) = (self.room - n, self.offset + n as u64);
+        self.by_reference += n as u64;
+        n
+    }
+    fn end_record(&mut self) {
+        self.ends.push(self.offset);
+    }
+    fn end_records(&mut self, len: usize, stride: usize) {
+        let start = self.offset - len as u64;
+        self.ends.extend((1..=len / stride).map(|j| start + (j * stride) as u64));
+    }
+    fn offset(&self) -> u64 {
+        self.offset
+    }
+    fn acked(&self) -> u64 {
+        0
+    }
+}
+
+/// The message the NIC frames reaches its transport by reference, in
+/// pieces as room allows (most ending inside an FPDU), and every FPDU of
+/// it ends a record exactly where it ends: the short last one too.
+#[test]
+fn a_message_the_nic_frames_ends_a_record_at_every_fpdu() {
+    let mut link = Smol::with([nic_doing(Caps::ALL); 2], Profile::default());
+    let (ea, eb) = (end(), end());
+    let (mut a, mut b) = connect(&mut link, &ea, &eb);
+    let sink = IoBuf::new(KIB64);
+    let stag = reg(&mut b, &sink, 0, KIB64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let len = KIB64 - 1000;
+    post(&mut a, 1, SendOp::Write { sgl: sgl(&pattern(len, 4)), stag, to: 0x10_0000 });
+    let mut out = Recorder { room: 0, offset: 0, by_reference: 0, ends: Vec::new() };
+    while a.poll_cq().is_none() {
+        out.room = 1000;
+        a.poll_send(&mut out);
+    }
+    let framed = out.offset;
+    assert_eq!(out.by_reference, framed, "all of it by reference");
+    // Ends told twice, or before anything was queued, end nothing new.
+    out.ends.dedup();
+    out.ends.retain(|&e| e > 0);
+    // FPDUs of one length, the last shorter: where each ends.
+    let fpdu = out.ends[0];
+    assert!(fpdu > 1000 && !framed.is_multiple_of(fpdu), "{fpdu} {framed}");
+    let mut want: Vec<u64> = (1..).map(|i| i * fpdu).take_while(|&e| e < framed).collect();
+    want.push(framed);
+    assert_eq!(out.ends, want);
+}
+
 /// A signaled Write the NIC frames completes once all of it is handed to
 /// the transport, not when it is queued (the buffer is the caller's again
 /// then, where it went by copy); and flushed, not lost, if the queue pair

@@ -310,13 +310,19 @@ fn drain_fpdus(
     scratch: &mut Vec<u8>,
     stats: &mut QpStats,
 ) -> usize {
+    if done == len {
+        return 0;
+    }
     if let (Some(z), Some(t)) = (zc, *token) {
         if let Some(k) = z.send_mapped(out, t, done as u64, len - done, len - done) {
             stats.tx_zero_copy_bytes += fpdus.payload_in(done, done + k) as u64;
-            // Every FPDU but the last is as long as the first, and the
-            // last ends the message, which ends a record of its own.
+            // Every FPDU but the last is as long as the first; the last
+            // ends where the message does.
             let (_, at) = fpdus.fpdu_at(done);
             out.end_records(done + k - at, fpdus.fpdu_len(0));
+            if done + k == len {
+                out.end_record();
+            }
             return k;
         }
         *token = None;

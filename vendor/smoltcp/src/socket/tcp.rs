@@ -526,11 +526,20 @@ pub enum CongestionControl {
 /// ends of a run of records of one length (a message's FPDUs, say) kept as
 /// one entry. A lone end has a `count` of one, and any `stride`.
 #[cfg(feature = "socket-tcp-records")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Eq)]
 struct RecordEnds {
     first: TcpSeqNumber,
     stride: usize,
     count: usize,
+}
+
+/// The same ends: a lone end's stride says nothing.
+#[cfg(feature = "socket-tcp-records")]
+impl PartialEq for RecordEnds {
+    fn eq(&self, other: &Self) -> bool {
+        (self.first, self.count) == (other.first, other.count)
+            && (self.count == 1 || self.stride == other.stride)
+    }
 }
 
 #[cfg(feature = "socket-tcp-records")]
@@ -7825,6 +7834,25 @@ mod test {
             assert_eq!(sent, sent_lengths(&mut one_by_one, 0), "mss {mss}");
             assert_eq!(sent.iter().sum::<usize>(), 66);
         }
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-records")]
+    fn test_record_ends_across_the_sequence_number_wrap() {
+        let mut s = socket_established_with_buffer_sizes(128, 128);
+        // The sequence space wraps 30 octets into what is queued.
+        let base = TcpSeqNumber(i32::MAX - 30);
+        (s.local_seq_no, s.remote_last_seq) = (base, base);
+        s.remote_mss = 25;
+        s.set_nagle_enabled(false);
+        s.send_slice(&[b'x'; 64]).unwrap();
+        s.end_records(64, 10);
+        assert_eq!(s.record_ends.len(), 1);
+        assert_eq!(sent_lengths(&mut s, 0), [20, 20, 20, 4]);
+        // Acknowledged exactly to the run's last end: all of it goes.
+        s.local_seq_no = base + 60;
+        s.forget_acked_record_ends();
+        assert!(s.record_ends.is_empty());
     }
 
     #[test]
