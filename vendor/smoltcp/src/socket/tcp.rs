@@ -7857,6 +7857,24 @@ mod test {
 
     #[test]
     #[cfg(feature = "socket-tcp-records")]
+    fn test_the_oldest_record_ends_are_forgotten_past_the_limit() {
+        let mut s = socket_established_with_buffer_sizes(16384, 16384);
+        // Records of 1 and 2 octets by turns: each pair of ends makes a
+        // run of two, and the next pair cannot join it.
+        let mut ends = alloc::vec::Vec::new();
+        for i in 0..8200 {
+            s.send_slice(&b"ab"[..1 + i % 2]).unwrap();
+            s.end_record();
+            ends.push(LOCAL_SEQ + 1 + s.send_queue());
+        }
+        // 4100 runs: the four oldest are gone, the newest all kept.
+        assert_eq!(s.record_ends.len(), 4096);
+        assert_eq!(s.record_ends.front().map(|r| (r.first, r.count)), Some((ends[8], 2)));
+        assert_eq!(s.record_ends.back().map(RecordEnds::last), Some(ends[8199]));
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-records")]
     fn test_records_of_one_length_are_kept_as_one_entry() {
         let mut s = socket_established_with_buffer_sizes(1024, 1024);
         s.remote_mss = 100;
