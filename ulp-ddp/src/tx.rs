@@ -213,8 +213,8 @@ impl ZeroCopyTx {
         Some(token)
     }
 
-    /// Queue `len` octets of mapping `token` from `token_offset` by
-    /// reference, `rest` of its octets (these among them) still to queue;
+    /// Queue by reference the `len` octets of mapping `token` from
+    /// `token_offset` on, the last it has, as many as there is room for;
     /// how many were queued, or None if the transport cannot queue by
     /// reference (a mapping that carried nothing yet is torn down then:
     /// send its octets by copy).
@@ -224,9 +224,8 @@ impl ZeroCopyTx {
         token: u64,
         token_offset: u64,
         len: usize,
-        rest: usize,
     ) -> Option<usize> {
-        let end = out.offset() + rest as u64;
+        let end = out.offset() + len as u64;
         let i = self.maps.iter().rposition(|m| m.token == token)?;
         let unsent = self.maps[i].end == u64::MAX;
         let n = out.write_by_reference(len, token, token_offset);

@@ -314,7 +314,7 @@ fn drain_fpdus(
         return 0;
     }
     if let (Some(z), Some(t)) = (zc, *token) {
-        if let Some(k) = z.send_mapped(out, t, done as u64, len - done, len - done) {
+        if let Some(k) = z.send_mapped(out, t, done as u64, len - done) {
             stats.tx_zero_copy_bytes += fpdus.payload_in(done, done + k) as u64;
             // Every FPDU but the last is as long as the first; the last
             // ends where the message does.
