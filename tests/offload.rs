@@ -701,7 +701,7 @@ fn the_nic_refuses_mappings_it_cannot_honour() {
     app.after_submit = Some(Box::new(move || {
         let sk = sockets.lock().unwrap()[0].clone();
         let buf = IoBuf::new(64 << 10);
-        let io = |tag, sgl: Vec<SgEntry>| DdpIo { tag, sgl, oneshot: false };
+        let io = |tag, sgl: Vec<SgEntry>| DdpIo { tag, sgl: sgl.into(), oneshot: false };
         let page = |off| SgEntry { buf: buf.clone(), offset: off, len: 4096 };
         assert_eq!(nic.setup(&sk, io(1, vec![page(0)])), Ok(()));
         assert_eq!(

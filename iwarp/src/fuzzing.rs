@@ -11,16 +11,16 @@
 
 use std::time::Duration;
 
-use ulp_ddp::{IoBuf, SgEntry};
+use ulp_ddp::{IoBuf, SgEntry, Sgl, sgl};
 
 use crate::{Access, Device, Event, Qp, QpConfig, RecvWr, SendOp, SendWr, Stag};
 
 const GUARD: usize = 64;
 const CANARY: u8 = 0xee;
 
-fn guarded(len: usize) -> (IoBuf, Vec<SgEntry>) {
+fn guarded(len: usize) -> (IoBuf, Sgl) {
     let buf = IoBuf::from_vec(vec![CANARY; len + 2 * GUARD]);
-    let sgl = vec![SgEntry { buf: buf.clone(), offset: GUARD, len }];
+    let sgl = sgl![SgEntry { buf: buf.clone(), offset: GUARD, len }];
     (buf, sgl)
 }
 

@@ -7,8 +7,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use ulp_ddp::SgEntry;
 pub use ulp_ddp::{Access, Stag};
+use ulp_ddp::{SgEntry, Sgl};
 
 /// A protection domain: an STag serves only QPs of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -59,7 +59,7 @@ impl MrError {
 #[derive(Debug)]
 struct Region {
     pd: Pd,
-    sgl: Vec<SgEntry>,
+    sgl: Sgl,
     /// The tagged offset of the region's first byte.
     iova: u64,
     len: u64,
@@ -122,13 +122,7 @@ impl Device {
     }
 
     /// Register `sgl` under a new STag at once (`ib_reg_mr`).
-    pub fn reg_mr(
-        &self,
-        pd: Pd,
-        sgl: Vec<SgEntry>,
-        iova: u64,
-        access: Access,
-    ) -> Result<Stag, MrError> {
+    pub fn reg_mr(&self, pd: Pd, sgl: Sgl, iova: u64, access: Access) -> Result<Stag, MrError> {
         let index = self.alloc_mr(pd);
         let stag = index.next_key();
         self.fast_reg(pd, stag, sgl, iova, access).inspect_err(|_| {
@@ -144,7 +138,7 @@ impl Device {
         &self,
         pd: Pd,
         stag: Stag,
-        sgl: Vec<SgEntry>,
+        sgl: Sgl,
         iova: u64,
         access: Access,
     ) -> Result<(), MrError> {
@@ -357,7 +351,7 @@ mod tests {
     use super::*;
     use ulp_ddp::IoBuf;
 
-    fn sgl(buf: &IoBuf, parts: &[(usize, usize)]) -> Vec<SgEntry> {
+    fn sgl(buf: &IoBuf, parts: &[(usize, usize)]) -> Sgl {
         parts.iter().map(|&(offset, len)| SgEntry { buf: buf.clone(), offset, len }).collect()
     }
 

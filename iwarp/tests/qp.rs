@@ -11,7 +11,7 @@ use iwarp::{
     Access, Close, Device, Down, Event, Qp, QpState, Rtr, SendOp, SetupError, Stag, Wc, WcOpcode,
     WcStatus,
 };
-use ulp_ddp::SgEntry;
+use ulp_ddp::{SgEntry, Sgl, sgl};
 
 fn remote_rw() -> Access {
     Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ
@@ -399,9 +399,9 @@ fn fast_register_and_local_invalidate_run_in_queue_order() {
     let stag = p.b.dev.alloc_mr(p.b.pd);
     let mem = ulp_ddp::IoBuf::new(256);
     let key1 = stag.next_key();
-    let sgl = vec![SgEntry { buf: mem.clone(), offset: 0, len: 256 }];
+    let sgl = sgl![SgEntry { buf: mem.clone(), offset: 0, len: 256 }];
     p.b.post(1, SendOp::FastReg { stag: key1, sgl, iova: 0x100, access: remote_rw() });
-    p.b.post(2, SendOp::Send { sgl: vec![], solicited: false, invalidate: None });
+    p.b.post(2, SendOp::Send { sgl: Sgl::new(), solicited: false, invalidate: None });
     p.a.post_recv(9, 16);
     p.pump();
     assert!(p.b.dev.is_valid(key1));
@@ -427,7 +427,7 @@ fn a_clean_close_sends_what_is_posted_and_an_abort_flushes() {
     p.a.post(1, SendOp::Send { sgl: whole(&bytes(64, 1)), solicited: false, invalidate: None });
     p.a.qp.disconnect();
     assert_eq!(p.a.qp.close_action(), None, "not before the Send left");
-    assert!(p.a.qp.post_recv(iwarp::RecvWr { wr_id: 7, sgl: vec![] }).is_ok());
+    assert!(p.a.qp.post_recv(iwarp::RecvWr { wr_id: 7, sgl: Sgl::new() }).is_ok());
     p.pump();
     assert_eq!(p.a.qp.close_action(), Some(Close::Graceful));
     assert_eq!(p.b.cq(), [ok(1, WcOpcode::Recv, 64)]);
@@ -445,7 +445,7 @@ fn a_clean_close_sends_what_is_posted_and_an_abort_flushes() {
     );
 
     let mut p = Pair::connect(false, |_, _| {});
-    p.a.qp.post_recv(iwarp::RecvWr { wr_id: 5, sgl: vec![] }).unwrap();
+    p.a.qp.post_recv(iwarp::RecvWr { wr_id: 5, sgl: Sgl::new() }).unwrap();
     p.a.post(1, SendOp::Send { sgl: whole(&bytes(64, 1)), solicited: false, invalidate: None });
     p.a.qp.abort();
     assert_eq!(p.a.qp.close_action(), Some(Close::Abortive));

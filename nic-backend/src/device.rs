@@ -357,7 +357,7 @@ mod tests {
 
         let buf = IoBuf::from_vec(b"0123456789".to_vec());
         // Only iWARP messages are cut into FPDUs.
-        let whole = vec![SgEntry { buf: buf.clone(), offset: 0, len: 10 }];
+        let whole = ulp_ddp::sgl![SgEntry { buf: buf.clone(), offset: 0, len: 10 }];
         let fpdus = TxFpdus::new([TxFpdus::TAGGED; TxFpdus::HEADER_LEN], 4, whole).unwrap();
         assert_eq!(dev.tx_setup_fpdus(&sk, fpdus.into()), Err(DdpError::WrongUlp));
         let token = dev.tx_setup(&sk, SgEntry { buf: buf.clone(), offset: 2, len: 6 }).unwrap();

@@ -428,7 +428,8 @@ fn map(c: &mut Cursor, flow: &mut crate::flow::Flow<NvmeTcp>) -> Vec<Guarded> {
         };
         let size = ranges.last().map_or(0, |&(o, l)| o + l) + GUARD;
         let buf = IoBuf::from_vec(vec![CANARY; size]);
-        let entries = ranges.iter().map(|&(o, l)| (buf.clone(), o, l)).collect();
+        let entries =
+            ranges.iter().map(|&(offset, len)| SgEntry { buf: buf.clone(), offset, len }).collect();
         if let Some(slot) = flow.proto.slot(u16::from(tag) % TABLE as u16) {
             let oneshot = flags & 1 != 0;
             *slot = Some(Mapping { entries, len, oneshot, live: !oneshot || flags & 2 != 0 });

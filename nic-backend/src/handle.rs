@@ -14,8 +14,8 @@ use crate::place::Mapping;
 use std::any::Any;
 use std::sync::Arc;
 use ulp_ddp::{
-    Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, Limits, NvmeTcpConfig, SgEntry, SkHandle,
-    Stag, StagIo, Stats, TlsCryptoInfo, TlsDirection, TlsStart, TxFpdus,
+    Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, Limits, NvmeTcpConfig, SgEntry, Sgl,
+    SkHandle, Stag, StagIo, Stats, TlsCryptoInfo, TlsDirection, TlsStart, TxFpdus,
 };
 
 /// The NIC as its driver sees it: the ULP DDP device operations.
@@ -350,7 +350,7 @@ impl DdpDevice for NicHandle {
         }
     }
 
-    fn recv_setup(&self, sk: &SkHandle, msn: u32, sgl: Vec<SgEntry>) -> Result<(), DdpError> {
+    fn recv_setup(&self, sk: &SkHandle, msn: u32, sgl: Sgl) -> Result<(), DdpError> {
         let mut st = self.shared.lock();
         let (active, limits) = (st.cfg.active, st.cfg.limits);
         check_sgl(&limits, active, false, &sgl)?;

@@ -7,13 +7,13 @@
 
 use crate::copy::copy_then_crc;
 use smoltcp::phy::PlacedRanges;
-use ulp_ddp::{Frag, IoBuf, SgEntry};
+use ulp_ddp::{Frag, IoBuf, SgEntry, Sgl};
 
 /// A buffer the device may place into (a tag's, an STag's, a posted
 /// receive's), as the device keeps it.
 pub(crate) struct Mapping {
-    /// (buffer, offset, length), contiguous runs merged.
-    pub entries: Vec<(IoBuf, usize, usize)>,
+    /// The buffer's entries, contiguous runs merged.
+    pub entries: Sgl,
     pub len: usize,
     pub oneshot: bool,
     /// One-shot mappings go live when the message that carries them leaves.
@@ -22,15 +22,15 @@ pub(crate) struct Mapping {
 
 impl Mapping {
     /// The mapping of `sgl`, whose entries the caller checked.
-    pub fn new(sgl: Vec<SgEntry>, oneshot: bool, live: bool) -> Self {
-        let mut entries: Vec<(IoBuf, usize, usize)> = Vec::with_capacity(sgl.len());
+    pub fn new(sgl: Sgl, oneshot: bool, live: bool) -> Self {
+        let mut entries = Sgl::new();
         for e in sgl {
             match entries.last_mut() {
-                Some((b, off, len)) if b.same(&e.buf) && *off + *len == e.offset => *len += e.len,
-                _ => entries.push((e.buf, e.offset, e.len)),
+                Some(l) if l.buf.same(&e.buf) && l.offset + l.len == e.offset => l.len += e.len,
+                _ => entries.push(e),
             }
         }
-        let len = entries.iter().map(|e| e.2).sum();
+        let len = entries.iter().map(|e| e.len).sum();
         Self { entries, len, oneshot, live }
     }
 
@@ -41,7 +41,7 @@ impl Mapping {
     pub fn place(&self, pos: usize, src: &[u8], mut crc: Option<u32>) -> Option<Option<u32>> {
         let mut entry_start = 0;
         let mut done = 0;
-        for (buf, off, len) in &self.entries {
+        for SgEntry { buf, offset: off, len } in &self.entries {
             if done == src.len() {
                 break;
             }
@@ -72,7 +72,7 @@ impl Mapping {
     /// in: `f(bytes before this run, buffer, offset, length)`.
     pub fn pieces(&self, pos: usize, len: usize, mut f: impl FnMut(usize, &IoBuf, usize, usize)) {
         let (mut entry_start, mut done) = (0, 0);
-        for (buf, off, elen) in &self.entries {
+        for SgEntry { buf, offset: off, len: elen } in &self.entries {
             if done == len {
                 break;
             }

@@ -15,7 +15,7 @@ use nvme_of::nvme::{Cqe, SglType, Sqe, Status};
 use nvme_of::{Binding, Instant, TxStats, UlpStats};
 use std::net::IpAddr;
 use std::sync::Arc;
-use ulp_ddp::{DdpDevice, FlowId, IoBuf, SgEntry, TxSink};
+use ulp_ddp::{DdpDevice, FlowId, IoBuf, SgEntry, TxSink, sgl};
 
 /// Most entries an admin queue may have (Linux's NVME_AQ_DEPTH).
 const ADMIN_QUEUE_SIZE: u32 = 32;
@@ -179,7 +179,7 @@ impl Connection {
 
     fn post_recv(&mut self, slot: usize) {
         let (head, data) = &self.recvs[slot];
-        let mut sgl = vec![SgEntry { buf: head.clone(), offset: 0, len: Sqe::LEN }];
+        let mut sgl = sgl![SgEntry { buf: head.clone(), offset: 0, len: Sqe::LEN }];
         if !data.is_empty() {
             sgl.push(SgEntry { buf: data.clone(), offset: 0, len: data.len() });
         }
@@ -230,12 +230,12 @@ impl Connection {
     fn respond(&mut self, sqe: &Sqe, cqe: Cqe, data: Option<SgEntry>) {
         let keyed = sqe.sgl.kind() == SglType::Keyed;
         if let Some(data) = data.filter(|_| keyed) {
-            let op = SendOp::Write { sgl: vec![data], stag: Stag(sqe.sgl.key()), to: sqe.sgl.addr };
+            let op = SendOp::Write { sgl: sgl![data], stag: Stag(sqe.sgl.key()), to: sqe.sgl.addr };
             self.post(0, false, op);
         }
         let mut raw = [0u8; Cqe::LEN];
         cqe.emit(&mut raw);
-        let sgl = vec![SgEntry { buf: IoBuf::from_vec(raw.to_vec()), offset: 0, len: Cqe::LEN }];
+        let sgl = sgl![SgEntry { buf: IoBuf::from_vec(raw.to_vec()), offset: 0, len: Cqe::LEN }];
         let invalidate = (keyed && sqe.sgl.invalidate()).then(|| Stag(sqe.sgl.key()));
         self.post(0, false, SendOp::Send { sgl, solicited: false, invalidate });
     }
@@ -254,7 +254,7 @@ impl Connection {
         let sink = self.fetch_stags[slot].next_key();
         self.fetch_stags[slot] = sink;
         let buf = self.core.buffer(len as usize);
-        let region = vec![SgEntry { buf: buf.clone(), offset: 0, len: len as usize }];
+        let region = sgl![SgEntry { buf: buf.clone(), offset: 0, len: len as usize }];
         let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
         self.post(0, false, SendOp::FastReg { stag: sink, sgl: region, iova: 0, access });
         let read =

@@ -21,7 +21,7 @@ use nvme_of::nvme::{Cqe, SglDescriptor, Sqe, Status};
 use nvme_of::{Binding, Instant, TxStats, UlpStats};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use ulp_ddp::{DdpDevice, FlowId, IoBuf, SgEntry, TxSink};
+use ulp_ddp::{DdpDevice, FlowId, IoBuf, SgEntry, TxSink, sgl};
 
 use crate::cm::{CmAccept, CmRequest, RECFMT, parse_reject};
 
@@ -149,7 +149,7 @@ impl Queue {
 
     fn post_response_recv(&mut self, slot: usize) {
         let Some(qp) = &mut self.qp else { return };
-        let sgl = vec![SgEntry { buf: self.responses[slot].clone(), offset: 0, len: Cqe::LEN }];
+        let sgl = sgl![SgEntry { buf: self.responses[slot].clone(), offset: 0, len: Cqe::LEN }];
         if let Err(e) = qp.post_recv(RecvWr { wr_id: slot as u64, sgl }) {
             self.fail(RdmaError::Verbs(e));
         }
@@ -295,13 +295,13 @@ impl HostQueue for Queue {
             None => {
                 sqe.sgl = SglDescriptor::keyed(0, 0, 0, false);
                 emit(&head.buf, &sqe);
-                self.post(u64::from(cid), false, send(vec![head]))
+                self.post(u64::from(cid), false, send(sgl![head]))
             }
             Some(b) if dir == Dir::ToController && len <= self.inline_max => {
                 sqe.sgl = SglDescriptor::in_capsule(len as u32);
                 emit(&head.buf, &sqe);
                 let data = SgEntry { buf: b, offset: 0, len };
-                self.post(u64::from(cid), false, send(vec![head, data]))
+                self.post(u64::from(cid), false, send(sgl![head, data]))
             }
             Some(b) => {
                 let stag = self.stags[slot].next_key();
@@ -319,21 +319,21 @@ impl HostQueue for Queue {
                 if let Some(c) = self.cmds.get_mut(cid) {
                     c.x.stag = Some(stag);
                 }
-                let region = vec![SgEntry { buf: b, offset: 0, len }];
+                let region = sgl![SgEntry { buf: b, offset: 0, len }];
                 if oneshot {
                     let op = SendOp::Advertise {
                         stag,
                         region,
                         iova,
                         access,
-                        sgl: vec![head],
+                        sgl: sgl![head],
                         solicited: false,
                     };
                     self.post(u64::from(cid), false, op)
                 } else {
                     let reg = SendOp::FastReg { stag, sgl: region, iova, access };
                     self.post(u64::from(cid), false, reg)
-                        .and_then(|()| self.post(u64::from(cid), false, send(vec![head])))
+                        .and_then(|()| self.post(u64::from(cid), false, send(sgl![head])))
                 }
             }
         };

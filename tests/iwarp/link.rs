@@ -254,8 +254,8 @@ pub(crate) fn pattern(len: usize, seed: u8) -> IoBuf {
     )
 }
 
-pub(crate) fn sgl(buf: &IoBuf) -> Vec<SgEntry> {
-    vec![SgEntry { buf: buf.clone(), offset: 0, len: buf.len() }]
+pub(crate) fn sgl(buf: &IoBuf) -> ulp_ddp::Sgl {
+    ulp_ddp::sgl![SgEntry { buf: buf.clone(), offset: 0, len: buf.len() }]
 }
 
 pub(crate) fn config(pd: Pd, active: bool) -> QpConfig {
@@ -352,7 +352,11 @@ pub(crate) fn workload(link: &mut dyn Link) {
         );
     }
     // The last Send invalidates the STag the Write went to.
-    post(&mut a, 99, SendOp::Send { sgl: vec![], solicited: false, invalidate: Some(b_sink_stag) });
+    post(
+        &mut a,
+        99,
+        SendOp::Send { sgl: ulp_ddp::Sgl::new(), solicited: false, invalidate: Some(b_sink_stag) },
+    );
     let (mut wa, mut wb) = (Vec::new(), Vec::new());
     let want_a = 3 + sizes.len();
     run(link, &mut a, &mut b, |a, b| {

@@ -47,7 +47,8 @@ fn post(qp: &mut Qp, wr_id: u64, op: SendOp) {
 /// Register `buf[off..off + len]` through `qp` (so its NIC learns of it)
 /// at tagged offset 0x10_0000 with `access`; the STag.
 fn reg(qp: &mut Qp, buf: &IoBuf, off: usize, len: usize, access: Access) -> Stag {
-    qp.reg_mr(vec![SgEntry { buf: buf.clone(), offset: off, len }], 0x10_0000, access).unwrap()
+    qp.reg_mr(ulp_ddp::sgl![SgEntry { buf: buf.clone(), offset: off, len }], 0x10_0000, access)
+        .unwrap()
 }
 
 /// Whether two buffers hold the same bytes (without printing megabytes).
@@ -323,7 +324,10 @@ fn a_send_too_long_for_its_placed_receive_lands_nowhere() {
     let (ea, eb) = (end(), end());
     let (mut a, mut b) = connect(&mut link, &ea, &eb);
     let buf = IoBuf::from_vec(vec![CANARY; GUARD + 100 + GUARD]);
-    let wr = RecvWr { wr_id: 1, sgl: vec![SgEntry { buf: buf.clone(), offset: GUARD, len: 100 }] };
+    let wr = RecvWr {
+        wr_id: 1,
+        sgl: ulp_ddp::sgl![SgEntry { buf: buf.clone(), offset: GUARD, len: 100 }],
+    };
     b.post_recv_placed(wr).unwrap();
     post(
         &mut a,
@@ -471,7 +475,7 @@ fn a_close_of_another_stag_is_reported_as_what_it_freed() {
     assert_eq!(cmd.to_vec().len(), 16);
     // a answers the command by closing the wrong STag (b's other buffer).
     let inval = Some(other_stag);
-    post(&mut a, 2, SendOp::Send { sgl: vec![], solicited: false, invalidate: inval });
+    post(&mut a, 2, SendOp::Send { sgl: ulp_ddp::Sgl::new(), solicited: false, invalidate: inval });
     let mut wb = Vec::new();
     run(&mut link, &mut a, &mut b, |_, b| drain(b, &mut wb) > 0);
     let got = wb[0].invalidated;
@@ -503,7 +507,11 @@ fn a_hostile_peer_gets_nothing_placed_and_the_rfc_terminate() {
         }),
         ("after its invalidation", |_, _, gone, _| (write(gone, 0x10_0000, 64), (1, 1, 0), true)),
         ("invalidate someone else's STag", |_, _, _, foreign| {
-            let op = SendOp::Send { sgl: vec![], solicited: false, invalidate: Some(foreign) };
+            let op = SendOp::Send {
+                sgl: ulp_ddp::Sgl::new(),
+                solicited: false,
+                invalidate: Some(foreign),
+            };
             (op, (0, 1, 9), false)
         }),
     ];
@@ -566,7 +574,7 @@ fn loss_reorder_and_duplicates_keep_every_byte_and_place_most() {
             let stag = reg(&mut b, &sink, 0, TOTAL, rw);
             let data = pattern(TOTAL, 11);
             for (i, at) in (0..TOTAL).step_by(KIB64).enumerate() {
-                let piece = vec![SgEntry { buf: data.clone(), offset: at, len: KIB64 }];
+                let piece = ulp_ddp::sgl![SgEntry { buf: data.clone(), offset: at, len: KIB64 }];
                 post(
                     &mut a,
                     i as u64,
@@ -574,8 +582,12 @@ fn loss_reorder_and_duplicates_keep_every_byte_and_place_most() {
                 );
             }
             // A Send behind the Writes completes once they all landed.
-            b.post_recv(RecvWr { wr_id: 1, sgl: vec![] }).unwrap();
-            post(&mut a, 99, SendOp::Send { sgl: vec![], solicited: false, invalidate: None });
+            b.post_recv(RecvWr { wr_id: 1, sgl: ulp_ddp::Sgl::new() }).unwrap();
+            post(
+                &mut a,
+                99,
+                SendOp::Send { sgl: ulp_ddp::Sgl::new(), solicited: false, invalidate: None },
+            );
             wait_wcs(&mut link, &mut a, &mut b, TOTAL / KIB64 + 1, 1);
             let what = format!("{what}, markers {markers}");
             assert!(same(&sink, &data), "{what}: every byte");

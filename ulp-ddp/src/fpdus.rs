@@ -8,7 +8,7 @@
 //! are asked for: the device into each segment, or the ULP by copy when
 //! its transport cannot queue them by reference.
 
-use crate::SgEntry;
+use crate::{SgEntry, Sgl};
 
 /// A tagged message (RDMA Write, RDMA Read Response) as the FPDUs that
 /// carry it, without markers. FPDU `i` carries payload octets
@@ -30,7 +30,7 @@ pub struct TxFpdus {
     /// The first FPDU's TO, as its header has it.
     to: u64,
     per_fpdu: usize,
-    sgl: Vec<SgEntry>,
+    sgl: Sgl,
     payload: usize,
 }
 
@@ -51,7 +51,7 @@ impl TxFpdus {
     /// The message of `sgl`'s payload with `header` first, `per_fpdu`
     /// payload octets to an FPDU; None unless the header is tagged and
     /// every entry lies in its buffer, or if there is nothing to send.
-    pub fn new(header: [u8; Self::HEADER_LEN], per_fpdu: usize, sgl: Vec<SgEntry>) -> Option<Self> {
+    pub fn new(header: [u8; Self::HEADER_LEN], per_fpdu: usize, sgl: Sgl) -> Option<Self> {
         let payload = sgl.iter().map(|e| e.len).sum::<usize>();
         let to = u64::from_be_bytes(header[Self::TO_AT..].try_into().ok()?);
         let ok = header[0] & Self::TAGGED != 0
@@ -201,7 +201,7 @@ mod tests {
         header[0] = TxFpdus::TAGGED | TxFpdus::LAST | 1;
         header[1] = 0x40 | 0x01;
         header[TxFpdus::TO_AT..].copy_from_slice(&0x1000u64.to_be_bytes());
-        let sgl = vec![SgEntry { buf: IoBuf::new(payload), offset: 0, len: payload }];
+        let sgl = crate::sgl![SgEntry { buf: IoBuf::new(payload), offset: 0, len: payload }];
         TxFpdus::new(header, per_fpdu, sgl).expect("valid")
     }
 
@@ -256,7 +256,7 @@ mod tests {
         // Two entries, the second from the middle of its buffer.
         let (a, b) = (IoBuf::from_vec(payload[..1_234].to_vec()), IoBuf::new(4_000));
         b.lock()[100..100 + 3_769].copy_from_slice(&payload[1_234..]);
-        let sgl = vec![
+        let sgl = crate::sgl![
             SgEntry { buf: a, offset: 0, len: 1_234 },
             SgEntry { buf: b, offset: 100, len: 3_769 },
         ];
@@ -306,7 +306,7 @@ mod tests {
     #[test]
     fn untagged_empty_and_out_of_bounds_messages_are_refused() {
         let buf = IoBuf::new(100);
-        let sgl = |len| vec![SgEntry { buf: buf.clone(), offset: 0, len }];
+        let sgl = |len| crate::sgl![SgEntry { buf: buf.clone(), offset: 0, len }];
         let tagged = [TxFpdus::TAGGED; TxFpdus::HEADER_LEN];
         assert!(TxFpdus::new([0; TxFpdus::HEADER_LEN], 64, sgl(100)).is_none());
         assert!(TxFpdus::new(tagged, 64, sgl(0)).is_none());

@@ -49,10 +49,12 @@ mod tx;
 pub use fpdus::TxFpdus;
 pub use iobuf::IoBuf;
 pub use sk::{Frag, Freed, HintFlags, RxHint, SkCtx, TaggedRun};
+pub use smallvec::smallvec as sgl;
 pub use stag::{Access, Stag, StagIo};
 pub use tls::{TlsCipher, TlsCryptoInfo, TlsDirection, TlsStart};
 pub use tx::{SliceSink, TxMode, TxSink, ZeroCopyTx};
 
+use smallvec::SmallVec;
 use std::fmt;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
@@ -292,6 +294,12 @@ pub struct SgEntry {
     pub len: usize,
 }
 
+/// A scatter-gather list. The few entries of a work request or a mapping
+/// are held in place, as a NIC's descriptor holds its SGEs, so that
+/// posting one allocates nothing; longer lists spill to the heap. Built
+/// with [`sgl!`] as `vec!` builds a `Vec`.
+pub type Sgl = SmallVec<[SgEntry; 2]>;
+
 impl SgEntry {
     /// Whether the entry lies inside its buffer.
     pub fn in_bounds(&self) -> bool {
@@ -305,7 +313,7 @@ impl SgEntry {
 pub struct DdpIo {
     /// CCCID on a host socket, TTAG on a controller socket.
     pub tag: u16,
-    pub sgl: Vec<SgEntry>,
+    pub sgl: Sgl,
     /// One-shot: live once the capsule with this tag leaves, freed by the
     /// response; otherwise live now, freed by `teardown`.
     pub oneshot: bool,
@@ -624,7 +632,7 @@ pub trait DdpDevice: Send + Sync {
     /// message sequence number `msn` (queue 0) lands in `sgl` at its MO,
     /// never past its end. The device forgets the mapping once that
     /// message, or a later one, has gone by.
-    fn recv_setup(&self, sk: &SkHandle, msn: u32, sgl: Vec<SgEntry>) -> Result<(), DdpError> {
+    fn recv_setup(&self, sk: &SkHandle, msn: u32, sgl: Sgl) -> Result<(), DdpError> {
         let _ = (sk, msn, sgl);
         Err(DdpError::WrongUlp)
     }

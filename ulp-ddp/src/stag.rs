@@ -7,7 +7,7 @@
 //! that a peer closes before the ULP sees the message. Every mapping the
 //! device holds is a hint the ULP can check against its own table.
 
-use crate::SgEntry;
+use crate::Sgl;
 
 /// A steering tag: a 24-bit index and an 8-bit key, `index << 8 | key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -68,7 +68,7 @@ impl std::ops::BitOr for Access {
 #[derive(Debug, Clone)]
 pub struct StagIo {
     pub stag: Stag,
-    pub sgl: Vec<SgEntry>,
+    pub sgl: Sgl,
     /// The tagged offset of the first byte.
     pub base: u64,
     pub access: Access,

@@ -17,7 +17,7 @@ pub use offload::QpStats;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use ulp_ddp::SgEntry;
+use ulp_ddp::{SgEntry, Sgl};
 
 use crate::mr::{Access, Device, MrError, Pd, Stag};
 use crate::wire::{FpduFramer, IrdOrd, TermLayer, TermLayout, Terminate, WireError};
@@ -114,26 +114,19 @@ pub struct SendWr {
 pub enum SendOp {
     /// Send `sgl`; with `invalidate`, the peer invalidates that STag
     /// before it completes the receive.
-    Send { sgl: Vec<SgEntry>, solicited: bool, invalidate: Option<Stag> },
+    Send { sgl: Sgl, solicited: bool, invalidate: Option<Stag> },
     /// RDMA Write `sgl` to the peer's `stag` at `to`.
-    Write { sgl: Vec<SgEntry>, stag: Stag, to: u64 },
+    Write { sgl: Sgl, stag: Stag, to: u64 },
     /// RDMA Read `len` bytes from the peer's `stag` at `to` into the local
     /// `sink` (which must grant local and remote write, as iWARP asks).
     Read { sink: Stag, sink_to: u64, len: u32, stag: Stag, to: u64 },
     /// Fast register: make `stag` (an allocated index, new key) valid.
-    FastReg { stag: Stag, sgl: Vec<SgEntry>, iova: u64, access: Access },
+    FastReg { stag: Stag, sgl: Sgl, iova: u64, access: Access },
     /// One-shot initiation: fast register `stag` over `region` and send
     /// `sgl`, which tells the peer about it, in one request. Under a NIC
     /// with one-shot offload the STag goes live there as the Send leaves,
     /// and the peer's Send with Invalidate frees it there.
-    Advertise {
-        stag: Stag,
-        region: Vec<SgEntry>,
-        iova: u64,
-        access: Access,
-        sgl: Vec<SgEntry>,
-        solicited: bool,
-    },
+    Advertise { stag: Stag, region: Sgl, iova: u64, access: Access, sgl: Sgl, solicited: bool },
     /// Local invalidate.
     LocalInv { stag: Stag },
 }
@@ -142,7 +135,7 @@ pub enum SendOp {
 #[derive(Debug, Clone)]
 pub struct RecvWr {
     pub wr_id: u64,
-    pub sgl: Vec<SgEntry>,
+    pub sgl: Sgl,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,7 +292,7 @@ struct Inbound {
     /// The source's pieces, looked up once when the request was
     /// accepted: the response holds the memory, as siw's holds a
     /// reference to it, rather than finding it again for every FPDU.
-    src: Vec<SgEntry>,
+    src: Sgl,
     sent: u32,
 }
 
@@ -553,12 +546,7 @@ impl Qp {
 
     /// Register `sgl` for the peer at tagged offset `iova` (`ib_reg_mr`),
     /// now, and with this QP's NIC if it has one: the STag.
-    pub fn reg_mr(
-        &mut self,
-        sgl: Vec<SgEntry>,
-        iova: u64,
-        access: Access,
-    ) -> Result<Stag, VerbsError> {
+    pub fn reg_mr(&mut self, sgl: Sgl, iova: u64, access: Access) -> Result<Stag, VerbsError> {
         check_sgl(&sgl)?;
         let stag = self.dev.reg_mr(self.cfg.pd, sgl, iova, access)?;
         self.nic_register(stag);

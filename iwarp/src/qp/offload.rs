@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use ulp_ddp::{
-    Caps, Config, DdpDevice, FlowId, HintFlags, IwarpConfig, RxHint, SgEntry, SkHandle, Stag,
+    Caps, Config, DdpDevice, FlowId, HintFlags, IwarpConfig, RxHint, SgEntry, Sgl, SkHandle, Stag,
     ZeroCopyTx,
 };
 
@@ -139,7 +139,7 @@ impl Qp {
     /// Map the posted receive the Send with `msn` lands in.
     pub(super) fn nic_recv(&mut self, msn: u32, sgl: &[SgEntry]) {
         let Some(a) = self.active() else { return };
-        match a.dev.recv_setup(&a.sk, msn, sgl.to_vec()) {
+        match a.dev.recv_setup(&a.sk, msn, Sgl::from(sgl)) {
             Ok(()) => self.stats.control_calls += 1,
             Err(e) => tracing::debug!(error = %e, msn, "receive not offloaded"),
         }

@@ -14,7 +14,8 @@ use crate::mr::{Access, MrError, Stag, sgl_len, walk};
 use crate::wire::{
     DdpHeader, Event, Opcode, ReadRequest, ReadRequestPacket, TermLayer, Terminate, TerminatePacket,
 };
-use ulp_ddp::{HintFlags, RxHint, SgEntry, TaggedRun};
+use smallvec::SmallVec;
+use ulp_ddp::{HintFlags, RxHint, SgEntry, Sgl, TaggedRun};
 
 /// The longest Terminate body: header, length, DDP and RDMAP headers.
 const MAX_TERMINATE: usize = 4 + 2 + DdpHeader::UNTAGGED_LEN + ReadRequest::LEN;
@@ -49,8 +50,9 @@ enum Seg {
     ReadResponse {
         to: u64,
     },
-    /// A Read Request or Terminate body, gathered whole.
-    Gather(Vec<u8>),
+    /// A Read Request or Terminate body, gathered whole (never longer
+    /// than the longest Terminate: checked at its header).
+    Gather(SmallVec<[u8; MAX_TERMINATE]>),
 }
 
 #[derive(Debug, Default)]
@@ -335,7 +337,7 @@ impl Qp {
                         {
                             return Err(self.ddp_untagged(5));
                         }
-                        Seg::Gather(Vec::with_capacity(len as usize))
+                        Seg::Gather(SmallVec::new())
                     }
                     _ => self.send_segment(opcode, inval_stag, mo, len)?,
                 }
@@ -358,7 +360,7 @@ impl Qp {
             }
             let rtr = matches!(self.state, QpState::AwaitRtr(Rtr::Send));
             let (wr, nic) = if rtr {
-                (RecvWr { wr_id: 0, sgl: Vec::new() }, false)
+                (RecvWr { wr_id: 0, sgl: Sgl::new() }, false)
             } else {
                 self.rq.pop_front().ok_or_else(|| self.ddp_untagged(2))?
             };
@@ -539,7 +541,7 @@ impl Qp {
         if self.irq.len() >= usize::from(self.ird) {
             return Err(self.term(TermLayer::Rdmap, 2, 7, rdmap));
         }
-        let mut src = Vec::new();
+        let mut src = Sgl::new();
         if r.size > 0 {
             let (pd, stag, len) = (self.cfg.pd, Stag(r.src_stag), r.size as usize);
             let found = self.dev.pieces(pd, stag, r.src_to, len, Access::REMOTE_READ, |e, o, k| {

@@ -21,7 +21,7 @@ use crate::wire::{
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
-use ulp_ddp::{IoBuf, SgEntry, SliceSink, TxFpdus, TxMode, TxSink, ZeroCopyTx};
+use ulp_ddp::{IoBuf, SgEntry, Sgl, SliceSink, TxFpdus, TxMode, TxSink, ZeroCopyTx};
 
 /// The STag siw puts in RTRs (tagged STag 0 upsets some NICs).
 const RTR_STAG: u32 = 1;
@@ -662,7 +662,7 @@ impl Qp {
     /// header, to cut into FPDUs as it sends them, `wc` owed when all of it
     /// is handed to the transport; whether it took it. Only where
     /// [`nic_may_frame`](Self::nic_may_frame).
-    fn nic_frames(&mut self, first: &DdpHeader, sgl: Vec<SgEntry>, wc: Option<Wc>) -> bool {
+    fn nic_frames(&mut self, first: &DdpHeader, sgl: Sgl, wc: Option<Wc>) -> bool {
         let per_fpdu = self.tx.mulpdu - DdpHeader::TAGGED_LEN;
         let Offload::On(Active { zc: Some(zc), .. }) = &mut self.offload else { return false };
         let mut header = [0u8; TxFpdus::HEADER_LEN];

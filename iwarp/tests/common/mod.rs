@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use iwarp::wire::{Ctrl, DdpHeader, Event as Fpdu, FpduFramer, Opcode, emit_fpdu};
 use iwarp::{Access, Device, Event, Pd, Qp, QpConfig, RecvWr, SendOp, SendWr, Stag, Wc};
-use ulp_ddp::{IoBuf, SgEntry};
+use ulp_ddp::{IoBuf, SgEntry, Sgl, sgl};
 
 pub const T0: Duration = Duration::ZERO;
 
@@ -120,8 +120,8 @@ impl Side {
     }
 }
 
-pub fn whole(buf: &IoBuf) -> Vec<SgEntry> {
-    vec![SgEntry { buf: buf.clone(), offset: 0, len: buf.len() }]
+pub fn whole(buf: &IoBuf) -> Sgl {
+    sgl![SgEntry { buf: buf.clone(), offset: 0, len: buf.len() }]
 }
 
 pub fn bytes(len: usize, seed: u8) -> IoBuf {

@@ -25,9 +25,7 @@ use crate::mpa::{self, Header, Kind, Tracker, marker_head, op};
 use crate::place::Mapping;
 use crate::track::{Event, Tracker as _};
 use std::collections::HashMap;
-use ulp_ddp::{
-    Access, Caps, HintFlags, IwarpConfig, SgEntry, SkCtx, Stag, StagIo, Stats, TaggedRun,
-};
+use ulp_ddp::{Access, Caps, HintFlags, IwarpConfig, Sgl, SkCtx, Stag, StagIo, Stats, TaggedRun};
 
 /// A tagged buffer as the device keeps it.
 pub(crate) struct StagMapping {
@@ -138,7 +136,7 @@ impl Iwarp {
     }
 
     /// Map the posted receive the Send with `msn` lands in.
-    pub fn insert_recv(&mut self, msn: u32, sgl: Vec<SgEntry>) -> Option<()> {
+    pub fn insert_recv(&mut self, msn: u32, sgl: Sgl) -> Option<()> {
         let m = Mapping::new(sgl, false, true);
         if m.len == 0 {
             return None;

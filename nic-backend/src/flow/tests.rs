@@ -17,13 +17,15 @@ use crate::mpa::tests::fpdu;
 use crate::pdu::tests::c2h;
 use crate::place::{Mapping, Placed};
 use std::ops::Range;
-use ulp_ddp::{Access, Caps, HintFlags, IoBuf, IwarpConfig, SgEntry, Stag, StagIo, Stats};
+use ulp_ddp::{
+    Access, Caps, HintFlags, IoBuf, IwarpConfig, SgEntry, Sgl, Stag, StagIo, Stats, sgl,
+};
 
 const PLACED_OK: HintFlags = HintFlags::PLACED.union(HintFlags::CRC_OK);
 
-fn buffer(len: usize) -> (IoBuf, Vec<SgEntry>) {
+fn buffer(len: usize) -> (IoBuf, Sgl) {
     let buf = IoBuf::new(len);
-    (buf.clone(), vec![SgEntry { buf, offset: 0, len }])
+    (buf.clone(), sgl![SgEntry { buf, offset: 0, len }])
 }
 
 /// A flow with one buffer mapped, and a stream of units of one length

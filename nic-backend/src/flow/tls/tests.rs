@@ -435,7 +435,7 @@ mod inside {
     /// `CID`; the records' content starts at inner offset `inner`.
     fn socket(i: &TlsCryptoInfo, buf: &IoBuf, inner: u64) -> Tls {
         let mut flow = NvmeTcp::host_flow(16, inner);
-        let sgl = vec![SgEntry { buf: buf.clone(), offset: 0, len: buf.len() }];
+        let sgl = ulp_ddp::sgl![SgEntry { buf: buf.clone(), offset: 0, len: buf.len() }];
         *flow.proto.slot(CID).unwrap() = Some(Mapping::new(sgl, false, true));
         let mut tls = Tls::new(0, 0, 0);
         tls.add(TlsDirection::Rx, i, TlsStart { tcp: 0, inner }).unwrap();
