@@ -10,6 +10,7 @@
 use crate::Instant;
 use crate::nvme::{Cqe, Sqe, Status};
 use crate::stats::{TxStats, UlpStats};
+use std::cell::Cell;
 use std::sync::Arc;
 use ulp_ddp::{DdpDevice, FlowId, IoBuf, SliceSink, TxSink};
 
@@ -154,7 +155,10 @@ pub trait Transport: Send + Sync {
 pub trait Commands {
     fn outstanding(&self) -> usize;
     fn depth(&self) -> usize;
-    /// The earliest deadline of a command still waiting for its response.
+    /// When to look for overdue commands: no later than the earliest
+    /// deadline of a command still waiting for its response, and perhaps
+    /// earlier (the command that set it may have been answered since);
+    /// [`overdue`](Self::overdue) at that time then finds the real one.
     fn deadline(&self) -> Option<Instant>;
     fn has_owner(&self, owner: Owner) -> bool;
     /// A command still waiting for its response at `now` past its
@@ -221,22 +225,41 @@ impl<X> Cmd<X> {
 
 /// Commands by CID; a queue of `size` entries has at most `size - 1`
 /// outstanding.
+///
+/// The deadlines are not searched each time the host asks when the next
+/// one is: the table keeps a time no later than any of them, lowered as
+/// commands come and moved up to the real earliest only when it has
+/// passed, as the block layer's request timer is armed for the earliest
+/// request and finds on firing what is really due.
 pub struct CommandTable<X> {
     slots: Vec<Option<Cmd<X>>>,
     free: Vec<u16>,
+    /// No timed command's deadline is earlier; None when none is timed.
+    due: Cell<Option<Instant>>,
 }
 
 impl<X> CommandTable<X> {
     pub fn new(size: u16) -> Self {
         let depth = size.saturating_sub(1).max(1);
-        Self { slots: (0..depth).map(|_| None).collect(), free: (0..depth).rev().collect() }
+        Self {
+            slots: (0..depth).map(|_| None).collect(),
+            free: (0..depth).rev().collect(),
+            due: Cell::new(None),
+        }
     }
 
     /// Take a free CID for `cmd`.
     pub fn insert(&mut self, cmd: Cmd<X>) -> Option<u16> {
         let cid = self.free.pop()?;
+        if cmd.is_timed() {
+            self.lower_due(cmd.deadline);
+        }
         self.slots[usize::from(cid)] = Some(cmd);
         Some(cid)
+    }
+
+    fn lower_due(&self, deadline: Instant) {
+        self.due.set(Some(self.due.get().map_or(deadline, |d| d.min(deadline))));
     }
 
     pub fn get(&self, cid: u16) -> Option<&Cmd<X>> {
@@ -269,6 +292,7 @@ impl<X> CommandTable<X> {
                 all.push((c.into_command(), done));
             }
         }
+        self.due.set(None);
         all
     }
 }
@@ -283,7 +307,7 @@ impl<X> Commands for CommandTable<X> {
     }
 
     fn deadline(&self) -> Option<Instant> {
-        self.slots.iter().flatten().filter(|c| c.is_timed()).map(|c| c.deadline).min()
+        self.due.get()
     }
 
     fn has_owner(&self, owner: Owner) -> bool {
@@ -291,16 +315,111 @@ impl<X> Commands for CommandTable<X> {
     }
 
     fn overdue(&self, now: Instant) -> Option<(u16, Owner)> {
-        self.slots.iter().enumerate().find_map(|(cid, slot)| {
-            slot.as_ref()
-                .filter(|c| c.is_timed() && now >= c.deadline)
-                .map(|c| (cid as u16, c.owner))
-        })
+        if self.due.get().is_none_or(|d| now < d) {
+            return None;
+        }
+        // Due: look at every deadline, and keep the earliest found.
+        let timed = self.slots.iter().enumerate().filter_map(|(cid, slot)| {
+            slot.as_ref().filter(|c| c.is_timed()).map(|c| (cid as u16, c))
+        });
+        let mut first = None;
+        let mut due = None::<Instant>;
+        for (cid, c) in timed {
+            if first.is_none() && now >= c.deadline {
+                first = Some((cid, c.owner));
+            }
+            due = Some(due.map_or(c.deadline, |d| d.min(c.deadline)));
+        }
+        self.due.set(due);
+        first
     }
 
     fn extend(&mut self, cid: u16, deadline: Instant) {
         if let Some(c) = self.pending_mut(cid) {
             c.deadline = deadline;
+            self.lower_due(deadline);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nvme::SglDescriptor;
+
+    fn cmd(owner: Owner, at: u64) -> Cmd<()> {
+        let sqe = Sqe::new(0, 1, SglDescriptor::default());
+        Cmd::new(owner, sqe, None, Instant::from_millis(at), ())
+    }
+
+    fn answer(t: &mut CommandTable<()>, cid: u16) {
+        t.complete(cid, Status::SUCCESS, Cqe::new(cid, Status::SUCCESS)).expect("pending");
+    }
+
+    /// The earliest deadline of the commands still timed, by looking.
+    fn earliest(t: &CommandTable<()>) -> Option<Instant> {
+        t.slots.iter().flatten().filter(|c| c.is_timed()).map(|c| c.deadline).min()
+    }
+
+    #[test]
+    fn the_deadline_is_never_later_than_a_pending_command_and_is_found_when_passed() {
+        let mut t = CommandTable::new(8);
+        let a = t.insert(cmd(Owner::Io(1), 10)).unwrap();
+        let b = t.insert(cmd(Owner::Io(2), 30)).unwrap();
+        t.insert(cmd(Owner::Aer, 5)).unwrap();
+        assert_eq!(t.deadline(), Some(Instant::from_millis(10)), "an AER waits for ever");
+        answer(&mut t, a);
+        // Answered: the time to look stays, and looking then finds b's.
+        assert!(t.deadline() <= earliest(&t));
+        assert_eq!(t.overdue(Instant::from_millis(9)), None);
+        assert_eq!(t.overdue(Instant::from_millis(10)), None);
+        assert_eq!(t.deadline(), Some(Instant::from_millis(30)));
+        t.extend(b, Instant::from_millis(20));
+        assert_eq!(t.deadline(), Some(Instant::from_millis(20)));
+        assert_eq!(t.overdue(Instant::from_millis(20)), Some((b, Owner::Io(2))));
+        answer(&mut t, b);
+        assert_eq!(t.overdue(Instant::from_millis(21)), None);
+        assert_eq!(t.deadline(), None, "only the AER is left");
+    }
+
+    #[test]
+    fn every_overdue_command_is_found_whatever_was_answered_before() {
+        // Commands come and go in a mixed order; at every step the time to
+        // look is no later than the earliest deadline, and at that time
+        // exactly the commands past theirs are overdue.
+        let mut t = CommandTable::new(16);
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut now = 0;
+        let mut pending: Vec<u16> = Vec::new();
+        for _ in 0..2_000 {
+            match next() % 3 {
+                0 | 1 if pending.len() < 15 => {
+                    let cid = t.insert(cmd(Owner::Io(0), now + 1 + next() % 50)).unwrap();
+                    pending.push(cid);
+                }
+                _ if !pending.is_empty() => {
+                    let cid = pending.swap_remove((next() % pending.len() as u64) as usize);
+                    answer(&mut t, cid);
+                }
+                _ => {}
+            }
+            now += next() % 4;
+            assert!(t.deadline() <= earliest(&t) || earliest(&t).is_none());
+            let at = Instant::from_millis(now);
+            let due = t.deadline().is_some_and(|d| at >= d);
+            let found = if due { t.overdue(at) } else { None };
+            let late = pending.iter().any(|&c| t.get(c).unwrap().deadline <= at);
+            assert_eq!(found.is_some(), late, "at {now} ms");
+            if let Some((cid, _)) = found {
+                pending.retain(|&c| c != cid);
+                answer(&mut t, cid);
+            }
         }
     }
 }
