@@ -48,6 +48,14 @@ pub struct RawTcp {
     pub range: [f64; 2],
 }
 
+impl RawTcp {
+    /// Of these repetitions' throughputs.
+    pub fn of(runs: &[f64]) -> Self {
+        use crate::bench::stats::{median, range, spread};
+        Self { median: median(runs.to_vec()), spread: spread(runs), range: range(runs) }
+    }
+}
+
 /// A measure of a point whose spread over the runs is known, so a goal
 /// comparing it can tell a verdict from noise. In goal files, by its JSON
 /// field name.

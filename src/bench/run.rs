@@ -7,7 +7,7 @@ use crate::app::{HostApp, Stoppable};
 use crate::bench::clocks::{Clocks, Mark, Tally, clock_read_cost, cpu_ns};
 use crate::bench::options::{BenchOptions, Impair, Setting, rep_seed};
 use crate::bench::point::{Measures, Point, RawTcp};
-use crate::bench::stats::{median, range, spread, summarize};
+use crate::bench::stats::summarize;
 use crate::driver::clock::Clock;
 use crate::driver::rawtcp::{self, RawTcpError};
 use crate::driver::smoltcp::{
@@ -590,17 +590,17 @@ enum Media {
     Link(Vec<(Link, Link)>),
 }
 
-/// Raw TCP throughput on the bench's medium at `mtu` under `impair`
-/// (seeded per repetition as the NVMe runs are), through the same NIC
-/// (checksum offload, no ULP offload), between stacks with the same rings:
-/// median of `reps`, spread and range.
-/// Setting `stop` (Ctrl-C) ends it after the run under way.
-pub fn raw_tcp(
+/// Repetition `rep` of raw TCP on the bench's medium at `mtu` under
+/// `impair` (seeded per repetition as the NVMe runs are), through the same
+/// NIC (checksum offload, no ULP offload), between stacks with the same
+/// rings: bytes a second. Setting `stop` (Ctrl-C) ends it.
+pub fn raw_tcp_run(
     o: &BenchOptions,
     mtu: usize,
     impair: Impair,
+    rep: usize,
     stop: &AtomicBool,
-) -> Result<RawTcp, BenchError> {
+) -> Result<f64, BenchError> {
     // As in the NVMe runs: the receiver (the host) has its NIC behind a
     // ring, on a thread or in lockstep.
     fn through_nic<M: Medium + Send + 'static>(
@@ -621,31 +621,110 @@ pub fn raw_tcp(
             Ok(rawtcp::lockstep(a, ring, nic, TCP_RING, d, stop)?)
         }
     }
+    if stop.load(Ordering::Relaxed) {
+        return Err(BenchError::Interrupted);
+    }
     let d = o.duration.max(Duration::from_millis(100));
-    let mut v = Vec::new();
-    for rep in 0..o.reps.max(1) {
-        if stop.load(Ordering::Relaxed) {
-            return Err(BenchError::Interrupted);
+    let how = (impair.profile(), rep_seed(o.seed, rep));
+    match media(o, mtu, 1)? {
+        Media::Wire(mut v) => {
+            let (a, b) = v.remove(0);
+            through_nic(a, b, d, o.threaded(), how, stop)
         }
-        let how = (impair.profile(), rep_seed(o.seed, rep));
-        v.push(
-            match media(o, mtu, 1)? {
-                Media::Wire(mut v) => {
-                    let (a, b) = v.remove(0);
-                    through_nic(a, b, d, o.threaded(), how, stop)
+        Media::Link(mut v) => {
+            let (a, b) = v.remove(0);
+            through_nic(a, b, d, o.threaded(), how, stop)
+        }
+    }
+    .map_err(|e| match e {
+        BenchError::RawTcp(RawTcpError::Interrupted) => BenchError::Interrupted,
+        e => e,
+    })
+}
+
+/// What a matrix measured: a point per setting over the rounds run whole,
+/// and what ended it early, if anything did.
+pub struct Matrix {
+    pub points: Vec<Point>,
+    pub rounds: usize,
+    pub failed: Option<BenchError>,
+}
+
+/// What [`rounds`] is about to do, or has done.
+pub enum Next<'a> {
+    Raw {
+        mtu: usize,
+        impair: Impair,
+    },
+    Point {
+        setting: &'a Setting,
+        rep: usize,
+    },
+    /// A point's run is done.
+    Done,
+}
+
+/// Run the matrix of `points` in `reps` rounds: each round runs every
+/// point once (`run(point, rep)`), and, when `raw`, raw TCP once on each
+/// MTU and impairment (`run_raw(mtu, impair, rep)`) before the first point
+/// that needs it. So the points a ratio compares are measured side by
+/// side, not minutes apart on a machine whose speed drifts. An
+/// interruption or a failure ends the matrix; the round under way is left
+/// out. `tell` hears of every step.
+pub fn rounds<'a>(
+    points: &'a [Setting],
+    reps: usize,
+    raw: bool,
+    mut run: impl FnMut(&Setting, usize) -> Result<Measures, BenchError>,
+    mut run_raw: impl FnMut(usize, Impair, usize) -> Result<f64, BenchError>,
+    mut tell: impl FnMut(Next<'a>),
+) -> Matrix {
+    let mut runs: Vec<Vec<Measures>> = points.iter().map(|_| Vec::new()).collect();
+    let mut ceilings: Vec<((usize, Impair), Vec<f64>)> = Vec::new();
+    let mut failed = None;
+    let mut whole = 0;
+    'rounds: for rep in 0..reps {
+        for (p, runs) in points.iter().zip(&mut runs) {
+            let at = (p.mtu, p.impair);
+            let i = match ceilings.iter().position(|(k, _)| *k == at) {
+                Some(i) => i,
+                None => {
+                    ceilings.push((at, Vec::new()));
+                    ceilings.len() - 1
                 }
-                Media::Link(mut v) => {
-                    let (a, b) = v.remove(0);
-                    through_nic(a, b, d, o.threaded(), how, stop)
+            };
+            if raw && ceilings[i].1.len() == rep {
+                tell(Next::Raw { mtu: p.mtu, impair: p.impair });
+                match run_raw(p.mtu, p.impair, rep) {
+                    Ok(v) => ceilings[i].1.push(v),
+                    Err(e) => {
+                        failed = Some(e);
+                        break 'rounds;
+                    }
                 }
             }
-            .map_err(|e| match e {
-                BenchError::RawTcp(RawTcpError::Interrupted) => BenchError::Interrupted,
-                e => e,
-            })?,
-        );
+            tell(Next::Point { setting: p, rep });
+            match run(p, rep) {
+                Ok(m) => runs.push(m),
+                Err(e) => {
+                    failed = Some(e);
+                    break 'rounds;
+                }
+            }
+            tell(Next::Done);
+        }
+        whole += 1;
     }
-    Ok(RawTcp { median: median(v.clone()), spread: spread(&v), range: range(&v) })
+    let ceiling = |p: &Setting| match ceilings.iter().find(|(k, _)| *k == (p.mtu, p.impair)) {
+        Some((_, v)) if v.len() >= whole && whole > 0 => RawTcp::of(&v[..whole]),
+        _ => RawTcp::default(),
+    };
+    let points = match whole {
+        0 => Vec::new(),
+        n => points.iter().zip(&runs).map(|(p, r)| summarize(*p, &r[..n], ceiling(p))).collect(),
+    };
+    let failed = failed.filter(|e| !matches!(e, BenchError::Interrupted));
+    Matrix { points, rounds: whole, failed }
 }
 
 /// Run one point `reps` times, repetition `r`'s impairments seeded with
@@ -660,20 +739,102 @@ pub fn run_point(
 ) -> Result<Point, BenchError> {
     let mut samples = Vec::new();
     for rep in 0..o.reps.max(1) {
-        if stop.load(Ordering::Relaxed) {
-            return Err(BenchError::Interrupted);
-        }
-        let seed = rep_seed(o.seed, rep);
-        let s = match media(o, p.mtu, p.jobs)? {
-            Media::Wire(pairs) => run_once(pairs, p, o, seed, stop),
-            Media::Link(pairs) => run_once(pairs, p, o, seed, stop),
-        }
-        .map_err(|e| match e {
-            BenchError::Interrupted => e,
-            e => BenchError::Point { setting: *p, source: Box::new(e) },
-        })?;
-        samples.push(s);
+        samples.push(run_rep(p, o, rep, stop)?);
         tick();
     }
     Ok(summarize(*p, &samples, raw))
+}
+
+/// Repetition `rep` of point `p` on fresh stacks, its impairments seeded
+/// with [`rep_seed`]`(o.seed, rep)`.
+pub fn run_rep(
+    p: &Setting,
+    o: &BenchOptions,
+    rep: usize,
+    stop: &AtomicBool,
+) -> Result<Measures, BenchError> {
+    if stop.load(Ordering::Relaxed) {
+        return Err(BenchError::Interrupted);
+    }
+    let seed = rep_seed(o.seed, rep);
+    match media(o, p.mtu, p.jobs)? {
+        Media::Wire(pairs) => run_once(pairs, p, o, seed, stop),
+        Media::Link(pairs) => run_once(pairs, p, o, seed, stop),
+    }
+    .map_err(|e| match e {
+        BenchError::Interrupted => e,
+        e => BenchError::Point { setting: *p, source: Box::new(e) },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::transport::TransportType;
+
+    /// Two points at MTU 9000 and one at 1500.
+    fn matrix() -> Vec<Setting> {
+        let o = BenchOptions {
+            bs: vec![128 << 10],
+            rw: vec![Rw::Write],
+            qd: vec![32],
+            mtu: vec![9000, 1500],
+            transport: vec![TransportType::Tcp],
+            ..BenchOptions::default()
+        };
+        let mut v = o.settings().into_iter();
+        let mut at = |mtu| v.by_ref().find(|p| p.mtu == mtu).unwrap();
+        vec![at(9000), at(9000), at(1500)]
+    }
+
+    /// What ran, in order: `R<mtu>.<rep>` raw TCP, `P<point>.<rep>` a point.
+    fn record(points: &[Setting], reps: usize, fail: Option<&str>) -> (Vec<String>, Matrix) {
+        let log = std::cell::RefCell::new(Vec::new());
+        let step = |s: String| {
+            log.borrow_mut().push(s.clone());
+            match fail == Some(&s) {
+                true => Err(BenchError::Interrupted),
+                false => Ok(()),
+            }
+        };
+        let index = |p: &Setting| points.iter().position(|q| std::ptr::eq(q, p)).unwrap();
+        let m = rounds(
+            points,
+            reps,
+            true,
+            |p, rep| step(format!("P{}.{rep}", index(p))).map(|()| Measures::default()),
+            |mtu, _, rep| step(format!("R{mtu}.{rep}")).map(|()| 1e9 * (rep + 1) as f64),
+            |_| {},
+        );
+        (log.into_inner(), m)
+    }
+
+    #[test]
+    fn every_round_runs_every_point_and_raw_tcp_once_before_the_next_round() {
+        let points = matrix();
+        let (log, m) = record(&points, 3, None);
+        let round = |r| {
+            [format!("R9000.{r}"), format!("P0.{r}"), format!("P1.{r}")]
+                .into_iter()
+                .chain([format!("R1500.{r}"), format!("P2.{r}")])
+        };
+        assert_eq!(log, (0..3).flat_map(round).collect::<Vec<_>>());
+        assert_eq!((m.points.len(), m.rounds), (3, 3));
+        assert!(m.points.iter().all(|p| p.reps == 3));
+        // Raw TCP's median over the three rounds: 2e9.
+        assert_eq!(m.points[2].raw_tcp_bytes_per_sec, 2e9);
+    }
+
+    #[test]
+    fn an_interruption_leaves_the_round_under_way_out() {
+        let points = matrix();
+        let (log, m) = record(&points, 3, Some("P2.1"));
+        assert_eq!(log.last().map(String::as_str), Some("P2.1"));
+        assert_eq!(m.rounds, 1);
+        assert!(m.points.iter().all(|p| p.reps == 1), "only the whole round");
+        assert_eq!(m.points[0].raw_tcp_bytes_per_sec, 1e9);
+        assert!(m.failed.is_none(), "an interruption is no failure");
+        let (_, m) = record(&points, 3, Some("R9000.0"));
+        assert_eq!((m.rounds, m.points.len()), (0, 0));
+    }
 }

@@ -7,9 +7,8 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use nvme_ddp::bench::goals::{Goals, Verdict};
 use nvme_ddp::bench::options::{BenchOptions, Impair};
-use nvme_ddp::bench::point::RawTcp;
 use nvme_ddp::bench::report::Report;
-use nvme_ddp::bench::run::{BenchError, raw_tcp, run_point};
+use nvme_ddp::bench::run::{Matrix, Next, raw_tcp_run, rounds, run_rep};
 use nvme_ddp::bench::stats::SPREAD_LIMIT;
 use nvme_ddp::driver::transport::TransportType;
 use nvme_ddp::plot;
@@ -209,55 +208,36 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    // Raw TCP on each MTU and impairment, measured when first needed.
-    let mut raw: Vec<((usize, Impair), RawTcp)> = Vec::new();
-    let mut out = Vec::new();
-    // Ctrl-C or SIGTERM ends the matrix in the run under way (its point is
-    // left out), and a point that fails ends it too (a lossy one that gave up, say); what was
-    // measured is still reported and written.
+    // Ctrl-C or SIGTERM ends the matrix in the run under way (its round is
+    // left out), and a point that fails ends it too (a lossy one that gave
+    // up, say); the rounds measured are still reported and written.
     let stop = interrupt_flag()?;
-    let mut failed = None;
-    for p in &points {
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        let at = (p.mtu, p.impair);
-        let ceiling = match raw.iter().find(|(k, _)| *k == at) {
-            Some(&(_, r)) => Ok(r),
-            None => {
-                bar.set_message(format!("raw TCP at mtu {}{}", p.mtu, impaired(p.impair)));
-                let r = if a.no_raw {
-                    Ok(RawTcp::default())
-                } else {
-                    raw_tcp(&o, p.mtu, p.impair, &stop)
-                };
-                if let Ok(r) = r {
-                    raw.push((at, r));
-                }
-                r
+    let reps = o.reps.max(1);
+    let Matrix { points: out, rounds, failed } = rounds(
+        &points,
+        reps,
+        !a.no_raw,
+        |p, rep| run_rep(p, &o, rep, &stop),
+        |mtu, impair, rep| raw_tcp_run(&o, mtu, impair, rep, &stop),
+        |next| match next {
+            Next::Raw { mtu, impair } => {
+                bar.set_message(format!("raw TCP at mtu {mtu}{}", impaired(impair)))
             }
-        };
-        bar.set_message(format!(
-            "{} {} bs={} qd={} mtu={} ddgst={} offload={}{}",
-            transport_name(p),
-            p.rw.name(),
-            format_size(u64::from(p.bs)),
-            p.qd,
-            p.mtu,
-            on_off(p.ddgst),
-            p.offload,
-            impaired(p.impair),
-        ));
-        match ceiling.and_then(|r| run_point(p, &o, r, &stop, || bar.inc(1))) {
-            Ok(point) => out.push(point),
-            // The point under way is left out; what was measured stays.
-            Err(BenchError::Interrupted) => break,
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        }
-    }
+            Next::Point { setting: p, rep } => bar.set_message(format!(
+                "{} {} bs={} qd={} mtu={} ddgst={} offload={}{} (round {} of {reps})",
+                transport_name(p),
+                p.rw.name(),
+                format_size(u64::from(p.bs)),
+                p.qd,
+                p.mtu,
+                on_off(p.ddgst),
+                p.offload,
+                impaired(p.impair),
+                rep + 1,
+            )),
+            Next::Done => bar.inc(1),
+        },
+    );
     bar.finish_and_clear();
     let impaired_matrix = o.impairments().iter().any(|i| !i.is_clean());
     // The impairment's columns, when the matrix has any.
@@ -393,18 +373,10 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         }
     }
     if let Some(e) = failed {
-        bail!(
-            "{e}; stopped after {} of {} points, the results above are of those",
-            out.len(),
-            points.len()
-        );
+        bail!("{e}; stopped after {rounds} of {reps} rounds, the results above are of those");
     }
     if stop.load(Ordering::Relaxed) {
-        bail!(
-            "interrupted after {} of {} points; the results above are of those",
-            out.len(),
-            points.len()
-        );
+        bail!("interrupted after {rounds} of {reps} rounds; the results above are of those");
     }
     Ok(())
 }
