@@ -266,12 +266,12 @@ fn peer_to_peer_rtr_variants() {
                 }
                 Rtr::Send => assert_eq!(first.0, untagged(Opcode::Send, true, 0, 0, 1, 0)),
             }
-            // Reply words: P2P echoed and the RTR picked.
+            // Reply words: P2P echoed and the RTR picked, IRD and ORD 128.
             let reply = &p.b.sent[20..24];
             let want = match rtr {
-                Rtr::Write => [0x80, 0x10, 0x80, 0x10],
-                Rtr::Read => [0x80, 0x10, 0x40, 0x10],
-                Rtr::Send => [0xc0, 0x10, 0x00, 0x10],
+                Rtr::Write => [0x80, 0x80, 0x80, 0x80],
+                Rtr::Read => [0x80, 0x80, 0x40, 0x80],
+                Rtr::Send => [0xc0, 0x80, 0x00, 0x80],
             };
             assert_eq!(reply, want, "{rtr:?}");
             // The RTR consumed nothing the ULP posted; traffic flows.

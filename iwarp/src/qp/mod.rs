@@ -39,7 +39,10 @@ pub enum Rtr {
 #[derive(Debug, Clone)]
 pub struct QpConfig {
     pub pd: Pd,
-    /// Inbound RDMA Read Requests this side serves at once.
+    /// Inbound RDMA Read Requests this side serves at once. Both default
+    /// to 128, what Linux siw offers (its `max_qp_rd_atom`): a Linux
+    /// nvme-rdma host asks for IRD 128 and nvmet-rdma takes it as its ORD,
+    /// so a target may pull the data of a whole queue of writes at once.
     pub ird: u16,
     /// Outbound RDMA Read Requests this side has outstanding at once.
     pub ord: u16,
@@ -84,8 +87,8 @@ impl QpConfig {
     pub fn new(pd: Pd) -> Self {
         Self {
             pd,
-            ird: 16,
-            ord: 16,
+            ird: 128,
+            ord: 128,
             crc: false,
             p2p: None,
             emss: 1448,
