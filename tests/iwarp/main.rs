@@ -234,6 +234,34 @@ fn a_message_the_nic_frames_ends_a_record_at_every_fpdu() {
     assert_eq!(out.ends, want);
 }
 
+/// Where the NIC gathers, a message shorter than a page (a capsule's
+/// SQE, a CQE) is copied into its FPDU, as Linux siw copies it: mapping
+/// it and unmapping it on its ACK would cost more. A page or more goes by
+/// reference, in FPDUs cut at MULPDU as ever.
+#[test]
+fn only_messages_of_a_page_or_more_go_by_reference() {
+    let mut link = Smol::with([nic_doing(Caps::ALL); 2], Profile::default());
+    let (ea, eb) = (end(), end());
+    let (mut a, _b) = connect(&mut link, &ea, &eb);
+    let mut out = Recorder { room: 0, offset: 0, by_reference: 0, ends: Vec::new() };
+    for (wr, len, by_reference) in [(1, 64, 0), (2, 4095, 0), (3, 4096, 4096), (4, 20_000, 20_000)]
+    {
+        let mapped = link.nics[0].stats().tx_setup;
+        let before = (out.by_reference, a.stats().tx_zero_copy_bytes);
+        post(
+            &mut a,
+            wr,
+            SendOp::Send { sgl: sgl(&pattern(len, 5)), solicited: false, invalidate: None },
+        );
+        out.room = 1 << 20;
+        a.poll_send(&mut out);
+        assert_eq!(out.by_reference - before.0, by_reference, "a Send of {len} bytes");
+        assert_eq!(a.stats().tx_zero_copy_bytes - before.1, by_reference, "{len}");
+        let maps = link.nics[0].stats().tx_setup - mapped;
+        assert_eq!(maps, u64::from(by_reference > 0), "{len}");
+    }
+}
+
 /// A signaled Write the NIC frames completes once all of it is handed to
 /// the transport, not when it is queued (the buffer is the caller's again
 /// then, where it went by copy); and flushed, not lost, if the queue pair

@@ -26,6 +26,13 @@ use ulp_ddp::{IoBuf, SgEntry, Sgl, SliceSink, TxFpdus, TxMode, TxSink, ZeroCopyT
 /// The STag siw puts in RTRs (tagged STag 0 upsets some NICs).
 const RTR_STAG: u32 = 1;
 
+/// Messages shorter than this are copied into their FPDUs even where the
+/// NIC gathers: mapping a few bytes and unmapping them once they are
+/// acknowledged costs more than copying them (a capsule's 64-byte SQE, a
+/// 16-byte CQE). Linux siw draws the line at a page too
+/// (`SENDPAGE_THRESH`), message by message.
+const ZERO_COPY_MIN: u32 = 4096;
+
 /// A message being cut into FPDUs.
 #[derive(Debug)]
 enum Msg {
@@ -138,16 +145,17 @@ impl TxState {
 
     /// Append the FPDU of `header` carrying the `payload_len` bytes of
     /// `sgl` from its byte `from`, with its CRC when `crc`: by reference
-    /// where it can, else copied.
+    /// where it can and the message (of `msg_len` bytes) is long enough,
+    /// else copied.
     fn put_payload(
         &mut self,
         header: &DdpHeader,
-        sgl: &[SgEntry],
+        (sgl, msg_len): (&[SgEntry], u32),
         from: u64,
         payload_len: usize,
         crc: bool,
     ) {
-        if !self.by_reference || payload_len == 0 {
+        if !self.by_reference || payload_len == 0 || msg_len < ZERO_COPY_MIN {
             let fill = |out: &mut Vec<u8>| {
                 walk(sgl, from, payload_len, |e, off, k| {
                     out.extend_from_slice(&e.buf.lock()[off..off + k])
@@ -603,7 +611,7 @@ impl Qp {
             SendOp::FastReg { .. } | SendOp::LocalInv { .. } => unreachable!("run when reached"),
         };
         let crc = self.our_crc();
-        self.tx.put_payload(&header, sgl, u64::from(sent), n as usize, crc);
+        self.tx.put_payload(&header, (sgl, len), u64::from(sent), n as usize, crc);
         self.count_tx(n);
         let sent = sent + n;
         if sent == len {
@@ -639,7 +647,7 @@ impl Qp {
         let ctrl = Ctrl { last, opcode: Opcode::ReadResponse };
         let header =
             DdpHeader::Tagged { ctrl, stag: r.sink, to: r.sink_to.wrapping_add(u64::from(r.sent)) };
-        self.tx.put_payload(&header, &r.src, u64::from(r.sent), n as usize, crc);
+        self.tx.put_payload(&header, (&r.src, r.len), u64::from(r.sent), n as usize, crc);
         self.count_tx(n);
         if last {
             self.irq.pop_front();
