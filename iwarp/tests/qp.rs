@@ -246,6 +246,20 @@ fn fpdus_cut_at_every_byte() {
     }
 }
 
+/// An initiator that says it will issue thousands of Reads at once gets a
+/// responder that serves 128, siw's limit: what a peer can make a
+/// connection hold in queued Read Requests stays bounded.
+#[test]
+fn the_responder_serves_no_more_reads_at_once_than_a_device_would() {
+    let p = Pair::connect(false, |c, active| {
+        (c.ird, c.ord) = if active { (8, 16_000) } else { (2, 16) };
+    });
+    assert_eq!(p.b.qp.ird_ord(), (128, 8));
+    // The Reply tells the initiator so: IRD 128, ORD 8.
+    assert_eq!(&p.b.sent[20..24], [0, 128, 0, 8]);
+    assert_eq!(p.a.qp.ird_ord(), (8, 128));
+}
+
 #[test]
 fn peer_to_peer_rtr_variants() {
     for rtr in [Rtr::Write, Rtr::Read, Rtr::Send] {

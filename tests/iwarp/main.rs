@@ -235,14 +235,14 @@ fn a_message_the_nic_frames_ends_a_record_at_every_fpdu() {
 }
 
 /// Where the NIC gathers, a message shorter than a page (a capsule's
-/// SQE, a CQE) is copied into its FPDU, as Linux siw copies it: mapping
-/// it and unmapping it on its ACK would cost more. A page or more goes by
-/// reference, in FPDUs cut at MULPDU as ever.
+/// SQE, a CQE, a short Write) is copied into its FPDUs, as Linux siw
+/// copies it: mapping it and unmapping it on its ACK would cost more. A
+/// page or more goes by reference, in FPDUs cut at MULPDU as ever.
 #[test]
 fn only_messages_of_a_page_or_more_go_by_reference() {
     let mut link = Smol::with([nic_doing(Caps::ALL); 2], Profile::default());
     let (ea, eb) = (end(), end());
-    let (mut a, _b) = connect(&mut link, &ea, &eb);
+    let (mut a, mut b) = connect(&mut link, &ea, &eb);
     let mut out = Recorder { room: 0, offset: 0, by_reference: 0, ends: Vec::new() };
     for (wr, len, by_reference) in [(1, 64, 0), (2, 4095, 0), (3, 4096, 4096), (4, 20_000, 20_000)]
     {
@@ -259,6 +259,19 @@ fn only_messages_of_a_page_or_more_go_by_reference() {
         assert_eq!(a.stats().tx_zero_copy_bytes - before.1, by_reference, "{len}");
         let maps = link.nics[0].stats().tx_setup - mapped;
         assert_eq!(maps, u64::from(by_reference > 0), "{len}");
+    }
+    // Writes too: one under a page is copied though it takes more than
+    // one FPDU (MULPDU about 1400 here), one of a page the NIC frames.
+    let sink = IoBuf::new(KIB64);
+    let stag = reg(&mut b, &sink, 0, KIB64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    for (wr, len, framed) in [(5, 3000, false), (6, 4096, true)] {
+        let mapped = link.nics[0].stats().tx_setup;
+        let before = out.by_reference;
+        post(&mut a, wr, SendOp::Write { sgl: sgl(&pattern(len, 6)), stag, to: 0x10_0000 });
+        out.room = 1 << 20;
+        a.poll_send(&mut out);
+        assert_eq!(out.by_reference > before, framed, "a Write of {len} bytes");
+        assert_eq!(link.nics[0].stats().tx_setup - mapped, u64::from(framed), "{len}");
     }
 }
 

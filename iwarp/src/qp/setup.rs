@@ -18,6 +18,12 @@ const MAX_PRIVATE_DATA: usize = MpaFrame::MAX_PRIVATE_DATA as usize - 4 - ONESHO
 /// it.
 const ONESHOT_OFFER: [u8; 8] = *b"1SHOT\x08\x0c\x01";
 
+/// The most inbound RDMA Reads a responder serves at once however many
+/// the initiator asks to issue: siw's device limit (`max_qp_rd_atom`).
+/// It also bounds what a peer can make a connection hold with queued
+/// Read Requests (zero-length ones need no STag).
+const MAX_IRD: u16 = 128;
+
 /// `pd` with the offer appended when `offer`.
 fn with_offer(pd: &[u8], offer: bool) -> Vec<u8> {
     let mut v = pd.to_vec();
@@ -84,13 +90,14 @@ impl Qp {
         };
         self.crc = req.crc || self.cfg.crc;
         // Relaxed negotiation, as siw: serve as many Reads as the initiator
-        // will issue, and issue no more than it serves.
+        // will issue (up to a device's limit), and issue no more than it
+        // serves.
         let peer = req.ird_ord.unwrap_or(IrdOrd {
             ird: self.cfg.ord,
             ord: self.cfg.ird,
             ..IrdOrd::default()
         });
-        self.ird = self.cfg.ird.max(peer.ord).min(IrdOrd::MAX);
+        self.ird = self.cfg.ird.max(peer.ord.min(MAX_IRD)).min(IrdOrd::MAX);
         self.ord = self.cfg.ord.min(peer.ird);
         // Peer-to-peer: echo it and pick the RTR, Write first.
         let rtr = peer.p2p.then_some({

@@ -660,10 +660,12 @@ impl Qp {
 
     /// Whether the NIC may be handed a tagged message of `len` bytes to
     /// cut into FPDUs: it gathers our payload and writes our CRCs, if we
-    /// send any, and the message takes more than one FPDU.
+    /// send any, and the message takes more than one FPDU and is not
+    /// short enough to copy.
     fn nic_may_frame(&self, len: u32) -> bool {
         let per_fpdu = self.tx.mulpdu - DdpHeader::TAGGED_LEN;
-        self.tx.by_reference && !self.our_crc() && len as usize > per_fpdu
+        let long = len as usize > per_fpdu && len >= ZERO_COPY_MIN;
+        self.tx.by_reference && !self.our_crc() && long
     }
 
     /// Hand the NIC the tagged message of `sgl`, `first` its first FPDU's
