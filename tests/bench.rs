@@ -180,7 +180,7 @@ fn ctrl_c_stops_the_bench_in_the_run_under_way() {
     let out = bench.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    assert!(err.contains("error: interrupted after 0 of 3 rounds"), "{err}");
+    assert!(err.contains("error: interrupted in round 1 of 3"), "{err}");
 }
 
 /// NVMe/TCP against NVMe/RDMA on one matrix: RDMA's classic registration

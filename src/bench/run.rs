@@ -642,8 +642,9 @@ pub fn raw_tcp_run(
     })
 }
 
-/// What a matrix measured: a point per setting over the rounds run whole,
-/// and what ended it early, if anything did.
+/// What a matrix measured: a point per setting run at least once, over
+/// the runs it got; the rounds run whole; and what ended it early, if
+/// anything did.
 pub struct Matrix {
     pub points: Vec<Point>,
     pub rounds: usize,
@@ -669,8 +670,9 @@ pub enum Next<'a> {
 /// MTU and impairment (`run_raw(mtu, impair, rep)`) before the first point
 /// that needs it. So the points a ratio compares are measured side by
 /// side, not minutes apart on a machine whose speed drifts. An
-/// interruption or a failure ends the matrix; the round under way is left
-/// out. `tell` hears of every step.
+/// interruption or a failure ends the matrix: every run made still
+/// counts, and a point with fewer runs than `reps` is not steady, so no
+/// verdict rests on it. `tell` hears of every step.
 pub fn rounds<'a>(
     points: &'a [Setting],
     reps: usize,
@@ -716,13 +718,19 @@ pub fn rounds<'a>(
         whole += 1;
     }
     let ceiling = |p: &Setting| match ceilings.iter().find(|(k, _)| *k == (p.mtu, p.impair)) {
-        Some((_, v)) if v.len() >= whole && whole > 0 => RawTcp::of(&v[..whole]),
+        Some((_, v)) if !v.is_empty() => RawTcp::of(v),
         _ => RawTcp::default(),
     };
-    let points = match whole {
-        0 => Vec::new(),
-        n => points.iter().zip(&runs).map(|(p, r)| summarize(*p, &r[..n], ceiling(p))).collect(),
-    };
+    let points = points
+        .iter()
+        .zip(&runs)
+        .filter(|(_, r)| !r.is_empty())
+        .map(|(p, r)| {
+            let mut point = summarize(*p, r, ceiling(p));
+            point.steady &= r.len() >= reps;
+            point
+        })
+        .collect();
     let failed = failed.filter(|e| !matches!(e, BenchError::Interrupted));
     Matrix { points, rounds: whole, failed }
 }
@@ -820,21 +828,25 @@ mod tests {
         };
         assert_eq!(log, (0..3).flat_map(round).collect::<Vec<_>>());
         assert_eq!((m.points.len(), m.rounds), (3, 3));
-        assert!(m.points.iter().all(|p| p.reps == 3));
+        assert!(m.points.iter().all(|p| p.reps == 3 && p.steady));
         // Raw TCP's median over the three rounds: 2e9.
         assert_eq!(m.points[2].raw_tcp_bytes_per_sec, 2e9);
     }
 
     #[test]
-    fn an_interruption_leaves_the_round_under_way_out() {
+    fn a_matrix_cut_short_keeps_every_run_and_rests_no_verdict_on_them() {
         let points = matrix();
         let (log, m) = record(&points, 3, Some("P2.1"));
         assert_eq!(log.last().map(String::as_str), Some("P2.1"));
         assert_eq!(m.rounds, 1);
-        assert!(m.points.iter().all(|p| p.reps == 1), "only the whole round");
-        assert_eq!(m.points[0].raw_tcp_bytes_per_sec, 1e9);
+        let reps: Vec<usize> = m.points.iter().map(|p| p.reps).collect();
+        assert_eq!(reps, [2, 2, 1]);
+        assert!(m.points.iter().all(|p| !p.steady), "fewer runs than asked");
+        // Raw TCP's median over the runs it got: 1e9 and 2e9.
+        assert_eq!(m.points[0].raw_tcp_bytes_per_sec, 1.5e9);
         assert!(m.failed.is_none(), "an interruption is no failure");
-        let (_, m) = record(&points, 3, Some("R9000.0"));
-        assert_eq!((m.rounds, m.points.len()), (0, 0));
+        // Cut in the first round: the points before still count.
+        let (_, m) = record(&points, 3, Some("R1500.0"));
+        assert_eq!((m.rounds, m.points.len()), (0, 2));
     }
 }

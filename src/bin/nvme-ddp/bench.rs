@@ -327,7 +327,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     }
     if out.iter().any(|p| !p.steady) {
         println!(
-            "noisy: a spread (max - min over median of {} runs) above {:.0}%; no verdict rests on it",
+            "noisy: a spread (max - min over median of {} runs) above {:.0}%, or fewer runs; no verdict rests on it",
             o.reps,
             SPREAD_LIMIT * 100.0
         );
@@ -373,10 +373,16 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         }
     }
     if let Some(e) = failed {
-        bail!("{e}; stopped after {rounds} of {reps} rounds, the results above are of those");
+        bail!(
+            "{e}; stopped in round {} of {reps}, the results above are of the runs made",
+            rounds + 1
+        );
     }
     if stop.load(Ordering::Relaxed) {
-        bail!("interrupted after {rounds} of {reps} rounds; the results above are of those");
+        bail!(
+            "interrupted in round {} of {reps}; the results above are of the runs made",
+            rounds + 1
+        );
     }
     Ok(())
 }
