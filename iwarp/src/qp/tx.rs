@@ -155,7 +155,7 @@ impl TxState {
         payload_len: usize,
         crc: bool,
     ) {
-        if !self.by_reference || payload_len == 0 || msg_len < ZERO_COPY_MIN {
+        if !self.gathers(msg_len) || payload_len == 0 {
             let fill = |out: &mut Vec<u8>| {
                 walk(sgl, from, payload_len, |e, off, k| {
                     out.extend_from_slice(&e.buf.lock()[off..off + k])
@@ -184,6 +184,13 @@ impl TxState {
         self.buf.resize(trailer + fpdu_pad(ulpdu), 0);
         let sum = if crc { crc32c_append(sum, &self.buf[trailer..]) } else { 0 };
         self.buf.extend_from_slice(&sum.to_le_bytes());
+    }
+
+    /// Whether the payload of a message of `msg_len` bytes goes by
+    /// reference, for the NIC to gather: the transport takes references,
+    /// and the message is long enough for a mapping to pay.
+    fn gathers(&self, msg_len: u32) -> bool {
+        self.by_reference && msg_len >= ZERO_COPY_MIN
     }
 
     /// Where setup frames go: straight out, ahead of any FPDU.
@@ -659,13 +666,11 @@ impl Qp {
     }
 
     /// Whether the NIC may be handed a tagged message of `len` bytes to
-    /// cut into FPDUs: it gathers our payload and writes our CRCs, if we
-    /// send any, and the message takes more than one FPDU and is not
-    /// short enough to copy.
+    /// cut into FPDUs: it gathers the message's payload and writes our
+    /// CRCs, if we send any, and the message takes more than one FPDU.
     fn nic_may_frame(&self, len: u32) -> bool {
         let per_fpdu = self.tx.mulpdu - DdpHeader::TAGGED_LEN;
-        let long = len as usize > per_fpdu && len >= ZERO_COPY_MIN;
-        self.tx.by_reference && !self.our_crc() && long
+        self.tx.gathers(len) && !self.our_crc() && len as usize > per_fpdu
     }
 
     /// Hand the NIC the tagged message of `sgl`, `first` its first FPDU's
