@@ -423,6 +423,40 @@ fn a_wrong_or_missing_secret_leaves_nothing_connected() {
     }
 }
 
+/// Linux's nvmet answers a wrong Reply with Failure1 and resets the queue
+/// at once, without lingering, so the Failure1 may never leave it: a
+/// controller that closes the queue while the host awaits its verdict on
+/// the Reply has refused it, and the host says so, not that the transport
+/// closed.
+#[test]
+fn a_controller_that_closes_the_queue_instead_of_failure1_refused_the_reply() {
+    let key = Secret::generate(32, None).unwrap();
+    let other = Secret::generate(32, None).unwrap();
+    let t = auth_target(&key, None, DhGroup::Null);
+    let mut p = pair(auth_host(Some(&other), None), t);
+    // Failure1 of transaction 0: COMMON, FAILURE1, reserved, T_ID 0,
+    // REASON_FAILED. It never reaches the host.
+    let failure1 = [0x00, 0xf1, 0, 0, 0, 0, 0x01];
+    let lost = std::rc::Rc::new(std::cell::Cell::new(false));
+    let seen = lost.clone();
+    p.c2h_filter = Some(Box::new(move |_, bytes: &mut Vec<u8>| {
+        if bytes.windows(failure1.len()).any(|w| w == failure1) {
+            bytes.clear();
+            seen.set(true);
+        }
+    }));
+    for _ in 0..1000 {
+        if lost.get() {
+            break;
+        }
+        p.step();
+    }
+    assert!(lost.get(), "the controller sent Failure1");
+    p.cut(0);
+    let refused = Refusal::ByController(Explanation::Failed);
+    assert_eq!(failed(&mut p), HostError::Authentication { qid: 0, refusal: refused });
+}
+
 /// Clearing CC.EN resets the controller: its I/O queues are deleted, so
 /// their connections close (and a command on one is aborted), while the
 /// admin queue stays. The host, having lost its I/O queues, makes a new

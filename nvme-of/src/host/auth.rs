@@ -5,8 +5,8 @@
 //! connected once it has authenticated.
 
 use super::bring_up::Step;
-use super::{Dir, Host, HostError, Owner};
-use crate::auth::{DhGroup, Hash, HostAuth, RECEIVE_LEN, Refusal};
+use super::{Dir, Host, HostError, Owner, QueueError};
+use crate::auth::{DhGroup, Explanation, Hash, HostAuth, RECEIVE_LEN, Refusal};
 use crate::nvme::FabricsCommand;
 use crate::time::Instant;
 use tracing::{debug, info};
@@ -33,6 +33,9 @@ const ASCR: u64 = 1 << 18;
 pub(super) struct Transaction {
     auth: HostAuth,
     refusal: Option<Refusal>,
+    /// The Reply went out and the controller's verdict on it (Success1
+    /// or Failure1) has not come in.
+    awaiting_verdict: bool,
     started: Instant,
 }
 
@@ -67,7 +70,8 @@ impl Host {
         self.auth_transactions = self.auth_transactions.wrapping_add(1);
         let (auth, negotiate) = HostAuth::start(t_id, &self.cfg.hostnqn, &self.cfg.subnqn, secrets);
         debug!(parent: &self.span, qid, t_id, "authenticating");
-        self.auth.insert(qid, Transaction { auth, refusal: None, started: now });
+        let t = Transaction { auth, refusal: None, awaiting_verdict: false, started: now };
+        self.auth.insert(qid, t);
         self.auth_send(qid, AuthStep::Negotiate, negotiate, now);
         Ok(true)
     }
@@ -92,12 +96,12 @@ impl Host {
                 t.auth.challenge(&data()).map(|reply| Some((AuthStep::Reply, reply)))
             }
             AuthStep::Success1 => {
+                t.awaiting_verdict = false;
                 t.auth.success1(&data()).map(|s2| s2.map(|s2| (AuthStep::Success2, s2)))
             }
             AuthStep::Success2 => Ok(None),
             AuthStep::Failure2 => {
-                let refusal =
-                    t.refusal.unwrap_or(Refusal::ByHost(crate::auth::Explanation::Failed));
+                let refusal = t.refusal.unwrap_or(Refusal::ByHost(Explanation::Failed));
                 return Err(HostError::Authentication { qid, refusal });
             }
         };
@@ -131,15 +135,25 @@ impl Host {
         }
     }
 
-    /// How queue `qid`'s transaction failed, if the host already knows:
-    /// a controller that closes the queue before Failure2 completes has
-    /// not made the failure anything else.
-    pub(super) fn auth_failure(&self, qid: u16) -> Option<HostError> {
-        let refusal = self.auth.get(&qid)?.refusal?;
+    /// How queue `qid`'s transaction failed, if the host knows, now that
+    /// the queue failed with `error`: a controller that closes the queue
+    /// before Failure2 completes has not made the failure anything else;
+    /// and one that closes it while the host awaits its verdict on the
+    /// Reply has refused the Reply. Linux's nvmet sends Failure1 and
+    /// resets the queue at once, without lingering, so the Failure1 may
+    /// never leave it.
+    pub(super) fn auth_failure(&self, qid: u16, error: &QueueError) -> Option<HostError> {
+        let t = self.auth.get(&qid)?;
+        let refused = (t.awaiting_verdict && *error == QueueError::TransportClosed)
+            .then_some(Refusal::ByController(Explanation::Failed));
+        let refusal = t.refusal.or(refused)?;
         Some(HostError::Authentication { qid, refusal })
     }
 
     fn auth_send(&mut self, qid: u16, step: AuthStep, msg: Vec<u8>, now: Instant) {
+        if let (AuthStep::Reply, Some(t)) = (step, self.auth.get_mut(&qid)) {
+            t.awaiting_verdict = true;
+        }
         let cmd = FabricsCommand::AuthSend {
             secp: FabricsCommand::SECP_AUTH,
             spsp: FabricsCommand::SPSP_AUTH,

@@ -557,7 +557,8 @@ impl Host {
                     let expected = matches!(self.state, State::ShuttingDown | State::Closed)
                         && error == QueueError::TransportClosed;
                     if !expected {
-                        let e = self.auth_failure(qid).unwrap_or(HostError::Queue { qid, error });
+                        let e = self.auth_failure(qid, &error);
+                        let e = e.unwrap_or(HostError::Queue { qid, error });
                         self.fail(e);
                     }
                 }
