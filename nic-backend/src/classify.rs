@@ -7,6 +7,7 @@
 //! the stack left to it (from a transmit mapping), digests and the
 //! checksum, and withholds only a frame that names bytes of no mapping.
 
+use crate::Table;
 use crate::config::NicConfig;
 use crate::flow::{Env, Socket};
 use crate::frame;
@@ -42,7 +43,7 @@ pub(crate) struct State {
     pub handshakes: HashMap<(SocketAddrV4, SocketAddrV4), Isns>,
     /// Offloaded sockets, by `SkHandle::id`.
     pub flows: slab::Slab<Box<dyn Socket>>,
-    pub by_key: HashMap<(SocketAddrV4, SocketAddrV4), usize>,
+    pub by_key: Table<(SocketAddrV4, SocketAddrV4), usize>,
     pub tx_maps: TxMaps,
     pub stats: Stats,
     /// Received frames a socket rewrites, copied here first.

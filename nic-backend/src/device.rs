@@ -8,6 +8,7 @@
 //! It must never reorder frames, and never do protocol work itself: that is
 //! the state's and the flows' ([`crate::classify`], [`crate::flow`]).
 
+use crate::Table;
 use crate::classify::{Shared, State};
 use crate::config::NicConfig;
 use crate::handle::NicHandle;
@@ -45,7 +46,7 @@ impl<D> OffloadNic<D> {
             verified_below: !inner.capabilities().checksum.tcp.rx(),
             handshakes: HashMap::new(),
             flows: slab::Slab::new(),
-            by_key: HashMap::new(),
+            by_key: Table::default(),
             tx_maps: Default::default(),
             stats: Stats::default(),
             rx_copy: Vec::new(),

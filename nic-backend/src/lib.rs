@@ -42,6 +42,13 @@ mod place;
 mod thread;
 mod track;
 
+/// A table of the NIC's whose keys only its driver puts in (offloaded
+/// sockets by 4-tuple, STags, posted receives), looked up per frame: hashed
+/// as a NIC's flow table is, quickly, not with SipHash's defence against
+/// keys an adversary picks. The handshakes it sees on the wire stay in a
+/// `HashMap` of std's.
+pub(crate) type Table<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 pub use config::NicConfig;
 pub use copy::{copy_and_crc, copy_then_crc};
 pub use device::{OffloadNic, RxToken, TxToken};

@@ -20,11 +20,11 @@
 //! outside its range; and it does not depend on the iWARP crate.
 
 use super::{DigestSpan, Env, Flow, Protocol, TxStep, Unit};
+use crate::Table;
 use crate::copy::crc32c_append;
 use crate::mpa::{self, Header, Kind, Tracker, marker_head, op};
 use crate::place::Mapping;
 use crate::track::{Event, Tracker as _};
-use std::collections::HashMap;
 use ulp_ddp::{Access, Caps, HintFlags, IwarpConfig, Sgl, SkCtx, Stag, StagIo, Stats, TaggedRun};
 
 /// A tagged buffer as the device keeps it.
@@ -70,12 +70,12 @@ pub(crate) struct Iwarp {
     /// Send, so every outgoing FPDU is followed from the first.
     tx_oneshot: bool,
     /// By STag index.
-    stags: HashMap<u32, StagMapping>,
+    stags: Table<u32, StagMapping>,
     /// Advertised STags not live yet: (offset of the Send that arms
     /// them, STag).
     unarmed: Vec<(u64, Stag)>,
     /// Posted receive buffers, by the MSN of the Send they take.
-    recvs: HashMap<u32, Mapping>,
+    recvs: Table<u32, Mapping>,
     rx: Tracker,
     tx: Tracker,
 }
@@ -93,9 +93,9 @@ impl Iwarp {
             crc: config.crc,
             tx_crc,
             tx_oneshot,
-            stags: HashMap::new(),
+            stags: Table::default(),
             unarmed: Vec::new(),
-            recvs: HashMap::new(),
+            recvs: Table::default(),
             rx: Tracker::new(config.rx_start, config.rx_markers, oneshot),
             tx: Tracker::new(config.tx_start, config.tx_markers, oneshot),
         };
