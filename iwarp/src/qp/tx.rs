@@ -374,12 +374,17 @@ impl Qp {
                 Offload::On(a) => a.zc.as_mut(),
                 _ => None,
             };
-            n += self.tx.drain(out, zc, &mut self.stats);
+            let k = self.tx.drain(out, zc, &mut self.stats);
+            n += k;
             self.cq.extend(self.tx.completed.drain(..));
             if !self.tx.drained_all() {
                 break;
             }
-            out.end_record();
+            // The FPDUs now all handed over end a record, unless the last
+            // call (or turn) ended it already.
+            if k > 0 {
+                out.end_record();
+            }
             if out.room() == 0 || !self.next_fpdu() {
                 break;
             }
