@@ -13,7 +13,7 @@
 //! one finds nothing (for the next 2^32 mappings) rather than another
 //! socket's buffer.
 
-use crate::frame;
+use crate::{copy, frame};
 use smoltcp::phy::GatherRanges;
 use std::sync::Arc;
 use ulp_ddp::{DdpError, IoBuf, SgEntry, TxFpdus};
@@ -151,12 +151,17 @@ impl Gathers {
             filled.bytes += p.len as u64;
             match &p.from {
                 From::Buffer { buf, offset } => {
-                    dst.copy_from_slice(&buf.lock()[*offset..*offset + p.len]);
+                    let (buf, end) = (buf.lock(), *offset + p.len);
+                    dst.copy_from_slice(&buf[*offset..end]);
+                    // The next segment most likely takes as much again.
+                    copy::read_ahead(&buf[end..(end + p.len).min(buf.len())]);
                     filled.gathered += p.len as u64;
                 }
                 From::Fpdus { fpdus, at } => {
                     // The payload is gathered; the framing is the NIC's own.
                     let (started, payload) = fpdus.fill(*at, dst);
+                    let end = *at + p.len;
+                    fpdus.payload_runs(end, (end + p.len).min(fpdus.len()), copy::read_ahead);
                     filled.fpdus += started;
                     filled.gathered += payload as u64;
                 }

@@ -135,6 +135,22 @@ impl TxFpdus {
         self.payload_before(to).saturating_sub(self.payload_before(from))
     }
 
+    /// The payload among the framed message's octets `from..to`, as the
+    /// runs of the buffers it is in, to `f` in order.
+    pub fn payload_runs(&self, from: usize, to: usize, mut f: impl FnMut(&[u8])) {
+        let (mut from, to) = (self.payload_before(from), self.payload_before(to));
+        let mut entry_start = 0;
+        for e in &self.sgl {
+            let entry_end = entry_start + e.len;
+            if from < to && from < entry_end {
+                let (a, b) = (from - entry_start, to.min(entry_end) - entry_start);
+                f(&e.buf.lock()[e.offset + a..e.offset + b]);
+                from = entry_start + b;
+            }
+            entry_start = entry_end;
+        }
+    }
+
     /// Payload octets before the framed message's octet `at`.
     fn payload_before(&self, at: usize) -> usize {
         let (i, start) = self.fpdu_at(at);
@@ -299,6 +315,38 @@ mod tests {
         for from in 0..=f.len() {
             for to in from..=f.len() {
                 assert_eq!(f.payload_in(from, to), before[to] - before[from], "{from}..{to}");
+            }
+        }
+    }
+
+    #[test]
+    fn payload_runs_are_the_payload_framed_between_two_cuts() {
+        // Payload octets numbered, over three buffers with offsets.
+        let bufs: Vec<IoBuf> = (0..3)
+            .map(|b| IoBuf::from_vec((0..500).map(|i| (b * 500 + i) as u16 as u8).collect()))
+            .collect();
+        let lens = [100, 250, 93];
+        let sgl = bufs
+            .iter()
+            .zip(lens)
+            .enumerate()
+            .map(|(k, (buf, len))| SgEntry { buf: buf.clone(), offset: 7 * k, len })
+            .collect();
+        let mut header = [0u8; TxFpdus::HEADER_LEN];
+        header[0] = TxFpdus::TAGGED | TxFpdus::LAST;
+        let f = TxFpdus::new(header, 60, sgl).expect("valid");
+        let payload: Vec<u8> = bufs
+            .iter()
+            .zip(lens)
+            .enumerate()
+            .flat_map(|(k, (b, len))| b.lock()[7 * k..7 * k + len].to_vec())
+            .collect();
+        for from in (0..=f.len()).step_by(7) {
+            for to in (from..=f.len()).step_by(11) {
+                let mut got = Vec::new();
+                f.payload_runs(from, to, |run| got.extend_from_slice(run));
+                let skip = f.payload_in(0, from);
+                assert_eq!(got, payload[skip..skip + f.payload_in(from, to)], "{from}..{to}");
             }
         }
     }
