@@ -5,6 +5,10 @@
 //! written here, its payload gathered, its pad and CRC field zero for the
 //! transmit CRC offload to fill in after.
 //!
+//! After each range it copies, the gather reads ahead as much again of
+//! what the mapping holds next ([`copy::read_ahead`]), which the next
+//! segment most likely takes, as a DMA engine keeps reads in flight.
+//!
 //! The stack names, in each frame's metadata, the payload ranges it never
 //! wrote and the mapping (token and offset) they come from. The NIC looks
 //! them all up before it sends anything: a frame that names bytes of no
