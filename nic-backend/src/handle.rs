@@ -40,7 +40,7 @@ impl NicHandle {
         self.shared.lock().flows.len()
     }
 
-    /// Turn header/data split on or off ([`NicConfig::zero_copy`]).
+    /// Turn header/data split on or off ([`NicConfig::zero_copy`](crate::NicConfig::zero_copy)).
     pub fn set_zero_copy(&self, on: bool) {
         let mut st = self.shared.lock();
         st.cfg.zero_copy = on;
