@@ -58,14 +58,17 @@ pub fn copy_and_crc(dst: &mut [u8], src: &[u8], mut crc: u32) -> u32 {
 #[inline]
 pub fn read_ahead(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
-        // SAFETY: a prefetch is only a hint; it reads nothing and cannot
-        // fault, and the address is inside `bytes`.
-        unsafe {
-            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-                line.as_ptr().cast(),
-            )
-        };
+    {
+        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // A byte of each line: every 64th from the first, and the last,
+        // whose line the stride can step over when `bytes` starts
+        // part-way into one.
+        let lines = bytes.iter().step_by(64).chain(bytes.last());
+        for byte in lines {
+            // SAFETY: a prefetch is only a hint; it reads nothing and
+            // cannot fault, and the address is inside `bytes`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(byte).cast()) };
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = bytes;

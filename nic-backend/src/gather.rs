@@ -109,7 +109,11 @@ impl TxMaps {
                 return None;
             }
             let from = match src {
-                Source::Buffer(sg) => From::Buffer { buf: sg.buf.clone(), offset: sg.offset + at },
+                Source::Buffer(sg) => From::Buffer {
+                    buf: sg.buf.clone(),
+                    offset: sg.offset + at,
+                    end: sg.offset + sg.len,
+                },
                 Source::Fpdus(f) => From::Fpdus { fpdus: f.clone(), at },
             };
             *slot = Some(Piece { start: usize::from(g.start), len, from });
@@ -127,7 +131,8 @@ struct Piece {
 
 enum From {
     /// `buf[offset..]`.
-    Buffer { buf: IoBuf, offset: usize },
+    /// `buf[offset..]`, of a mapping that ends at `buf[end]`.
+    Buffer { buf: IoBuf, offset: usize, end: usize },
     /// The framed message's octets from `at` on.
     Fpdus { fpdus: Arc<TxFpdus>, at: usize },
 }
@@ -154,11 +159,11 @@ impl Gathers {
             };
             filled.bytes += p.len as u64;
             match &p.from {
-                From::Buffer { buf, offset } => {
+                From::Buffer { buf, offset, end: map_end } => {
                     let (buf, end) = (buf.lock(), *offset + p.len);
                     dst.copy_from_slice(&buf[*offset..end]);
                     // The next segment most likely takes as much again.
-                    copy::read_ahead(&buf[end..(end + p.len).min(buf.len())]);
+                    copy::read_ahead(&buf[end..(end + p.len).min(*map_end).max(end)]);
                     filled.gathered += p.len as u64;
                 }
                 From::Fpdus { fpdus, at } => {

@@ -42,11 +42,14 @@ mod place;
 mod thread;
 mod track;
 
-/// A table of the NIC's whose keys only its driver puts in (offloaded
-/// sockets by 4-tuple, STags, posted receives), looked up per frame: hashed
-/// as a NIC's flow table is, quickly, not with SipHash's defence against
-/// keys an adversary picks. The handshakes it sees on the wire stay in a
-/// `HashMap` of std's.
+/// A table of the NIC's that gains an entry only when its driver adds
+/// one (a socket it offloads, by 4-tuple; an STag; a posted receive), and
+/// is looked up per frame: hashed quickly, with a seed drawn at random per
+/// table, as a NIC's flow-steering hash is keyed, not with SipHash's
+/// stronger defence against chosen keys. A peer does choose half of an
+/// offloaded socket's 4-tuple, but gets an entry only for a connection
+/// the driver offloads. The handshakes the NIC learns from any SYN on the
+/// wire stay in a `HashMap` of std's.
 pub(crate) type Table<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 pub use config::NicConfig;
