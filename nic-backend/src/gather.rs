@@ -130,7 +130,6 @@ struct Piece {
 }
 
 enum From {
-    /// `buf[offset..]`.
     /// `buf[offset..]`, of a mapping that ends at `buf[end]`.
     Buffer { buf: IoBuf, offset: usize, end: usize },
     /// The framed message's octets from `at` on.
