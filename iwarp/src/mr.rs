@@ -158,14 +158,16 @@ impl Device {
     }
 
     /// Invalidate `stag` on behalf of `pd` (Local Invalidate, or a peer's
-    /// Send with Invalidate): the region's buffers are released.
-    pub fn invalidate(&self, pd: Pd, stag: Stag) -> Result<(), MrError> {
+    /// Send with Invalidate): the region's buffers are released. Returns
+    /// the access it granted.
+    pub fn invalidate(&self, pd: Pd, stag: Stag) -> Result<Access, MrError> {
         let mut t = self.table();
         let slot = t.slots.get_mut(stag.index() as usize).ok_or(MrError::InvalidStag)?;
         match &slot.region {
             Some(r) if slot.key == stag.key() && r.pd == pd => {
+                let access = r.access;
                 slot.region = None;
-                Ok(())
+                Ok(access)
             }
             Some(r) if slot.key == stag.key() && r.pd != pd => Err(MrError::WrongPd),
             _ => Err(MrError::InvalidStag),

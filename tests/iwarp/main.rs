@@ -489,6 +489,76 @@ fn a_close_the_nic_let_pass_still_frees_its_stag() {
     assert_eq!((s.stag_setup, s.stag_setup_fail), (IOS, 0), "{s:?}");
 }
 
+/// Writes in the manner of NVMe over RDMA: b (the host) makes a
+/// read-only buffer known to a (the controller), which reads it and
+/// answers, closing the STag. The NIC's part in an STag is placing into
+/// it, so it is told of none of these: b's QP answers the Read Requests
+/// and frees the STags itself, one-shot or classic, while b's NIC still
+/// frames and gathers every Read Response.
+#[test]
+fn a_read_only_stag_stays_with_the_qp_and_its_reads_are_still_gathered() {
+    const IOS: usize = 4;
+    for oneshot in [true, false] {
+        let mut link = Smol::with([nic(); 2], Profile::default());
+        let (ea, eb) = (end(), end());
+        let (mut a, mut b) = connect_with(&mut link, &ea, &eb, |c, _| c.oneshot_opcodes = true);
+        let sink_buf = IoBuf::new(KIB64);
+        let sink = reg(&mut a, &sink_buf, 0, KIB64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        for i in 0..IOS {
+            let data = pattern(KIB64, i as u8);
+            let stag = eb.dev.alloc_mr(eb.pd).next_key();
+            let (answer, cmd) = (IoBuf::new(16), IoBuf::new(16));
+            b.post_recv(RecvWr { wr_id: 7, sgl: sgl(&answer) }).unwrap();
+            a.post_recv(RecvWr { wr_id: 8, sgl: sgl(&cmd) }).unwrap();
+            let (region, access) = (sgl(&data), Access::REMOTE_READ);
+            if oneshot {
+                let sgl = sgl(&cmd);
+                post(
+                    &mut b,
+                    1,
+                    SendOp::Advertise { stag, region, iova: 0, access, sgl, solicited: false },
+                );
+            } else {
+                post(&mut b, 1, SendOp::FastReg { stag, sgl: region, iova: 0, access });
+                post(
+                    &mut b,
+                    2,
+                    SendOp::Send { sgl: sgl(&cmd), solicited: false, invalidate: None },
+                );
+            }
+            let [got, _] = wait_wcs(&mut link, &mut a, &mut b, 1, 0);
+            assert_eq!(got[0].status, WcStatus::Success);
+            // a reads the buffer into its sink, then answers, closing it.
+            let read = SendOp::Read { sink, sink_to: 0x10_0000, len: KIB64 as u32, stag, to: 0 };
+            post(&mut a, 3, read);
+            let [got, _] = wait_wcs(&mut link, &mut a, &mut b, 1, 0);
+            assert_eq!(got[0].status, WcStatus::Success, "I/O {i}: {got:?}");
+            assert!(same(&sink_buf, &data), "I/O {i}");
+            let close = Some(stag);
+            post(
+                &mut a,
+                4,
+                SendOp::Send { sgl: ulp_ddp::Sgl::new(), solicited: false, invalidate: close },
+            );
+            let mut wb = Vec::new();
+            run(&mut link, &mut a, &mut b, |a, b| {
+                while a.poll_cq().is_some() {}
+                drain(b, &mut wb);
+                wb.iter().any(|w| w.opcode == iwarp::WcOpcode::Recv)
+            });
+            let answer = wb.iter().find(|w| w.opcode == iwarp::WcOpcode::Recv).unwrap();
+            assert_eq!((answer.status, answer.invalidated), (WcStatus::Success, close));
+            assert!(!eb.dev.is_valid(stag), "I/O {i}: closed by a, in b's QP");
+        }
+        run(&mut link, &mut a, &mut b, |_, b| !b.has_output());
+        let s = link.nics[1].stats();
+        let told = (s.stag_setup, s.oneshot_armed, s.stag_remote_invalidate, s.stag_invalidate);
+        assert_eq!(told, (0, 0, 0, 0), "one-shot {oneshot}: {s:?}");
+        assert_eq!(s.tx_gathered_bytes, (IOS * KIB64) as u64, "one-shot {oneshot}: {s:?}");
+        assert!(s.tx_fpdus_framed >= IOS as u64 * 8, "one-shot {oneshot}: {s:?}");
+    }
+}
+
 #[test]
 fn a_close_of_another_stag_is_reported_as_what_it_freed() {
     let mut link = Smol::with([nic(); 2], Profile::default());

@@ -552,7 +552,7 @@ impl Qp {
     pub fn reg_mr(&mut self, sgl: Sgl, iova: u64, access: Access) -> Result<Stag, VerbsError> {
         check_sgl(&sgl)?;
         let stag = self.dev.reg_mr(self.cfg.pd, sgl, iova, access)?;
-        self.nic_register(stag);
+        self.nic_register(stag, access);
         self.stats.control_calls += 1;
         Ok(stag)
     }

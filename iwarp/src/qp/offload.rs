@@ -1,6 +1,6 @@
 //! A queue pair over a NIC that speaks the ULP DDP contract: the socket
-//! is handed to the device when FPDUs start, STags the peer may address
-//! are mirrored to it, and what it reports back is checked.
+//! is handed to the device when FPDUs start, STags the peer may write
+//! into are mirrored to it, and what it reports back is checked.
 //!
 //! The device is an accelerator, never an authority. The QP's own STag
 //! table decides every access; placement and CRC verdicts are hints taken
@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use ulp_ddp::{
-    Caps, Config, DdpDevice, FlowId, HintFlags, IwarpConfig, RxHint, SgEntry, Sgl, SkHandle, Stag,
-    ZeroCopyTx,
+    Access, Caps, Config, DdpDevice, FlowId, HintFlags, IwarpConfig, RxHint, SgEntry, Sgl,
+    SkHandle, Stag, ZeroCopyTx,
 };
 
 use super::Qp;
@@ -177,9 +177,10 @@ impl Qp {
         }
     }
 
-    /// Mirror a registration to the NIC (live now).
-    pub(super) fn nic_register(&mut self, stag: Stag) {
-        let Some(a) = self.active() else { return };
+    /// Mirror a registration to the NIC (live now), if the NIC has a use
+    /// for it: see [`nic_places`].
+    pub(super) fn nic_register(&mut self, stag: Stag, access: Access) {
+        let Some(a) = self.active().filter(|_| nic_places(access)) else { return };
         if let Some(io) = self.dev.stag_io(stag)
             && let Err(e) = a.dev.stag_setup(&a.sk, io)
         {
@@ -187,18 +188,22 @@ impl Qp {
         }
     }
 
-    /// Mirror a local invalidate to the NIC.
-    pub(super) fn nic_invalidate(&mut self, stag: Stag) {
-        if let Some(a) = self.active() {
+    /// Mirror an invalidate to the NIC, of an STag that granted `access`
+    /// (or, not knowing it, of any).
+    pub(super) fn nic_invalidate(&mut self, stag: Stag, access: Option<Access>) {
+        if let Some(a) = self.active()
+            && access.is_none_or(nic_places)
+        {
             a.dev.stag_invalidate(&a.sk, stag);
         }
     }
 
     /// One-shot initiation: `stag` goes live on the NIC when the Send at
     /// stream offset `send_at` leaves. Falls back to a plain registration
-    /// where the NIC cannot.
-    pub(super) fn nic_advertise(&mut self, stag: Stag, send_at: u64) {
-        let Some(a) = self.active() else { return };
+    /// where the NIC cannot; the NIC is not told of it at all where it has
+    /// no use for it ([`nic_places`]).
+    pub(super) fn nic_advertise(&mut self, stag: Stag, access: Access, send_at: u64) {
+        let Some(a) = self.active().filter(|_| nic_places(access)) else { return };
         let Some(io) = self.dev.stag_io(stag) else { return };
         let r = if a.oneshot() {
             a.dev.stag_advertise(&a.sk, io, send_at)
@@ -229,4 +234,14 @@ impl Drop for Qp {
             a.dev.sk_del(&a.sk);
         }
     }
+}
+
+/// Whether the NIC is told of an STag granting `access`: only if the peer
+/// may write into it, since placing tagged data is what the NIC does with
+/// an STag. The NIC does not answer Read Requests (this QP does, and the
+/// NIC gathers the Read Response from the source's buffers by reference),
+/// so a read-only STag on it would be registered, and freed by the close,
+/// for nothing: the QP checks, and invalidates, it alone.
+fn nic_places(access: Access) -> bool {
+    access.contains(Access::REMOTE_WRITE)
 }

@@ -484,21 +484,26 @@ impl Qp {
                         // A NIC may have freed its copy already: it must
                         // have freed this one and nothing else.
                         let stag = Stag(open.inval);
-                        match self.nic_freed(self.framer.fpdu_start(), stag) {
-                            Ok(true) => self.stats.remote_invalidates += 1,
-                            // The NIC let the Send pass (out of step after
-                            // a loss, or it came as a retransmission): its
-                            // copy of the STag goes now, or the index,
-                            // once given out again, could not be.
-                            Ok(false) => self.nic_invalidate(stag),
+                        let freed = match self.nic_freed(self.framer.fpdu_start(), stag) {
+                            Ok(freed) => freed,
                             Err(other) => {
                                 tracing::warn!(%stag, freed = %Stag(other), "NIC freed another STag");
                                 self.complete_recv(open, WcStatus::RemoteInvalidate, None);
                                 return Err(Terminate::new(TermLayer::Llp, 0, 5));
                             }
+                        };
+                        let invalidated = self.dev.invalidate(self.cfg.pd, stag);
+                        if freed {
+                            self.stats.remote_invalidates += 1;
+                        } else {
+                            // The NIC let the Send pass (out of step after
+                            // a loss, or it came as a retransmission): its
+                            // copy of the STag, if it has one, goes now, or
+                            // the index, once given out again, could not be.
+                            self.nic_invalidate(stag, invalidated.ok());
                         }
-                        match self.dev.invalidate(self.cfg.pd, stag) {
-                            Ok(()) => {
+                        match invalidated {
+                            Ok(_) => {
                                 // The one-shot close frees the region too.
                                 if open.opcode == Opcode::SendClose {
                                     let _ = self.dev.dereg_mr(stag);

@@ -594,7 +594,7 @@ impl Qp {
                         self.cq.push_back(wc);
                         return true;
                     }
-                    self.nic_advertise(*stag, self.tx.stream_end());
+                    self.nic_advertise(*stag, *access, self.tx.stream_end());
                 }
                 let n = (len - sent).min((self.tx.mulpdu - DdpHeader::UNTAGGED_LEN) as u32);
                 // The patent's encoding names the STag in the header; the
@@ -702,13 +702,14 @@ impl Qp {
             SendOp::FastReg { stag, sgl, iova, access } => {
                 let r = self.dev.fast_reg(pd, stag, sgl, iova, access);
                 if r.is_ok() {
-                    self.nic_register(stag);
+                    self.nic_register(stag, access);
                 }
                 (WcOpcode::FastReg, r)
             }
             SendOp::LocalInv { stag } => {
-                self.nic_invalidate(stag);
-                (WcOpcode::LocalInv, self.dev.invalidate(pd, stag))
+                let r = self.dev.invalidate(pd, stag);
+                self.nic_invalidate(stag, r.as_ref().ok().copied());
+                (WcOpcode::LocalInv, r.map(|_| ()))
             }
             _ => unreachable!("local requests only"),
         };
