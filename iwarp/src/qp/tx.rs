@@ -333,11 +333,10 @@ fn drain_fpdus(
             stats.tx_zero_copy_bytes += fpdus.payload_in(done, done + k) as u64;
             // Every FPDU but the last is as long as the first; the last
             // ends where the message does.
+            // (The last ends its record once the message is all handed
+            // over, as any FPDU does: see `Qp::poll_send`.)
             let (_, at) = fpdus.fpdu_at(done);
             out.end_records(done + k - at, fpdus.fpdu_len(0));
-            if done + k == len {
-                out.end_record();
-            }
             return k;
         }
         *token = None;
