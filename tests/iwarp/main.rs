@@ -72,6 +72,18 @@ fn wait_wcs(link: &mut dyn Link, a: &mut Qp, b: &mut Qp, na: usize, nb: usize) -
     [wa, wb]
 }
 
+/// Run until b has received a's answer (a's own completions dropped):
+/// b's receive completion for it.
+fn answered(link: &mut dyn Link, a: &mut Qp, b: &mut Qp) -> Wc {
+    let mut wb = Vec::new();
+    run(link, a, b, |a, b| {
+        while a.poll_cq().is_some() {}
+        drain(b, &mut wb);
+        wb.iter().any(|w| w.opcode == iwarp::WcOpcode::Recv)
+    });
+    wb.into_iter().find(|w| w.opcode == iwarp::WcOpcode::Recv).expect("an answer")
+}
+
 #[test]
 fn tagged_payload_skips_the_host_with_offloads_and_not_without() {
     const MIB: usize = 1 << 20;
@@ -441,13 +453,7 @@ fn io_round(oneshot: bool, ios: usize, offers: [bool; 2], to_b: Profile) -> (f64
         post(&mut a, 3, SendOp::Write { sgl: sgl(&payload), stag: named, to: 0 });
         let close = oneshot.then_some(named);
         post(&mut a, 4, SendOp::Send { sgl: sgl(&answers[0]), solicited: true, invalidate: close });
-        let mut wb = Vec::new();
-        run(&mut link, &mut a, &mut b, |a, b| {
-            while a.poll_cq().is_some() {}
-            drain(b, &mut wb);
-            wb.iter().any(|w| w.opcode == iwarp::WcOpcode::Recv)
-        });
-        let answer = wb.iter().find(|w| w.opcode == iwarp::WcOpcode::Recv).unwrap();
+        let answer = answered(&mut link, &mut a, &mut b);
         // The driver's own check: the STag closed is the one advertised.
         assert_eq!(answer.invalidated, close);
         if !oneshot {
@@ -540,13 +546,7 @@ fn a_read_only_stag_stays_with_the_qp_and_its_reads_are_still_gathered() {
                 4,
                 SendOp::Send { sgl: ulp_ddp::Sgl::new(), solicited: false, invalidate: close },
             );
-            let mut wb = Vec::new();
-            run(&mut link, &mut a, &mut b, |a, b| {
-                while a.poll_cq().is_some() {}
-                drain(b, &mut wb);
-                wb.iter().any(|w| w.opcode == iwarp::WcOpcode::Recv)
-            });
-            let answer = wb.iter().find(|w| w.opcode == iwarp::WcOpcode::Recv).unwrap();
+            let answer = answered(&mut link, &mut a, &mut b);
             assert_eq!((answer.status, answer.invalidated), (WcStatus::Success, close));
             assert!(!eb.dev.is_valid(stag), "I/O {i}: closed by a, in b's QP");
         }
