@@ -497,40 +497,36 @@ fn a_close_the_nic_let_pass_still_frees_its_stag() {
 
 /// Writes in the manner of NVMe over RDMA: b (the host) makes a
 /// read-only buffer known to a (the controller), which reads it and
-/// answers, closing the STag. The NIC's part in an STag is placing into
-/// it, so it is told of none of these: b's QP answers the Read Requests
-/// and frees the STags itself, one-shot or classic, while b's NIC still
-/// frames and gathers every Read Response.
+/// answers, closing the STag: one-shot with the patent's opcodes, or
+/// classic with the standard ones. The NIC's part in an STag is placing
+/// into it, so b's NIC is told of none of these, nor of a read-only STag
+/// registered and invalidated locally: b's QP answers the Read Requests
+/// and frees the STags itself, while b's NIC still frames and gathers
+/// every Read Response. a's NIC, as ever, places them into a's sink.
 #[test]
 fn a_read_only_stag_stays_with_the_qp_and_its_reads_are_still_gathered() {
     const IOS: usize = 4;
     for oneshot in [true, false] {
         let mut link = Smol::with([nic(); 2], Profile::default());
         let (ea, eb) = (end(), end());
-        let (mut a, mut b) = connect_with(&mut link, &ea, &eb, |c, _| c.oneshot_opcodes = true);
+        let (mut a, mut b) = connect_with(&mut link, &ea, &eb, |c, _| c.oneshot_opcodes = oneshot);
         let sink_buf = IoBuf::new(KIB64);
         let sink = reg(&mut a, &sink_buf, 0, KIB64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        let access = Access::REMOTE_READ;
         for i in 0..IOS {
             let data = pattern(KIB64, i as u8);
             let stag = eb.dev.alloc_mr(eb.pd).next_key();
-            let (answer, cmd) = (IoBuf::new(16), IoBuf::new(16));
+            let (answer, command) = (IoBuf::new(16), IoBuf::new(16));
             b.post_recv(RecvWr { wr_id: 7, sgl: sgl(&answer) }).unwrap();
-            a.post_recv(RecvWr { wr_id: 8, sgl: sgl(&cmd) }).unwrap();
-            let (region, access) = (sgl(&data), Access::REMOTE_READ);
+            a.post_recv(RecvWr { wr_id: 8, sgl: sgl(&command) }).unwrap();
+            let (region, cmd) = (sgl(&data), sgl(&IoBuf::new(16)));
             if oneshot {
-                let sgl = sgl(&cmd);
-                post(
-                    &mut b,
-                    1,
-                    SendOp::Advertise { stag, region, iova: 0, access, sgl, solicited: false },
-                );
+                let op =
+                    SendOp::Advertise { stag, region, iova: 0, access, sgl: cmd, solicited: false };
+                post(&mut b, 1, op);
             } else {
                 post(&mut b, 1, SendOp::FastReg { stag, sgl: region, iova: 0, access });
-                post(
-                    &mut b,
-                    2,
-                    SendOp::Send { sgl: sgl(&cmd), solicited: false, invalidate: None },
-                );
+                post(&mut b, 2, SendOp::Send { sgl: cmd, solicited: false, invalidate: None });
             }
             let [got, _] = wait_wcs(&mut link, &mut a, &mut b, 1, 0);
             assert_eq!(got[0].status, WcStatus::Success);
@@ -541,21 +537,30 @@ fn a_read_only_stag_stays_with_the_qp_and_its_reads_are_still_gathered() {
             assert_eq!(got[0].status, WcStatus::Success, "I/O {i}: {got:?}");
             assert!(same(&sink_buf, &data), "I/O {i}");
             let close = Some(stag);
-            post(
-                &mut a,
-                4,
-                SendOp::Send { sgl: ulp_ddp::Sgl::new(), solicited: false, invalidate: close },
-            );
+            let op = SendOp::Send { sgl: ulp_ddp::Sgl::new(), solicited: false, invalidate: close };
+            post(&mut a, 4, op);
             let answer = answered(&mut link, &mut a, &mut b);
             assert_eq!((answer.status, answer.invalidated), (WcStatus::Success, close));
             assert!(!eb.dev.is_valid(stag), "I/O {i}: closed by a, in b's QP");
         }
+        // Registered and invalidated locally, never told either.
+        let stag = eb.dev.alloc_mr(eb.pd).next_key();
+        let region = sgl(&IoBuf::new(4096));
+        post(&mut b, 5, SendOp::FastReg { stag, sgl: region, iova: 0, access });
+        post(&mut b, 6, SendOp::LocalInv { stag });
+        let [_, got] = wait_wcs(&mut link, &mut a, &mut b, 0, 2);
+        assert!(got.iter().all(|w| w.status == WcStatus::Success), "{got:?}");
+        assert!(!eb.dev.is_valid(stag));
         run(&mut link, &mut a, &mut b, |_, b| !b.has_output());
         let s = link.nics[1].stats();
         let told = (s.stag_setup, s.oneshot_armed, s.stag_remote_invalidate, s.stag_invalidate);
         assert_eq!(told, (0, 0, 0, 0), "one-shot {oneshot}: {s:?}");
-        assert_eq!(s.tx_gathered_bytes, (IOS * KIB64) as u64, "one-shot {oneshot}: {s:?}");
-        assert!(s.tx_fpdus_framed >= IOS as u64 * 8, "one-shot {oneshot}: {s:?}");
+        let bytes = (IOS * KIB64) as u64;
+        assert_eq!(s.tx_gathered_bytes, bytes, "one-shot {oneshot}: {s:?}");
+        // At least an FPDU for each MSS of payload (MTU 1500).
+        assert!(s.tx_fpdus_framed >= bytes / 1460, "one-shot {oneshot}: {s:?}");
+        let s = link.nics[0].stats();
+        assert_eq!((s.stag_setup, s.nic_placed_bytes), (1, bytes), "a's sink: {s:?}");
     }
 }
 

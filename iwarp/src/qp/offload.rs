@@ -238,10 +238,13 @@ impl Drop for Qp {
 
 /// Whether the NIC is told of an STag granting `access`: only if the peer
 /// may write into it, since placing tagged data is what the NIC does with
-/// an STag. The NIC does not answer Read Requests (this QP does, and the
-/// NIC gathers the Read Response from the source's buffers by reference),
-/// so a read-only STag on it would be registered, and freed by the close,
-/// for nothing: the QP checks, and invalidates, it alone.
+/// an STag. (That takes in the sinks of our own Reads, where the NIC
+/// places Read Responses: a Read is posted only into an STag granting
+/// remote write too, `SINK_ACCESS`.) The NIC does not answer Read
+/// Requests: this QP does, and with zero-copy transmit the NIC gathers
+/// the Read Response under a transmit mapping of its own. So a read-only
+/// STag on the NIC would be registered, and freed by the close, for
+/// nothing: the QP checks, and invalidates, it alone.
 fn nic_places(access: Access) -> bool {
     access.contains(Access::REMOTE_WRITE)
 }

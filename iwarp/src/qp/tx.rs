@@ -707,7 +707,7 @@ impl Qp {
             }
             SendOp::LocalInv { stag } => {
                 let r = self.dev.invalidate(pd, stag);
-                self.nic_invalidate(stag, r.as_ref().ok().copied());
+                self.nic_invalidate(stag, r.ok());
                 (WcOpcode::LocalInv, r.map(|_| ()))
             }
             _ => unreachable!("local requests only"),
