@@ -331,10 +331,10 @@ fn drain_fpdus(
     if let (Some(z), Some(t)) = (zc, *token) {
         if let Some(k) = z.send_mapped(out, t, done as u64, len - done) {
             stats.tx_zero_copy_bytes += fpdus.payload_in(done, done + k) as u64;
-            // Every FPDU but the last is as long as the first; the last
-            // ends where the message does.
-            // (The last ends its record once the message is all handed
-            // over, as any FPDU does: see `Qp::poll_send`.)
+            // Every FPDU but the last is as long as the first, and each
+            // whole one ends a record here. The last, which ends where the
+            // message does, has its record ended by `Qp::poll_send` once
+            // all of the message is handed over, as any FPDU has.
             let (_, at) = fpdus.fpdu_at(done);
             out.end_records(done + k - at, fpdus.fpdu_len(0));
             return k;
