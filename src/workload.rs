@@ -267,6 +267,12 @@ impl Workload {
         })
     }
 
+    /// A workload that takes over `before`'s I/O buffers, as an
+    /// application keeps its buffers from one pass to the next.
+    pub fn after(spec: WorkloadSpec, host: &Host, before: Workload) -> Result<Self, WorkloadError> {
+        Ok(Self { spare: before.spare, ..Self::new(spec, host)? })
+    }
+
     pub fn spec(&self) -> &WorkloadSpec {
         &self.spec
     }

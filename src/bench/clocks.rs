@@ -3,6 +3,7 @@
 //! counters at one moment of a run. Reading only; it must never step a
 //! part or decide what a reading means.
 
+use crate::driver::valgrind::{Collector, Part};
 use nic_backend::{NicHandle, NicThread, thread_cpu_ns};
 use nvme_of::host::Host;
 use nvme_of::{TxStats, UlpStats};
@@ -51,11 +52,27 @@ pub struct Tally {
 pub enum Clocks {
     /// Each part on a thread of its own: their CPU clocks.
     Threads { nic: NicThread, controller: std::thread::JoinHandle<()> },
-    /// Every part stepped in turn on this thread: what the loop added up.
-    Lockstep(Rc<Cell<Tally>>),
+    /// Every part stepped in turn on this thread: what the loop added up,
+    /// and, under Valgrind, the switch of the part whose events it counts.
+    Lockstep(Rc<Cell<Tally>>, Option<Rc<Collector>>),
 }
 
 impl Clocks {
+    /// The measured window opens, in the host's step (where marks are
+    /// taken): after the mark.
+    pub fn open(&self) {
+        if let Clocks::Lockstep(_, Some(c)) = self {
+            c.open(Some(Part::Host));
+        }
+    }
+
+    /// The measured window closes: before the mark.
+    pub fn close(&self) {
+        if let Clocks::Lockstep(_, Some(c)) = self {
+            c.close();
+        }
+    }
+
     /// Read on the host's thread.
     pub fn cpu(&self) -> Cpu {
         let process = cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID) as i64;
@@ -67,7 +84,7 @@ impl Clocks {
                 harness: 0,
                 process,
             },
-            Clocks::Lockstep(tally) => {
+            Clocks::Lockstep(tally, _) => {
                 let Tally { sums, host_since } = tally.get();
                 let now = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) as i64;
                 Cpu { host: sums.host + (now - host_since), process, ..sums }

@@ -9,12 +9,16 @@
 //! warm-up, then a measured phase: the host's CPU is what a host with this
 //! NIC pays, the NIC's is what hardware would do instead, and the
 //! process's CPU time is read too, as a check that the parts account for
-//! all of it. Points are reported as medians with their spread.
+//! all of it. Points are reported as medians with their spread. With the
+//! instructions meter (`--meter instructions`), each part's cost is what
+//! Valgrind counted instead: the same on any machine, run after run.
 //!
 //! One job a file:
 //! - [`options`]: what to measure, and the matrix of settings it makes.
 //! - [`point`]: one point's measures, typed, and one run's.
 //! - [`clocks`]: the CPU clocks a run reads, and counters at one moment.
+//! - [`meter`]: the instructions meter: each part of a run counted by
+//!   Valgrind, in a process of its own.
 //! - [`run`]: the run loop: one point, `reps` times, and raw TCP.
 //! - [`stats`]: medians and spreads, and the limit a spread must keep.
 //! - [`goals`]: comparing points against goals the user gives in a file.
@@ -25,6 +29,7 @@
 
 pub mod clocks;
 pub mod goals;
+pub mod meter;
 pub mod options;
 pub mod point;
 pub mod report;

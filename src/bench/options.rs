@@ -2,6 +2,7 @@
 //! make (impairments of the wire included). Only the choice of points; it must never run or judge one.
 
 use crate::driver::transport::TransportType;
+use crate::driver::valgrind::Part;
 use crate::workload::Rw;
 use serde::Serialize;
 use smoltcp_glue::{LinkName, Profile};
@@ -11,6 +12,37 @@ use ulp_ddp::Caps;
 
 /// The offload sets the bench compares by default.
 pub const OFFLOAD_SETS: [Caps; 4] = [Caps::NONE, Caps::CRC, Caps::DDP, Caps::ALL];
+
+/// What a part's cost is counted in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Meter {
+    /// CPU time, from the threads' clocks: what a user pays, on this
+    /// machine, as busy as it is.
+    #[default]
+    Cpu,
+    /// Instructions, memory accesses, cache misses and mispredicted
+    /// branches, counted by Valgrind (Callgrind, under a fixed cache
+    /// model): the same on any machine, run after run.
+    Instructions,
+}
+
+impl Meter {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(Meter::Cpu),
+            "instructions" => Ok(Meter::Instructions),
+            _ => Err(format!("{s:?}: use cpu or instructions")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Meter::Cpu => "cpu",
+            Meter::Instructions => "instructions",
+        }
+    }
+}
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -35,6 +67,16 @@ pub struct BenchOptions {
     pub reps: usize,
     pub warmup: Duration,
     pub duration: Duration,
+    /// Measure this many I/Os a run, after a warm-up of
+    /// [`warmup_ios`](Self::warmup_ios), instead of `duration` after
+    /// `warmup`. The instructions meter always counts I/Os:
+    /// [`window_ios`](Self::window_ios) says how many.
+    pub ios: Option<u64>,
+    /// What costs are counted in.
+    pub meter: Meter,
+    /// This process runs under Valgrind, collecting this part's events
+    /// (the instructions meter starts such a process per part).
+    pub collect: Option<Part>,
     /// Run over these interfaces (host's, controller's: TAPs, or any
     /// through AF_XDP or AF_PACKET) instead of the in-process wire; their
     /// MTU is the interfaces'.
@@ -68,6 +110,24 @@ pub fn rep_seed(seed: u64, rep: usize) -> u64 {
 }
 
 impl BenchOptions {
+    /// The I/Os a run of a point with block size `bs` measures, when it
+    /// counts them: `ios`, or under the instructions meter, 16 MiB worth
+    /// within 64 to 1024 (a point's counts repeat, so a short window is
+    /// exact; Valgrind runs some 500 times slower than the CPU).
+    pub fn window_ios(&self, bs: u32) -> Option<u64> {
+        match (self.ios, self.meter) {
+            (Some(n), _) => Some(n),
+            (None, Meter::Instructions) => Some(((16u64 << 20) / u64::from(bs)).clamp(64, 1024)),
+            (None, Meter::Cpu) => None,
+        }
+    }
+
+    /// The I/Os of the warm-up before a window of `ios`: a quarter of it,
+    /// and at least two queues' worth.
+    pub fn warmup_ios(ios: u64, qd: u16) -> u64 {
+        (ios / 4).max(2 * u64::from(qd))
+    }
+
     /// Whether the parts run on threads of their own.
     pub fn threaded(&self) -> bool {
         self.threads || self.link.is_some()
@@ -146,6 +206,9 @@ impl Default for BenchOptions {
             reps: 5,
             warmup: Duration::from_millis(200),
             duration: Duration::from_secs(1),
+            ios: None,
+            meter: Meter::Cpu,
+            collect: None,
             link: None,
             busy_poll: Duration::ZERO,
             threads: false,

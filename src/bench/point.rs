@@ -4,9 +4,10 @@
 //! hold a limit.
 
 use crate::bench::clocks::{Cpu, Mark};
-use crate::bench::options::Setting;
+use crate::bench::options::{Meter, Setting};
 use crate::workload::IoStats;
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
 
 /// One point of the matrix: what ran and the medians of what it did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -14,11 +15,19 @@ pub struct Point {
     /// What ran (written as its fields: transport, bs, rw, ...).
     #[serde(flatten)]
     pub setting: Setting,
+    /// What the costs were counted in: CPU time, or (under Valgrind)
+    /// instructions and what its cache model saw.
+    pub meter: Meter,
     /// The medians over the runs (written as their fields: iops, ...).
     #[serde(flatten)]
     pub median: Measures,
     /// Raw smoltcp TCP throughput on the same medium, MTU and impairments.
     pub raw_tcp_bytes_per_sec: f64,
+    /// Instructions meter: what raw TCP's sender and receiver did to move
+    /// as many bytes as one I/O of this point moves (medians; written as
+    /// `raw_tcp_sender_instructions_per_io`, ...).
+    #[serde(flatten, skip_serializing_if = "RawCounts::is_empty")]
+    pub raw_tcp: RawCounts,
     pub reps: usize,
     /// [min, max] over the repetitions.
     pub iops_range: [f64; 2],
@@ -33,32 +42,207 @@ pub struct Point {
     pub nic_cpu_spread: f64,
     pub controller_cpu_spread: f64,
     pub raw_tcp_spread: f64,
-    /// Both spreads (throughput, host CPU) are within
-    /// [`SPREAD_LIMIT`](crate::bench::stats::SPREAD_LIMIT): a goal may be
-    /// judged on this point.
+    /// Instructions meter: (max - min) / median of each part's
+    /// instructions per I/O over the repetitions.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub host_instructions_spread: f64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub nic_instructions_spread: f64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub controller_instructions_spread: f64,
+    /// The spreads a verdict rests on are within
+    /// [`SPREAD_LIMIT`](crate::bench::stats::SPREAD_LIMIT) (CPU meter:
+    /// throughput and host CPU; instructions meter: host instructions): a
+    /// goal may be judged on this point.
     pub steady: bool,
 }
 
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// What Valgrind counted of one part's work, per I/O (or, for raw TCP
+/// while it is measured, per byte): Callgrind's events under a fixed
+/// cache model (see [`meter`](crate::bench::meter)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Instructions executed (Ir).
+    pub instructions: f64,
+    /// Data reads and writes (Dr, Dw).
+    pub data_reads: f64,
+    pub data_writes: f64,
+    /// First-level misses, instruction and data (I1mr + D1mr + D1mw).
+    pub l1_misses: f64,
+    /// Last-level misses (ILmr + DLmr + DLmw).
+    pub ll_misses: f64,
+    /// Mispredicted branches, conditional and indirect (Bcm + Bim).
+    pub branch_misses: f64,
+    /// Estimated cycles: a first-level hit 1, a last-level hit 5, memory
+    /// 35 (gungraun's estimate, so the two tables read alike).
+    pub est_cycles: f64,
+}
+
+impl Counts {
+    /// The names of the measures, as JSON writes them after a part's
+    /// name (`host_instructions_per_io`).
+    pub const NAMES: [&'static str; 7] = [
+        "instructions",
+        "data_reads",
+        "data_writes",
+        "l1_misses",
+        "ll_misses",
+        "branch_misses",
+        "est_cycles",
+    ];
+
+    pub fn each(&self) -> [f64; 7] {
+        [
+            self.instructions,
+            self.data_reads,
+            self.data_writes,
+            self.l1_misses,
+            self.ll_misses,
+            self.branch_misses,
+            self.est_cycles,
+        ]
+    }
+
+    pub fn each_mut(&mut self) -> [&mut f64; 7] {
+        [
+            &mut self.instructions,
+            &mut self.data_reads,
+            &mut self.data_writes,
+            &mut self.l1_misses,
+            &mut self.ll_misses,
+            &mut self.branch_misses,
+            &mut self.est_cycles,
+        ]
+    }
+
+    /// The median of each measure over `runs`.
+    pub fn median(runs: &[Counts]) -> Self {
+        let mut m = Counts::default();
+        for (i, v) in m.each_mut().into_iter().enumerate() {
+            *v = crate::bench::stats::median(runs.iter().map(|c| c.each()[i]).collect());
+        }
+        m
+    }
+
+    /// Each measure times `k`.
+    pub fn scaled(mut self, k: f64) -> Self {
+        self.each_mut().into_iter().for_each(|v| *v *= k);
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.each().iter().all(|&v| v == 0.0)
+    }
+}
+
+/// Write `parts` flat into a map: `{name}_{measure}_per_io` for each.
+fn write_parts<S: SerializeMap>(map: &mut S, parts: &[(&str, &Counts)]) -> Result<(), S::Error> {
+    for (name, c) in parts {
+        for (measure, v) in Counts::NAMES.iter().zip(c.each()) {
+            map.serialize_entry(&format!("{name}_{measure}_per_io"), &v)?;
+        }
+    }
+    Ok(())
+}
+
+/// Instructions meter: what each NVMe part did per I/O.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PartCounts {
+    pub host: Counts,
+    pub nic: Counts,
+    pub controller: Counts,
+}
+
+impl PartCounts {
+    pub fn is_empty(&self) -> bool {
+        [self.host, self.nic, self.controller].iter().all(Counts::is_empty)
+    }
+}
+
+impl Serialize for PartCounts {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        let parts = [("host", &self.host), ("nic", &self.nic), ("controller", &self.controller)];
+        write_parts(&mut map, &parts)?;
+        map.end()
+    }
+}
+
+/// Instructions meter: what raw TCP's sender and receiver did.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RawCounts {
+    pub sender: Counts,
+    pub receiver: Counts,
+}
+
+impl RawCounts {
+    pub fn is_empty(&self) -> bool {
+        self.sender.is_empty() && self.receiver.is_empty()
+    }
+
+    pub fn scaled(self, k: f64) -> Self {
+        Self { sender: self.sender.scaled(k), receiver: self.receiver.scaled(k) }
+    }
+}
+
+impl Serialize for RawCounts {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        let parts = [("raw_tcp_sender", &self.sender), ("raw_tcp_receiver", &self.receiver)];
+        write_parts(&mut map, &parts)?;
+        map.end()
+    }
+}
+
+/// One run of raw TCP: its throughput and, under the instructions meter,
+/// what its ends did per byte.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RawRun {
+    pub bytes_per_sec: f64,
+    pub per_byte: RawCounts,
+}
+
 /// Raw TCP's throughput over its repetitions on one medium, MTU and
-/// impairment: the median, the spread and [min, max].
+/// impairment: the median, the spread and [min, max]; and the medians of
+/// its ends' counts per byte.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RawTcp {
     pub median: f64,
     pub spread: f64,
     pub range: [f64; 2],
+    pub per_byte: RawCounts,
 }
 
 impl RawTcp {
-    /// Of these repetitions' throughputs.
-    pub fn of(runs: &[f64]) -> Self {
+    /// Of these repetitions.
+    pub fn of(runs: &[RawRun]) -> Self {
         use crate::bench::stats::{median, range, spread};
-        Self { median: median(runs.to_vec()), spread: spread(runs), range: range(runs) }
+        let rates: Vec<f64> = runs.iter().map(|r| r.bytes_per_sec).collect();
+        let end = |f: fn(&RawCounts) -> Counts| {
+            Counts::median(&runs.iter().map(|r| f(&r.per_byte)).collect::<Vec<_>>())
+        };
+        let per_byte = RawCounts { sender: end(|c| c.sender), receiver: end(|c| c.receiver) };
+        Self {
+            median: median(rates.clone()),
+            spread: spread(&rates),
+            range: range(&rates),
+            per_byte,
+        }
     }
 }
 
 /// A measure of a point whose spread over the runs is known, so a goal
 /// comparing it can tell a verdict from noise. In goal files, by its JSON
 /// field name.
+///
+/// A part's cost is counted by the meter the point was measured with: a
+/// goal on `host_cpu_ns_per_io` is judged in instructions on a point
+/// measured with the instructions meter, so one goals file serves both.
+/// The `*_instructions_per_io` names ask for instructions alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
@@ -67,36 +251,56 @@ pub enum Metric {
     NicCpuNsPerIo,
     ControllerCpuNsPerIo,
     RawTcpBytesPerSec,
+    HostInstructionsPerIo,
+    NicInstructionsPerIo,
+    ControllerInstructionsPerIo,
 }
 
 impl Metric {
-    /// The point's median of this measure.
+    /// The point's median of this measure (zero where its meter did not
+    /// measure it).
     pub fn of(self, p: &Point) -> f64 {
-        match self {
-            Metric::BytesPerSec => p.median.bytes_per_sec,
-            Metric::HostCpuNsPerIo => p.median.host_cpu_ns_per_io,
-            Metric::NicCpuNsPerIo => p.median.nic_cpu_ns_per_io,
-            Metric::ControllerCpuNsPerIo => p.median.controller_cpu_ns_per_io,
-            Metric::RawTcpBytesPerSec => p.raw_tcp_bytes_per_sec,
+        let counted = |c: &Counts| c.instructions;
+        let c = &p.median.counts;
+        match (self, p.meter) {
+            (Metric::BytesPerSec, _) => p.median.bytes_per_sec,
+            (Metric::RawTcpBytesPerSec, _) => p.raw_tcp_bytes_per_sec,
+            (Metric::HostCpuNsPerIo, Meter::Cpu) => p.median.host_cpu_ns_per_io,
+            (Metric::NicCpuNsPerIo, Meter::Cpu) => p.median.nic_cpu_ns_per_io,
+            (Metric::ControllerCpuNsPerIo, Meter::Cpu) => p.median.controller_cpu_ns_per_io,
+            (Metric::HostCpuNsPerIo | Metric::HostInstructionsPerIo, _) => counted(&c.host),
+            (Metric::NicCpuNsPerIo | Metric::NicInstructionsPerIo, _) => counted(&c.nic),
+            (Metric::ControllerCpuNsPerIo | Metric::ControllerInstructionsPerIo, _) => {
+                counted(&c.controller)
+            }
         }
     }
 
     /// The point's spread of this measure over its runs.
     pub fn spread(self, p: &Point) -> f64 {
-        match self {
-            Metric::BytesPerSec => p.bytes_per_sec_spread,
-            Metric::HostCpuNsPerIo => p.host_cpu_spread,
-            Metric::NicCpuNsPerIo => p.nic_cpu_spread,
-            Metric::ControllerCpuNsPerIo => p.controller_cpu_spread,
-            Metric::RawTcpBytesPerSec => p.raw_tcp_spread,
+        match (self, p.meter) {
+            (Metric::BytesPerSec, _) => p.bytes_per_sec_spread,
+            (Metric::RawTcpBytesPerSec, _) => p.raw_tcp_spread,
+            (Metric::HostCpuNsPerIo, Meter::Cpu) => p.host_cpu_spread,
+            (Metric::NicCpuNsPerIo, Meter::Cpu) => p.nic_cpu_spread,
+            (Metric::ControllerCpuNsPerIo, Meter::Cpu) => p.controller_cpu_spread,
+            (Metric::HostCpuNsPerIo | Metric::HostInstructionsPerIo, _) => {
+                p.host_instructions_spread
+            }
+            (Metric::NicCpuNsPerIo | Metric::NicInstructionsPerIo, _) => p.nic_instructions_spread,
+            (Metric::ControllerCpuNsPerIo | Metric::ControllerInstructionsPerIo, _) => {
+                p.controller_instructions_spread
+            }
         }
     }
 }
 
 /// What one run of a point did, or (in a [`Point`]) the medians over its
 /// runs.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Measures {
+    /// I/Os measured.
+    pub ios: f64,
     pub iops: f64,
     pub bytes_per_sec: f64,
     pub lat_p50_us: f64,
@@ -136,16 +340,22 @@ pub struct Measures {
     /// Bytes the warm-up read and found equal to what the namespace holds
     /// (reads only; the measurement checks nothing).
     pub verified_bytes: f64,
+    /// Instructions meter: what each part did per I/O (written as
+    /// `host_instructions_per_io`, ...). The CPU times, throughput and
+    /// latencies above are then zero: under Valgrind they would measure
+    /// Valgrind.
+    #[serde(flatten, skip_serializing_if = "PartCounts::is_empty", skip_deserializing)]
+    pub counts: PartCounts,
     /// With several jobs, what each did (the figures above are of all of
     /// them together).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_job: Vec<JobMeasures>,
 }
 
 /// What one job of a run did, or (in a [`Point`]) the medians over its
 /// runs: its throughput and the CPU per I/O of its threads (the
 /// controller's is its own stack's, the group that served it).
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct JobMeasures {
     pub iops: f64,
     pub bytes_per_sec: f64,
@@ -174,6 +384,7 @@ impl Measures {
         let ulp = b.ulp.since(&a.ulp);
         let cpu = |f: fn(&Cpu) -> i64| (f(&b.cpu) - f(&a.cpu)) as f64 / ios;
         Measures {
+            ios: s.ios as f64,
             iops: s.iops,
             bytes_per_sec: s.bytes_per_sec,
             lat_p50_us: s.lat_p50_us as f64,
@@ -204,6 +415,7 @@ impl Measures {
             offload_share: ulp.offload_share(),
             resync_latency_pdus: ulp.resync_latency_pdus(),
             verified_bytes: 0.0,
+            counts: PartCounts::default(),
             per_job: Vec::new(),
         }
     }
@@ -227,6 +439,7 @@ impl Measures {
             false => latencies.value_at_quantile(q) as f64,
         };
         let mut all = Measures {
+            ios,
             iops: sum(|m| m.iops),
             bytes_per_sec: sum(|m| m.bytes_per_sec),
             lat_p50_us: quantile(0.5),
@@ -248,6 +461,7 @@ impl Measures {
             offload_share: per_io(|m| m.offload_share),
             resync_latency_pdus: per_io(|m| m.resync_latency_pdus),
             verified_bytes: sum(|m| m.verified_bytes),
+            counts: PartCounts::default(),
             per_job: Vec::new(),
         };
         all.per_job = jobs
@@ -263,9 +477,30 @@ impl Measures {
         all
     }
 
+    /// These measures without what time measures (throughput, latency,
+    /// CPU time): a run under Valgrind would have timed Valgrind.
+    pub fn without_times(self) -> Self {
+        Measures {
+            iops: 0.0,
+            bytes_per_sec: 0.0,
+            lat_p50_us: 0.0,
+            lat_p99_us: 0.0,
+            host_cpu_ns_per_io: 0.0,
+            nic_cpu_ns_per_io: 0.0,
+            controller_cpu_ns_per_io: 0.0,
+            harness_cpu_ns_per_io: 0.0,
+            process_cpu_ns_per_io: 0.0,
+            per_job: Vec::new(),
+            ..self
+        }
+    }
+
     /// Each measure, so statistics can go over all of them alike.
-    pub fn each_mut(&mut self) -> [&mut f64; 21] {
+    pub fn each_mut(&mut self) -> Vec<&mut f64> {
+        let PartCounts { host, nic, controller } = &mut self.counts;
+        let counts = [host, nic, controller].into_iter().flat_map(Counts::each_mut);
         [
+            &mut self.ios,
             &mut self.iops,
             &mut self.bytes_per_sec,
             &mut self.lat_p50_us,
@@ -288,6 +523,9 @@ impl Measures {
             &mut self.resync_latency_pdus,
             &mut self.verified_bytes,
         ]
+        .into_iter()
+        .chain(counts)
+        .collect()
     }
 }
 

@@ -4,7 +4,7 @@
 
 use crate::bench::clocks::cpu_ns;
 use crate::bench::goals::{GoalCheck, Goals};
-use crate::bench::options::BenchOptions;
+use crate::bench::options::{BenchOptions, Meter};
 use crate::bench::point::Point;
 use crate::bench::stats::{SPREAD_LIMIT, spread};
 use serde::Serialize;
@@ -59,6 +59,8 @@ impl Machine {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub machine: Machine,
+    /// What the points' costs were counted in.
+    pub meter: Meter,
     /// The commit the binary was built from (`-dirty` with local changes).
     pub commit: &'static str,
     /// Seconds measured and warmed up per run, runs per point.
@@ -85,7 +87,9 @@ impl Report {
     /// who stopped the run wait (the machine's baseline).
     pub fn new(o: &BenchOptions, points: Vec<Point>, goals: &Goals, interrupted: bool) -> Self {
         Self {
-            machine: Machine::this(!interrupted),
+            // The baseline speaks of CPU time only.
+            machine: Machine::this(!interrupted && o.meter == Meter::Cpu),
+            meter: o.meter,
             commit: env!("NVME_DDP_COMMIT"),
             time_s: o.duration.as_secs_f64(),
             warmup_s: o.warmup.as_secs_f64(),

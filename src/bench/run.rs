@@ -5,16 +5,19 @@
 
 use crate::app::{HostApp, Stoppable};
 use crate::bench::clocks::{Clocks, Mark, Tally, clock_read_cost, cpu_ns};
+use crate::bench::meter::{self, MeterError, RAW_WINDOW};
+use crate::bench::options::Meter;
 use crate::bench::options::{BenchOptions, Impair, Setting, rep_seed};
-use crate::bench::point::{Measures, Point, RawTcp};
+use crate::bench::point::{Measures, Point, RawRun, RawTcp};
 use crate::bench::stats::summarize;
-use crate::driver::clock::Clock;
-use crate::driver::rawtcp::{self, RawTcpError};
+use crate::driver::clock::{Clock, TurnClock};
+use crate::driver::rawtcp::{self, RawTcpError, Window};
 use crate::driver::smoltcp::{
     ControllerSide, HostSide, IMPAIRED_IO_TIMEOUT, IMPAIRED_KATO, RunError, chain, run_host, serve,
     to_smol,
 };
 use crate::driver::transport::TlsConfig;
+use crate::driver::valgrind::{Collector, Part};
 use crate::workload::{Limit, Rw, Workload, WorkloadSpec, fill_pattern};
 use hdrhistogram::Histogram;
 use nic_backend::{NicEngine, NicHandle, NicThread};
@@ -55,6 +58,8 @@ pub enum BenchError {
     Run(#[from] RunError),
     #[error(transparent)]
     RawTcp(#[from] RawTcpError),
+    #[error(transparent)]
+    Meter(#[from] MeterError),
     /// An interface to run over could not be opened.
     #[error("{name}: {source}")]
     Link { name: String, source: std::io::Error },
@@ -80,7 +85,7 @@ pub enum BenchError {
 enum Phase {
     Warmup(Workload),
     /// Warmed up, waiting for the other jobs to be.
-    Waiting,
+    Waiting(Workload),
     Measure(Workload, Box<Mark>),
     Over,
 }
@@ -136,7 +141,7 @@ struct BenchApp<'a> {
     clocks: &'a Clocks,
     gate: &'a Gate,
     spec: WorkloadSpec,
-    warmup: Duration,
+    warmup: Limit,
     phase: Phase,
     sample: Option<Sample>,
     /// Bytes the warm-up verified.
@@ -149,7 +154,7 @@ impl BenchApp<'_> {
     fn pump(&mut self, host: &mut Host, now: nvme_of::Instant) {
         let w = match &mut self.phase {
             Phase::Warmup(w) | Phase::Measure(w, _) => w,
-            Phase::Waiting => return self.measure(host, now),
+            Phase::Waiting(_) => return self.measure(host, now),
             Phase::Over => return,
         };
         if let Err(e) = w.fill(host, now) {
@@ -168,10 +173,11 @@ impl BenchApp<'_> {
                 }
                 self.verified = w.stats().verified_bytes;
                 self.gate.arrive();
-                self.phase = Phase::Waiting;
+                self.phase = Phase::Waiting(w);
                 self.measure(host, now);
             }
             Phase::Measure(w, start) => {
+                self.clocks.close();
                 let end = Mark::take(host, &self.nic, self.clocks);
                 if let Some(e) = w.first_error() {
                     self.error.get_or_insert(e.to_string());
@@ -188,7 +194,7 @@ impl BenchApp<'_> {
                 });
                 host.shutdown(now);
             }
-            Phase::Waiting | Phase::Over => {}
+            Phase::Waiting(_) | Phase::Over => {}
         }
     }
 
@@ -202,9 +208,14 @@ impl BenchApp<'_> {
         if !self.gate.is_open() {
             return;
         }
-        match Workload::new(self.spec.clone(), host) {
+        let Phase::Waiting(warmup) = std::mem::replace(&mut self.phase, Phase::Over) else {
+            return;
+        };
+        // With the warm-up's buffers: the window allocates none.
+        match Workload::after(self.spec.clone(), host, warmup) {
             Ok(m) => {
                 let mark = Mark::take(host, &self.nic, self.clocks);
+                self.clocks.open();
                 self.phase = Phase::Measure(m, Box::new(mark));
                 self.pump(host, now);
             }
@@ -224,7 +235,7 @@ impl HostApp for BenchApp<'_> {
             // the namespace holds, under the same impairments and offloads
             // as the measurement, which pays for no check.
             HostEvent::Ready => match Workload::new(
-                WorkloadSpec { limit: Limit::Time(self.warmup), verify: true, ..self.spec.clone() },
+                WorkloadSpec { limit: self.warmup, verify: true, ..self.spec.clone() },
                 host,
             ) {
                 Ok(w) => {
@@ -300,7 +311,15 @@ fn run_once<M: Medium + Send + 'static>(
 ) -> Result<Measures, BenchError> {
     let jobs = pairs.len() as u64;
     let per_job = u64::from(p.bs) * u64::from(p.qd) * u64::from(o.queues) * 4;
-    let size = (64u64 << 20).max(per_job * jobs);
+    // A window of I/Os reads or writes from the namespace's start, as its
+    // warm-up does: no more than they need (Valgrind fills it slowly).
+    let size = match o.window_ios(p.bs) {
+        Some(n) => {
+            let ios = n.max(BenchOptions::warmup_ios(n, p.qd));
+            (ios * u64::from(p.bs)).max(per_job * jobs).next_multiple_of(1 << 20)
+        }
+        None => (64u64 << 20).max(per_job * jobs),
+    };
     let ram = RamNamespace::new(size, 512)?;
     if matches!(p.rw, Rw::Read | Rw::RandRead) {
         fill_namespace(&ram, PATTERN_SEED)?;
@@ -386,7 +405,11 @@ fn run_job<M: Medium + Send + 'static>(
     let clock = Clock::new();
     let now = to_smol(clock.now());
     // Jobs on the queues of one TAP share its address: their ports differ.
-    let stack_seed = fresh_seed().wrapping_add(seed);
+    // Counted by Valgrind, a run repeats itself: no fresh seed.
+    let stack_seed = match o.collect {
+        Some(_) => seed,
+        None => fresh_seed().wrapping_add(seed),
+    };
     let hcfg = StackConfig {
         seed: stack_seed,
         rx_buffer: TCP_RING,
@@ -432,10 +455,17 @@ fn run_job<M: Medium + Send + 'static>(
     }
     let mut ctrl = ControllerSide::new(cstack, target, PORT, Some(cddp))?.with_listener(listener);
     let oneshot = caps.contains(Caps::ONESHOT);
+    let (warmup, limit) = match o.window_ios(p.bs) {
+        Some(n) => {
+            let bytes = |ios| Limit::Bytes(ios * u64::from(p.bs));
+            (bytes(BenchOptions::warmup_ios(n, p.qd)), bytes(n))
+        }
+        None => (Limit::Time(o.warmup), Limit::Time(o.duration)),
+    };
     let spec = WorkloadSpec {
         rw: p.rw,
         bs: p.bs,
-        limit: Limit::Time(o.duration),
+        limit,
         qd: usize::from(p.qd),
         rwmixread: 50,
         verify: false,
@@ -448,14 +478,15 @@ fn run_job<M: Medium + Send + 'static>(
         clocks,
         gate,
         spec,
-        warmup: o.warmup,
+        warmup,
         phase: Phase::Over,
         sample: None,
         verified: 0,
         error: None,
         done: false,
     };
-    let limit = Duration::from_secs(120);
+    // Valgrind runs some 500 times slower.
+    let limit = Duration::from_secs(if o.collect.is_some() { 1200 } else { 120 });
     // The host's stack runs on the NIC's descriptor ring.
     let (error, sample) = if o.threaded() {
         let (ring, nic) = NicThread::spawn(hdev)?;
@@ -495,10 +526,12 @@ fn run_job<M: Medium + Send + 'static>(
             Some(hddp),
         );
         let tally = Rc::new(Cell::new(Tally::default()));
-        let clocks = Clocks::Lockstep(tally.clone());
+        let collector = o.collect.map(|part| Rc::new(Collector::new(part)));
+        let clocks = Clocks::Lockstep(tally.clone(), collector.clone());
         let mut app = app(&clocks);
         let mut stoppable = Stoppable::new(&mut app, stop);
-        lockstep(&mut host, &mut nic, &mut ctrl, &mut stoppable, &clock, &tally, limit)?;
+        let parts = Lockstep { host: &mut host, nic: &mut nic, ctrl: &mut ctrl };
+        lockstep(parts, &mut stoppable, &clock, &tally, collector.as_deref(), limit)?;
         if stoppable.stopped {
             return Err(BenchError::Interrupted);
         }
@@ -510,33 +543,53 @@ fn run_job<M: Medium + Send + 'static>(
     sample.ok_or(BenchError::NoMeasurement)
 }
 
+/// The parts a lockstep run steps in turn.
+struct Lockstep<'a, H: Medium, N: Medium, C: Medium> {
+    host: &'a mut HostSide<H>,
+    nic: &'a mut NicEngine<N>,
+    ctrl: &'a mut ControllerSide<C>,
+}
+
 /// Run host, the host's NIC and the controller in turn on this thread, in
 /// real time, until the app is done, adding each one's CPU time into
 /// `tally`. No scheduler decides who runs when, so a point's figures repeat
 /// from run to run. Each part's interval between two reads of the thread's
 /// CPU clock holds one read's cost, which is taken out and counted as the
-/// harness's; so are the sleeps while every part waits for a timer.
+/// harness's; so are the sleeps while every part waits for a timer. Under
+/// Valgrind, `collector` is told which part each step is.
 fn lockstep<H: Medium, N: Medium, C: Medium>(
-    host: &mut HostSide<H>,
-    nic: &mut NicEngine<N>,
-    ctrl: &mut ControllerSide<C>,
+    Lockstep { host, nic, ctrl }: Lockstep<'_, H, N, C>,
     app: &mut dyn HostApp,
     clock: &Clock,
     tally: &Cell<Tally>,
+    collector: Option<&Collector>,
     limit: Duration,
 ) -> Result<(), BenchError> {
     let read = clock_read_cost();
     let cpu = || cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) as i64;
+    let enter = |part| {
+        if let Some(c) = collector {
+            c.enter(part);
+        }
+    };
     let start = clock.now();
+    // Counted by Valgrind, the parts see time pass by the turn.
+    let mut turns = collector.map(|_| TurnClock::starting(start));
     let mut t0 = cpu();
     loop {
-        let now = to_smol(clock.now());
+        let now = to_smol(turns.map_or_else(|| clock.now(), |t| t.now()));
         tally.set(Tally { host_since: t0, ..tally.get() });
+        enter(Some(Part::Host));
         let a = host.step(app, now)?;
+        enter(None);
         let t1 = cpu();
+        enter(Some(Part::Nic));
         let b = nic.step(now);
+        enter(None);
         let t2 = cpu();
+        enter(Some(Part::Controller));
         let c = ctrl.step(now);
+        enter(None);
         let t3 = cpu();
         let Tally { sums: mut s, host_since } = tally.get();
         s.host += t1 - t0 - read;
@@ -555,12 +608,19 @@ fn lockstep<H: Medium, N: Medium, C: Medium>(
             // Everything waits for a timer (a delayed ACK, a keep-alive).
             let at = [host.poll_at(now), nic.poll_at(), ctrl.poll_at(now)];
             let at = at.into_iter().flatten().min().unwrap_or(now);
-            if at > now {
-                let d = (at - now).min(smoltcp::time::Duration::from_millis(10));
-                std::thread::sleep(Duration::from_micros(d.total_micros()));
+            match &mut turns {
+                Some(t) => t.wait_until(nvme_of::Instant::from_micros(at.total_micros() as u64)),
+                None if at > now => {
+                    let d = (at - now).min(smoltcp::time::Duration::from_millis(10));
+                    std::thread::sleep(Duration::from_micros(d.total_micros()));
+                }
+                None => {}
             }
             t0 = cpu();
             s.harness += t0 - t3;
+        }
+        if let Some(t) = &mut turns {
+            t.turn();
         }
         tally.set(Tally { sums: s, host_since });
     }
@@ -593,47 +653,70 @@ enum Media {
 /// Repetition `rep` of raw TCP on the bench's medium at `mtu` under
 /// `impair` (seeded per repetition as the NVMe runs are), through the same
 /// NIC (checksum offload, no ULP offload), between stacks with the same
-/// rings: bytes a second. Setting `stop` (Ctrl-C) ends it.
+/// rings: bytes a second, or under the instructions meter, what its ends
+/// did per byte. Setting `stop` (Ctrl-C) ends it.
 pub fn raw_tcp_run(
     o: &BenchOptions,
     mtu: usize,
     impair: Impair,
     rep: usize,
     stop: &AtomicBool,
-) -> Result<f64, BenchError> {
+) -> Result<RawRun, BenchError> {
+    if o.meter == Meter::Instructions && o.collect.is_none() {
+        return meter::raw_run(o, mtu, impair, rep, stop);
+    }
+    let (bytes_per_sec, _) = raw_tcp_window(o, mtu, impair, rep, stop)?;
+    Ok(RawRun { bytes_per_sec, ..RawRun::default() })
+}
+
+/// One raw TCP run in this process: bytes a second and bytes measured.
+/// Under Valgrind (`o.collect`) it moves [`RAW_WINDOW`] bytes, its ends
+/// counted by their steps.
+pub(crate) fn raw_tcp_window(
+    o: &BenchOptions,
+    mtu: usize,
+    impair: Impair,
+    rep: usize,
+    stop: &AtomicBool,
+) -> Result<(f64, u64), BenchError> {
     // As in the NVMe runs: the receiver (the host) has its NIC behind a
     // ring, on a thread or in lockstep.
     fn through_nic<M: Medium + Send + 'static>(
         a: M,
         b: M,
-        d: Duration,
-        threads: bool,
+        o: &BenchOptions,
         (impair, seed): (Profile, u64),
         stop: &AtomicBool,
-    ) -> Result<f64, BenchError> {
+    ) -> Result<(f64, u64), BenchError> {
         let (a, _) = chain(a, impair, seed.wrapping_add(1), None, Caps::NONE)?;
         let (b, _) = chain(b, impair, seed, None, Caps::NONE)?;
-        if threads {
+        let d = o.duration.max(Duration::from_millis(100));
+        if o.threaded() {
             let (ring, _nic) = NicThread::spawn(b)?;
-            Ok(rawtcp::throughput(a, ring, TCP_RING, d, stop)?)
+            Ok((rawtcp::throughput(a, ring, TCP_RING, d, stop)?, 0))
         } else {
             let (ring, nic) = NicEngine::new(b);
-            Ok(rawtcp::lockstep(a, ring, nic, TCP_RING, d, stop)?)
+            let collector = o.collect.map(Collector::new);
+            let window = match collector {
+                Some(_) => Window::Bytes(RAW_WINDOW),
+                None => Window::Time(d),
+            };
+            let c = collector.as_ref();
+            Ok(rawtcp::lockstep(a, ring, nic, TCP_RING, window, c, stop)?)
         }
     }
     if stop.load(Ordering::Relaxed) {
         return Err(BenchError::Interrupted);
     }
-    let d = o.duration.max(Duration::from_millis(100));
     let how = (impair.profile(), rep_seed(o.seed, rep));
     match media(o, mtu, 1)? {
         Media::Wire(mut v) => {
             let (a, b) = v.remove(0);
-            through_nic(a, b, d, o.threaded(), how, stop)
+            through_nic(a, b, o, how, stop)
         }
         Media::Link(mut v) => {
             let (a, b) = v.remove(0);
-            through_nic(a, b, d, o.threaded(), how, stop)
+            through_nic(a, b, o, how, stop)
         }
     }
     .map_err(|e| match e {
@@ -678,11 +761,11 @@ pub fn rounds<'a>(
     reps: usize,
     raw: bool,
     mut run: impl FnMut(&Setting, usize) -> Result<Measures, BenchError>,
-    mut run_raw: impl FnMut(usize, Impair, usize) -> Result<f64, BenchError>,
+    mut run_raw: impl FnMut(usize, Impair, usize) -> Result<RawRun, BenchError>,
     mut tell: impl FnMut(Next<'a>),
 ) -> Matrix {
     let mut runs: Vec<Vec<Measures>> = points.iter().map(|_| Vec::new()).collect();
-    let mut ceilings: Vec<((usize, Impair), Vec<f64>)> = Vec::new();
+    let mut ceilings: Vec<((usize, Impair), Vec<RawRun>)> = Vec::new();
     let mut failed = None;
     let mut whole = 0;
     'rounds: for rep in 0..reps {
@@ -765,9 +848,14 @@ pub fn run_rep(
         return Err(BenchError::Interrupted);
     }
     let seed = rep_seed(o.seed, rep);
-    match media(o, p.mtu, p.jobs)? {
+    let here = || match media(o, p.mtu, p.jobs)? {
         Media::Wire(pairs) => run_once(pairs, p, o, seed, stop),
         Media::Link(pairs) => run_once(pairs, p, o, seed, stop),
+    };
+    // The instructions meter counts each part in a process of its own.
+    match o.meter == Meter::Instructions && o.collect.is_none() {
+        true => meter::run_rep(p, o, rep, stop),
+        false => here(),
     }
     .map_err(|e| match e {
         BenchError::Interrupted => e,
@@ -811,7 +899,11 @@ mod tests {
             reps,
             true,
             |p, rep| step(format!("P{}.{rep}", index(p))).map(|()| Measures::default()),
-            |mtu, _, rep| step(format!("R{mtu}.{rep}")).map(|()| 1e9 * (rep + 1) as f64),
+            |mtu, _, rep| {
+                let bytes_per_sec = 1e9 * (rep + 1) as f64;
+                step(format!("R{mtu}.{rep}"))
+                    .map(|()| RawRun { bytes_per_sec, ..RawRun::default() })
+            },
             |_| {},
         );
         (log.into_inner(), m)

@@ -2,7 +2,7 @@
 //! limit a spread must keep for a verdict. Arithmetic only; it must never
 //! measure or hold a goal.
 
-use crate::bench::options::Setting;
+use crate::bench::options::{Meter, Setting};
 use crate::bench::point::{JobMeasures, Measures, Point, RawTcp};
 
 /// The most a point's spread may be for a verdict on it.
@@ -53,8 +53,19 @@ pub fn summarize(setting: Setting, runs: &[Measures], raw: RawTcp) -> Point {
         .collect();
     let bytes_per_sec_spread = spread(&of(|r| r.bytes_per_sec));
     let host_cpu_spread = spread(&of(|r| r.host_cpu_ns_per_io));
+    let host_instructions_spread = spread(&of(|r| r.counts.host.instructions));
+    let meter = match median_of.counts.is_empty() {
+        true => Meter::Cpu,
+        false => Meter::Instructions,
+    };
+    let steady = match meter {
+        Meter::Cpu => bytes_per_sec_spread <= SPREAD_LIMIT && host_cpu_spread <= SPREAD_LIMIT,
+        Meter::Instructions => host_instructions_spread <= SPREAD_LIMIT,
+    };
     Point {
         setting,
+        meter,
+        raw_tcp: raw.per_byte.scaled(f64::from(setting.bs)),
         median: median_of,
         raw_tcp_bytes_per_sec: raw.median,
         reps: runs.len(),
@@ -69,6 +80,9 @@ pub fn summarize(setting: Setting, runs: &[Measures], raw: RawTcp) -> Point {
         nic_cpu_spread: spread(&of(|r| r.nic_cpu_ns_per_io)),
         controller_cpu_spread: spread(&of(|r| r.controller_cpu_ns_per_io)),
         raw_tcp_spread: raw.spread,
-        steady: bytes_per_sec_spread <= SPREAD_LIMIT && host_cpu_spread <= SPREAD_LIMIT,
+        host_instructions_spread,
+        nic_instructions_spread: spread(&of(|r| r.counts.nic.instructions)),
+        controller_instructions_spread: spread(&of(|r| r.counts.controller.instructions)),
+        steady,
     }
 }

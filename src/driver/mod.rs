@@ -12,6 +12,8 @@
 //! - [`endpoint`]: the two sans-IO ends a driver moves bytes for.
 //! - [`clock`]: wall-clock time in the sans-IO code's units.
 //! - [`cpus`]: the CPUs poll groups run on.
+//! - [`valgrind`]: Valgrind's event collection, switched around one part
+//!   of a lockstep run.
 
 pub mod clock;
 pub mod cpus;
@@ -20,3 +22,4 @@ pub mod kernel_tcp;
 pub mod rawtcp;
 pub mod smoltcp;
 pub mod transport;
+pub mod valgrind;

@@ -5,8 +5,9 @@
 //! It measures plain TCP only; it must never carry NVMe or judge its
 //! result.
 
-use crate::driver::clock::Clock;
+use crate::driver::clock::{Clock, TurnClock};
 use crate::driver::smoltcp::to_smol;
+use crate::driver::valgrind::{Collector, Part};
 use nic_backend::NicEngine;
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::Ipv4Cidr;
@@ -44,10 +45,18 @@ pub fn wire_throughput(mtu: usize, duration: Duration) -> Result<f64, RawTcpErro
     throughput(a, b, ring, duration, &AtomicBool::new(false))
 }
 
+/// How much a measurement measures, once connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    Time(Duration),
+    /// At least this many bytes acknowledged.
+    Bytes(u64),
+}
+
 /// What one turn of the sender came to.
 enum Turn {
-    /// The measurement is over: bytes per second.
-    Done(f64),
+    /// The measurement is over: bytes per second, and bytes.
+    Done(f64, u64),
     /// Still measuring; whether anything moved.
     Going(bool),
 }
@@ -57,7 +66,7 @@ enum Turn {
 struct Sender<T: Medium> {
     stack: Stack<T>,
     conn: TcpConn,
-    duration: Duration,
+    window: Window,
     give_up: nvme_of::Instant,
     /// The send ring was written once.
     filled: bool,
@@ -67,12 +76,12 @@ struct Sender<T: Medium> {
 }
 
 impl<T: Medium> Sender<T> {
-    fn new(tx: T, ring: usize, clock: &Clock, duration: Duration) -> Result<Self, RawTcpError> {
+    fn new(tx: T, ring: usize, clock: &Clock, window: Window) -> Result<Self, RawTcpError> {
         let now = to_smol(clock.now());
         let mut stack = Stack::new(tx, config(SENDER, ring), now);
         let conn = stack.connect(SocketAddrV4::new(RECEIVER, PORT))?;
         let give_up = clock.now() + Duration::from_secs(30);
-        Ok(Self { stack, conn, duration, give_up, filled: false, started: None, sent: 0 })
+        Ok(Self { stack, conn, window, give_up, filled: false, started: None, sent: 0 })
     }
 
     /// Bytes the receiver has (not what sits in our ring).
@@ -85,11 +94,15 @@ impl<T: Medium> Sender<T> {
         if t > self.give_up {
             return Err(RawTcpError::NoConnection);
         }
-        if let Some((t0, acked0)) = self.started
-            && t.saturating_since(t0) >= self.duration
-        {
-            let secs = t.saturating_since(t0).as_secs_f64();
-            return Ok(Turn::Done((self.acked() - acked0) as f64 / secs));
+        if let Some((t0, acked0)) = self.started {
+            let (elapsed, bytes) = (t.saturating_since(t0), self.acked() - acked0);
+            let over = match self.window {
+                Window::Time(d) => elapsed >= d,
+                Window::Bytes(n) => bytes >= n,
+            };
+            if over {
+                return Ok(Turn::Done(bytes as f64 / elapsed.as_secs_f64().max(1e-9), bytes));
+            }
         }
         let now = to_smol(t);
         let mut progress = self.stack.poll(now);
@@ -147,13 +160,13 @@ fn ends<T: Medium, R: Medium>(
     tx: T,
     rx: R,
     ring: usize,
-    duration: Duration,
+    window: Window,
 ) -> Result<Ends<T, R>, RawTcpError> {
     let clock = Clock::new();
     let now = to_smol(clock.now());
     let mut receiver = Stack::new(rx, config(RECEIVER, ring), now);
     receiver.listen(PORT, 1)?;
-    let sender = Sender::new(tx, ring, &clock, duration)?;
+    let sender = Sender::new(tx, ring, &clock, window)?;
     Ok((clock, receiver, sender))
 }
 
@@ -170,7 +183,7 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<f64, RawTcpError> {
-    let (clock, mut receiver, mut sender) = ends(tx, rx, ring, duration)?;
+    let (clock, mut receiver, mut sender) = ends(tx, rx, ring, Window::Time(duration))?;
     let done = Arc::new(AtomicBool::new(false));
     let flag = done.clone();
     let rx = std::thread::spawn(move || {
@@ -190,7 +203,7 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
         let t = clock.now();
         match sender.turn(t) {
             Err(e) => break Err(e),
-            Ok(Turn::Done(rate)) => break Ok(rate),
+            Ok(Turn::Done(rate, _)) => break Ok(rate),
             Ok(Turn::Going(true)) => {}
             Ok(Turn::Going(false)) => {
                 let now = to_smol(t);
@@ -204,31 +217,66 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
     result
 }
 
-/// Bytes per second from a stack on `tx` to one on `rx`, the receiver's NIC
-/// `nic` (whose ring `rx` is) between them, all three stepped in turn on
-/// this thread, as the bench's lockstep runs are; with TCP rings of `ring`
-/// bytes; unless `stop` is set.
+/// Bytes per second from a stack on `tx` to one on `rx`, and the bytes
+/// measured, the receiver's NIC `nic` (whose ring `rx` is) between them,
+/// all three stepped in turn on this thread, as the bench's lockstep runs
+/// are; with TCP rings of `ring` bytes, over `window`; unless `stop` is
+/// set. Under Valgrind, `collector` is told which end each step is, and
+/// the window opens at the turn after the sender's measurement started.
 pub fn lockstep<T: Medium, R: Medium, N: Medium>(
     tx: T,
     rx: R,
     mut nic: NicEngine<N>,
     ring: usize,
-    duration: Duration,
+    window: Window,
+    collector: Option<&Collector>,
     stop: &AtomicBool,
-) -> Result<f64, RawTcpError> {
-    let (clock, mut receiver, mut sender) = ends(tx, rx, ring, duration)?;
-    let mut conn = None;
+) -> Result<(f64, u64), RawTcpError> {
+    let (clock, mut receiver, mut sender) = ends(tx, rx, ring, window)?;
+    let (mut conn, mut opened) = (None, false);
+    // Counted by Valgrind, the ends see time pass by the turn.
+    let mut turns = collector.map(|_| TurnClock::starting(clock.now()));
+    let enter = |part| {
+        if let Some(c) = collector {
+            c.enter(part);
+        }
+    };
     loop {
         if stop.load(Ordering::Relaxed) {
             return Err(RawTcpError::Interrupted);
         }
-        let t = clock.now();
-        if let Turn::Done(rate) = sender.turn(t)? {
-            return Ok(rate);
+        let t = turns.map_or_else(|| clock.now(), |t| t.now());
+        enter(Some(Part::Sender));
+        let turn = sender.turn(t)?;
+        enter(None);
+        let sent = match turn {
+            Turn::Going(moved) => moved,
+            Turn::Done(rate, bytes) => {
+                if let Some(c) = collector {
+                    c.close();
+                }
+                return Ok((rate, bytes));
+            }
+        };
+        let now = to_smol(t);
+        let mut moved = sent | nic.step(now);
+        enter(Some(Part::Receiver));
+        moved |= receive(&mut receiver, &mut conn, now);
+        enter(None);
+        moved |= nic.step(now);
+        if let (Some(c), Some(_), false) = (collector, sender.started, opened) {
+            c.open(None);
+            opened = true;
         }
-        nic.step(to_smol(t));
-        receive(&mut receiver, &mut conn, to_smol(t));
-        nic.step(to_smol(t));
+        if let Some(t) = &mut turns {
+            if !moved {
+                let at = [sender.stack.poll_at(now), receiver.poll_at(now), nic.poll_at()];
+                if let Some(at) = at.into_iter().flatten().min() {
+                    t.wait_until(nvme_of::Instant::from_micros(at.total_micros() as u64));
+                }
+            }
+            t.turn();
+        }
     }
 }
 
@@ -243,7 +291,7 @@ mod tests {
         for ring in [64 << 10, 3 << 20] {
             let (a, b) = VirtualWire::pair(9014, 512);
             let (clock, mut receiver, mut sender) =
-                ends(a, b, ring, Duration::from_secs(5)).unwrap();
+                ends(a, b, ring, Window::Time(Duration::from_secs(5))).unwrap();
             let mut conn = None;
             while sender.sent == 0 {
                 let t = clock.now();
@@ -260,7 +308,7 @@ mod tests {
     fn the_sender_sends_bytes_from_memory_it_wrote() {
         let (a, b) = VirtualWire::pair(9014, 512);
         let (clock, mut receiver, mut sender) =
-            ends(a, b, 1 << 20, Duration::from_secs(5)).unwrap();
+            ends(a, b, 1 << 20, Window::Time(Duration::from_secs(5))).unwrap();
         let (mut conn, mut got) = (None, Vec::new());
         while got.len() < 256 << 10 {
             let t = clock.now();

@@ -6,11 +6,13 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use nvme_ddp::bench::goals::{Goals, Verdict};
-use nvme_ddp::bench::options::{BenchOptions, Impair};
+use nvme_ddp::bench::meter;
+use nvme_ddp::bench::options::{BenchOptions, Impair, Meter};
 use nvme_ddp::bench::report::Report;
 use nvme_ddp::bench::run::{Matrix, Next, raw_tcp_run, rounds, run_rep};
 use nvme_ddp::bench::stats::SPREAD_LIMIT;
 use nvme_ddp::driver::transport::TransportType;
+use nvme_ddp::driver::valgrind::Part;
 use nvme_ddp::plot;
 use nvme_ddp::size::format_size;
 use nvme_ddp::workload::Rw;
@@ -135,6 +137,37 @@ pub(crate) struct BenchArgs {
     /// Skip measuring raw TCP (reported as 0; for profiling).
     #[arg(long)]
     no_raw: bool,
+    /// What costs are counted in: cpu (CPU time, what a user pays on this
+    /// machine) or instructions (instructions, memory accesses, cache
+    /// misses and mispredicted branches per I/O and part, counted by
+    /// Valgrind under a fixed cache model: the same on any machine, run
+    /// after run; about 500 times slower; one job in lockstep on the
+    /// in-process wire).
+    #[arg(long, default_value = "cpu", value_parser = Meter::parse)]
+    meter: Meter,
+    /// Measure this many I/Os a run (after a warm-up of a quarter as
+    /// many, at least two queues' worth) instead of --time seconds. The
+    /// instructions meter counts 16 MiB worth by default, 64 to 1024 I/Os.
+    #[arg(long, value_parser = parse_ios)]
+    ios: Option<u64>,
+    /// Under Valgrind, as the instructions meter starts it: collect this
+    /// part's events only.
+    #[arg(long, hide = true, value_parser = Part::parse, requires = "measured")]
+    collect: Option<Part>,
+    /// Run only this repetition (its seeds), once.
+    #[arg(long, hide = true, requires = "collect")]
+    rep: Option<usize>,
+    /// Where a run under Valgrind writes what it measured.
+    #[arg(long, hide = true, requires = "collect")]
+    measured: Option<PathBuf>,
+}
+
+/// A count of I/Os: at least one.
+fn parse_ios(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{s:?}: give a number of I/Os, at least 1")),
+    }
 }
 
 pub(crate) fn run(a: BenchArgs) -> Result<()> {
@@ -193,7 +226,17 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         reorder: a.reorder.map_or(d.reorder, |l| l.0),
         duplicate: a.duplicate.map_or(d.duplicate, |l| l.0),
         seed: a.seed,
+        ios: a.ios,
+        meter: a.meter,
+        collect: a.collect,
     };
+    if let (Some(part), Some(out)) = (a.collect, &a.measured) {
+        let stop = interrupt_flag()?;
+        return Ok(meter::child(&o, part, a.rep.unwrap_or(0), out, &stop)?);
+    }
+    if o.meter == Meter::Instructions {
+        meter::check(&o)?;
+    }
     if o.bs.iter().any(|&b| b == 0 || b % 512 != 0) {
         bail!("block sizes must be multiples of 512");
     }
@@ -252,77 +295,81 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         true => format!("{j:>4} "),
         false => String::new(),
     };
-    println!(
-        "{:<4} {:<5} {:>5} {:>3} {}{:>5} {:>5} {:>7} | {}{:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>6} {:>8} {:>9} | {:>8} {:>8} {:>8} {:>8} {:>7} {:>5} | {:>9}",
-        "tr",
-        "rw",
-        "bs",
-        "qd",
-        jobs("jobs"),
-        "mtu",
-        "ddgst",
-        "offload",
-        wire("loss%", "reord%", "dup%"),
-        "MiB/s",
-        "+-%",
-        "IOPS",
-        "p50 us",
-        "p99 us",
-        "host ns/IO",
-        "+-%",
-        "NIC ns/IO",
-        "ctrl ns/IO",
-        "copy/IO",
-        "crc/IO",
-        "placed/IO",
-        "nicCRC/IO",
-        "placed%",
-        "calls",
-        "raw MiB/s"
-    );
-    for p in &out {
+    if o.meter == Meter::Instructions {
+        print_counted(&out, &wire, &pct);
+    } else {
         println!(
-            "{:<4} {:<5} {:>5} {:>3} {}{:>5} {:>5} {:>7} | {}{:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} {:>9.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7.1} {:>5.1} | {:>9.1}{}",
-            transport_name(&p.setting),
-            p.setting.rw.name(),
-            format_size(u64::from(p.setting.bs)),
-            p.setting.qd,
-            jobs(&p.setting.jobs.to_string()),
-            p.setting.mtu,
-            on_off(p.setting.ddgst),
-            p.setting.offload.to_string(),
-            wire(
-                &pct(p.setting.impair.loss),
-                &pct(p.setting.impair.reorder),
-                &pct(p.setting.impair.duplicate)
-            ),
-            p.median.bytes_per_sec / MIB,
-            p.bytes_per_sec_spread * 100.0,
-            p.median.iops,
-            p.median.lat_p50_us,
-            p.median.lat_p99_us,
-            p.median.host_cpu_ns_per_io,
-            p.host_cpu_spread * 100.0,
-            p.median.nic_cpu_ns_per_io,
-            p.median.controller_cpu_ns_per_io,
-            p.median.host_copy_bytes_per_io,
-            p.median.host_crc_bytes_per_io,
-            p.median.nic_placed_bytes_per_io,
-            p.median.nic_crc_bytes_per_io,
-            p.median.offload_share * 100.0,
-            p.median.control_calls_per_io,
-            p.raw_tcp_bytes_per_sec / MIB,
-            if p.steady { "" } else { "  noisy" },
+            "{:<4} {:<5} {:>5} {:>3} {}{:>5} {:>5} {:>7} | {}{:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>6} {:>8} {:>9} | {:>8} {:>8} {:>8} {:>8} {:>7} {:>5} | {:>9}",
+            "tr",
+            "rw",
+            "bs",
+            "qd",
+            jobs("jobs"),
+            "mtu",
+            "ddgst",
+            "offload",
+            wire("loss%", "reord%", "dup%"),
+            "MiB/s",
+            "+-%",
+            "IOPS",
+            "p50 us",
+            "p99 us",
+            "host ns/IO",
+            "+-%",
+            "NIC ns/IO",
+            "ctrl ns/IO",
+            "copy/IO",
+            "crc/IO",
+            "placed/IO",
+            "nicCRC/IO",
+            "placed%",
+            "calls",
+            "raw MiB/s"
         );
-        for (j, m) in p.median.per_job.iter().enumerate() {
+        for p in &out {
             println!(
-                "    job {j}: {:.1} MiB/s, {:.0} IOPS; CPU per I/O: host {:.0} ns, NIC {:.0} ns, controller {:.0} ns",
-                m.bytes_per_sec / MIB,
-                m.iops,
-                m.host_cpu_ns_per_io,
-                m.nic_cpu_ns_per_io,
-                m.controller_cpu_ns_per_io
+                "{:<4} {:<5} {:>5} {:>3} {}{:>5} {:>5} {:>7} | {}{:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} {:>9.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7.1} {:>5.1} | {:>9.1}{}",
+                transport_name(&p.setting),
+                p.setting.rw.name(),
+                format_size(u64::from(p.setting.bs)),
+                p.setting.qd,
+                jobs(&p.setting.jobs.to_string()),
+                p.setting.mtu,
+                on_off(p.setting.ddgst),
+                p.setting.offload.to_string(),
+                wire(
+                    &pct(p.setting.impair.loss),
+                    &pct(p.setting.impair.reorder),
+                    &pct(p.setting.impair.duplicate)
+                ),
+                p.median.bytes_per_sec / MIB,
+                p.bytes_per_sec_spread * 100.0,
+                p.median.iops,
+                p.median.lat_p50_us,
+                p.median.lat_p99_us,
+                p.median.host_cpu_ns_per_io,
+                p.host_cpu_spread * 100.0,
+                p.median.nic_cpu_ns_per_io,
+                p.median.controller_cpu_ns_per_io,
+                p.median.host_copy_bytes_per_io,
+                p.median.host_crc_bytes_per_io,
+                p.median.nic_placed_bytes_per_io,
+                p.median.nic_crc_bytes_per_io,
+                p.median.offload_share * 100.0,
+                p.median.control_calls_per_io,
+                p.raw_tcp_bytes_per_sec / MIB,
+                if p.steady { "" } else { "  noisy" },
             );
+            for (j, m) in p.median.per_job.iter().enumerate() {
+                println!(
+                    "    job {j}: {:.1} MiB/s, {:.0} IOPS; CPU per I/O: host {:.0} ns, NIC {:.0} ns, controller {:.0} ns",
+                    m.bytes_per_sec / MIB,
+                    m.iops,
+                    m.host_cpu_ns_per_io,
+                    m.nic_cpu_ns_per_io,
+                    m.controller_cpu_ns_per_io
+                );
+            }
         }
     }
     if out.iter().any(|p| !p.steady) {
@@ -385,6 +432,90 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The instructions meter's table: per I/O, each part's instructions and
+/// the host's memory traffic, misses and estimated cycles, then the
+/// counters; each part of a point on a line of its own below it.
+fn print_counted(
+    out: &[nvme_ddp::bench::point::Point],
+    wire: &dyn Fn(&str, &str, &str) -> String,
+    pct: &dyn Fn(f64) -> String,
+) {
+    println!(
+        "{:<4} {:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {}{:>10} {:>6} {:>10} {:>10} | {:>8} {:>8} {:>8} {:>10} | {:>8} {:>8} {:>8} {:>7} | {:>10}",
+        "tr",
+        "rw",
+        "bs",
+        "qd",
+        "mtu",
+        "ddgst",
+        "offload",
+        wire("loss%", "reord%", "dup%"),
+        "host Ir/IO",
+        "+-%",
+        "NIC Ir/IO",
+        "ctrl Ir/IO",
+        "L1m/IO",
+        "LLm/IO",
+        "Bm/IO",
+        "cycles/IO",
+        "copy/IO",
+        "crc/IO",
+        "placed/IO",
+        "placed%",
+        "rawrx Ir/IO",
+    );
+    for p in out {
+        let (m, c) = (&p.median, &p.median.counts);
+        println!(
+            "{:<4} {:<5} {:>5} {:>3} {:>5} {:>5} {:>7} | {}{:>10.0} {:>6.2} {:>10.0} {:>10.0} | {:>8.0} {:>8.0} {:>8.0} {:>10.0} | {:>8.0} {:>8.0} {:>8.0} {:>7.1} | {:>10.0}{}",
+            transport_name(&p.setting),
+            p.setting.rw.name(),
+            format_size(u64::from(p.setting.bs)),
+            p.setting.qd,
+            p.setting.mtu,
+            on_off(p.setting.ddgst),
+            p.setting.offload.to_string(),
+            wire(
+                &pct(p.setting.impair.loss),
+                &pct(p.setting.impair.reorder),
+                &pct(p.setting.impair.duplicate)
+            ),
+            c.host.instructions,
+            p.host_instructions_spread * 100.0,
+            c.nic.instructions,
+            c.controller.instructions,
+            c.host.l1_misses,
+            c.host.ll_misses,
+            c.host.branch_misses,
+            c.host.est_cycles,
+            m.host_copy_bytes_per_io,
+            m.host_crc_bytes_per_io,
+            m.nic_placed_bytes_per_io,
+            m.offload_share * 100.0,
+            p.raw_tcp.receiver.instructions,
+            if p.steady { "" } else { "  noisy" },
+        );
+        let parts = [("host", &c.host), ("NIC", &c.nic), ("controller", &c.controller)];
+        let raw =
+            [("raw TCP sender", &p.raw_tcp.sender), ("raw TCP receiver", &p.raw_tcp.receiver)];
+        for (name, c) in parts.into_iter().chain(raw.into_iter().filter(|(_, c)| !c.is_empty())) {
+            println!(
+                "    {name}: {:.0} instructions, {:.0} data reads, {:.0} writes, {:.0} L1 misses, {:.0} LL misses, {:.0} mispredicted branches, {:.0} est. cycles per I/O",
+                c.instructions,
+                c.data_reads,
+                c.data_writes,
+                c.l1_misses,
+                c.ll_misses,
+                c.branch_misses,
+                c.est_cycles
+            );
+        }
+    }
+    println!(
+        "counted by Valgrind (Callgrind; 32 KiB L1s, 8 MiB LL): exact and the same on any machine for this binary; CPU time is what a user pays (--meter cpu)"
+    );
 }
 
 /// ` loss=0.01 reorder=0 duplicate=0` for an impaired wire, or nothing.
