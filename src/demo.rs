@@ -6,7 +6,7 @@
 //! (savings are measured by [`crate::bench`]) or print (the CLI shows its report).
 
 use crate::app::{HostApp, IoApp, Stoppable, Watch};
-use crate::bench::options::{BenchOptions, Setting};
+use crate::bench::options::{BenchOptions, Meter, Setting};
 use crate::bench::point::{Point, RawTcp};
 use crate::bench::run::{BenchError, run_point};
 use crate::bench::stats::SPREAD_LIMIT;
@@ -71,6 +71,9 @@ pub struct DemoOptions {
     pub tls: bool,
     /// Also measure what the offloads save against a software-only run.
     pub baseline: bool,
+    /// What the savings' costs are counted in (the instructions meter
+    /// counts one job).
+    pub meter: Meter,
     /// Jobs at once (fio's numjobs): each a host with its own wire against
     /// a controller stack of its own, the one target shared; each writes
     /// and reads back the whole namespace.
@@ -103,6 +106,7 @@ impl Default for DemoOptions {
             transport: TransportType::Tcp,
             tls: false,
             baseline: false,
+            meter: Meter::Cpu,
             jobs: 1,
         }
     }
@@ -567,17 +571,32 @@ impl Savings {
     const REPS: usize = 3;
     const TIME: Duration = Duration::from_millis(300);
 
-    /// One line: host CPU, copies and CRC per I/O, with and without, as
-    /// measured on a clean wire; `impaired` says the run it follows was
-    /// not, so its own counters differ.
+    /// One line: host CPU (or instructions), copies and CRC per I/O, with
+    /// and without, as measured on a clean wire; `impaired` says the run
+    /// it follows was not, so its own counters differ.
     pub fn line(&self, impaired: bool) -> String {
         let (a, b) = (&self.offloaded, &self.software);
-        let us = |p: &Point| p.median.host_cpu_ns_per_io / 1e3;
-        let change = match us(b) {
-            0.0 => String::new(),
-            base => format!(" ({:+.0}%)", (us(a) / base - 1.0) * 100.0),
+        let counted = b.meter == Meter::Instructions;
+        let cost = |p: &Point| match counted {
+            true => p.median.counts.host.instructions,
+            false => p.median.host_cpu_ns_per_io / 1e3,
         };
-        let cpu = |p: &Point| format!("{:.1} us", us(p));
+        let spread = |p: &Point| match counted {
+            true => p.host_instructions_spread.unwrap_or(0.0),
+            false => p.host_cpu_spread,
+        };
+        let change = match cost(b) {
+            0.0 => String::new(),
+            base => format!(" ({:+.0}%)", (cost(a) / base - 1.0) * 100.0),
+        };
+        let (what, how) = match counted {
+            true => ("host instructions", "counted by Valgrind"),
+            false => ("host CPU", "measured alongside"),
+        };
+        let show = |p: &Point| match counted {
+            true => format!("{:.1}k", cost(p) / 1e3),
+            false => format!("{:.1} us", cost(p)),
+        };
         let bytes = |n: f64| human_bytes(n.round());
         let lead = match impaired {
             true => {
@@ -585,10 +604,14 @@ impl Savings {
             }
             false => "offloads saved",
         };
+        let pct = |p: &Point| match counted {
+            true => format!("{:.2}%", spread(p) * 100.0),
+            false => format!("{:.0}%", spread(p) * 100.0),
+        };
         format!(
-            "{lead}: host CPU {} -> {} per I/O{change}, copies {} -> {}, CRC {} -> {} per I/O (against no offload, measured alongside on a clean wire: {} {}, {} runs each, spread {:.0}%/{:.0}%)",
-            cpu(b),
-            cpu(a),
+            "{lead}: {what} {} -> {} per I/O{change}, copies {} -> {}, CRC {} -> {} per I/O (against no offload, {how} on a clean wire: {} {}, {} runs each, spread {} without offloads, {} with)",
+            show(b),
+            show(a),
             bytes(b.median.host_copy_bytes_per_io),
             bytes(a.median.host_copy_bytes_per_io),
             bytes(b.median.host_crc_bytes_per_io),
@@ -596,10 +619,10 @@ impl Savings {
             b.setting.rw.name(),
             crate::size::format_size(u64::from(b.setting.bs)),
             b.reps,
-            b.host_cpu_spread * 100.0,
-            a.host_cpu_spread * 100.0,
-        ) + match b.host_cpu_spread.max(a.host_cpu_spread) > SPREAD_LIMIT {
-            true => "; too noisy for the CPU figures to be relied on",
+            pct(b),
+            pct(a),
+        ) + match spread(b).max(spread(a)) > SPREAD_LIMIT {
+            true => "; too noisy for these figures to be relied on",
             false => "",
         }
     }
@@ -608,18 +631,28 @@ impl Savings {
 /// Measure [`Savings`] for the demo's settings; setting `stop` ends it
 /// with [`BenchError::Interrupted`].
 pub fn savings(o: &DemoOptions, stop: &AtomicBool) -> Result<Savings, BenchError> {
+    // Counts repeat: two runs show that they do.
+    let reps = match o.meter {
+        Meter::Cpu => Savings::REPS,
+        Meter::Instructions => 2,
+    };
     let bench = BenchOptions {
-        reps: Savings::REPS,
+        reps,
         warmup: Duration::from_millis(100),
         duration: Savings::TIME,
+        meter: o.meter,
         ..BenchOptions::default()
+    };
+    let jobs = match o.meter {
+        Meter::Cpu => o.jobs.max(1),
+        Meter::Instructions => 1,
     };
     let setting = |offload| Setting {
         transport: o.transport,
         bs: o.bs,
         rw: Rw::RandRw,
         qd: o.qd,
-        jobs: o.jobs.max(1),
+        jobs,
         mtu: o.mtu,
         ddgst: o.digests.data,
         tls: o.tls,

@@ -11,6 +11,7 @@
 //!
 //! It draws what was measured; it must never measure or judge a point.
 
+use crate::bench::options::Meter;
 use crate::bench::point::Point;
 use crate::workload::Rw;
 use plotters::coord::ranged1d::{IntoSegmentedCoord, SegmentValue, SegmentedCoord, ValueFormatter};
@@ -95,6 +96,44 @@ const HOST_CPU: Measure = Measure {
     log: false,
 };
 
+const HOST_INSTRUCTIONS: Measure = Measure {
+    file: "host-instructions",
+    title: "host instructions per I/O",
+    unit: "thousand host instructions per I/O",
+    value: |p| p.median.counts.host.instructions / 1e3,
+    range: |p| p.host_instructions_range.unwrap_or_default().map(|v| v / 1e3),
+    raw: None,
+    log: false,
+};
+
+const PLACED: Measure = Measure {
+    file: "placed",
+    title: "share of received data the NIC placed",
+    unit: "% of data bytes received",
+    value: |p| p.median.offload_share * 100.0,
+    range: |p| p.offload_share_range.map(|v| v * 100.0),
+    raw: None,
+    log: false,
+};
+
+/// The figures by block size, of points counted by Valgrind: what it
+/// counted (throughput and latency under it would time Valgrind).
+const COUNTED: [Measure; 2] = [
+    HOST_INSTRUCTIONS,
+    Measure {
+        file: "host-cycles",
+        title: "host estimated cycles per I/O",
+        unit: "thousand estimated cycles per I/O (Valgrind's cache model)",
+        value: |p| p.median.counts.host.est_cycles / 1e3,
+        range: |p| [p.median.counts.host.est_cycles / 1e3; 2],
+        raw: None,
+        log: false,
+    },
+];
+
+/// The figures against the loss rate, of points counted by Valgrind.
+const LOSS_COUNTED: [Measure; 2] = [HOST_INSTRUCTIONS, PLACED];
+
 /// The figures by block size.
 const MEASURES: [Measure; 3] = [
     THROUGHPUT,
@@ -129,15 +168,7 @@ const LOSS_MEASURES: [Measure; 4] = [
         log: false,
     },
     HOST_CPU,
-    Measure {
-        file: "placed",
-        title: "share of received data the NIC placed",
-        unit: "% of data bytes received",
-        value: |p| p.median.offload_share * 100.0,
-        range: |p| p.offload_share_range.map(|v| v * 100.0),
-        raw: None,
-        log: false,
-    },
+    PLACED,
 ];
 
 /// The line of raw TCP's throughput.
@@ -489,11 +520,16 @@ pub fn charts(points: &[Point], dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
         }
     }
     rws.sort_unstable_by_key(|rw| rw.name());
+    let (by_bs, by_loss): (&[Measure], &[Measure]) =
+        match points.iter().any(|p| p.meter == Meter::Instructions) {
+            true => (&COUNTED, &LOSS_COUNTED),
+            false => (&MEASURES, &LOSS_MEASURES),
+        };
     for rw in rws {
-        let mut figures = vec![(Figure::new(points, rw, Axis::BlockSize), "", &MEASURES[..])];
-        let by_loss = Figure::new(points, rw, Axis::Loss);
-        if by_loss.xs.len() > 1 {
-            figures.push((by_loss, "loss-", &LOSS_MEASURES[..]));
+        let mut figures = vec![(Figure::new(points, rw, Axis::BlockSize), "", by_bs)];
+        let loss = Figure::new(points, rw, Axis::Loss);
+        if loss.xs.len() > 1 {
+            figures.push((loss, "loss-", by_loss));
         }
         for (fig, prefix, measures) in &figures {
             for m in *measures {

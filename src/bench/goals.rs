@@ -20,10 +20,14 @@
 //! the first one's setting with `over`'s fields put in (none: the same
 //! point). `over_metric` compares with another measure of that point (e.g.
 //! `raw_tcp_bytes_per_sec`). `metric` is one of `bytes_per_sec`,
-//! `host_cpu_ns_per_io`, `nic_cpu_ns_per_io`, `raw_tcp_bytes_per_sec`.
+//! `host_cpu_ns_per_io`, `nic_cpu_ns_per_io`, `controller_cpu_ns_per_io`,
+//! `raw_tcp_bytes_per_sec`, or `host_instructions_per_io` (and `nic_`,
+//! `controller_`). A CPU metric is judged in instructions on points the
+//! instructions meter counted, so one file serves either meter; a goal
+//! on throughput is not judged there (Valgrind's is no throughput).
 //! Exactly one of `at_most` and `at_least` bounds the ratio.
 
-use crate::bench::options::Setting;
+use crate::bench::options::{Meter, Setting};
 use crate::bench::point::{Metric, Point};
 use crate::bench::stats::SPREAD_LIMIT;
 use crate::driver::transport::TransportType;
@@ -200,8 +204,12 @@ impl Goal {
             1 => String::new(),
             n => format!(", {n} jobs"),
         };
+        let counted = match top.meter {
+            Meter::Instructions => ", in instructions",
+            Meter::Cpu => "",
+        };
         let what = format!(
-            "{} ({}, {digest}, qd {}{jobs}, mtu {}{impaired})",
+            "{} ({}, {digest}, qd {}{jobs}, mtu {}{impaired}{counted})",
             self.what,
             format_size(u64::from(s.bs)),
             s.qd,
@@ -285,6 +293,32 @@ mod tests {
 
     fn tcp(rw: Rw, offload: Caps, cpu: f64, spread: f64) -> Point {
         point(TransportType::Tcp, rw, offload, cpu, spread)
+    }
+
+    /// `p` as the instructions meter counts it: `host` instructions per
+    /// I/O, no times.
+    fn counted(p: Point, host: f64) -> Point {
+        let mut median = p.median.without_times();
+        median.counts.host.instructions = host;
+        Point { meter: Meter::Instructions, median, host_instructions_spread: Some(0.0002), ..p }
+    }
+
+    #[test]
+    fn a_cpu_goal_is_judged_in_instructions_on_counted_points_and_throughput_not_at_all() {
+        let goals = Goals::parse(SHIPPED).unwrap();
+        // CPU says 0.5 (missed), instructions 0.2 (met).
+        let all = counted(tcp(Rw::Read, Caps::ALL, 500.0, 0.5), 20_000.0);
+        let none = counted(tcp(Rw::Read, Caps::NONE, 1000.0, 0.5), 100_000.0);
+        let checks = goals.check(&[all, none]);
+        let read = checks.iter().find(|c| c.what.starts_with("read host CPU/IO, all vs none"));
+        let read = read.expect("the read CPU goal is judged");
+        assert_eq!(read.verdict, Verdict::Met, "{read:?}");
+        assert!((read.measured - 0.2).abs() < 1e-9);
+        assert!(read.what.contains("in instructions"), "{}", read.what);
+        assert!(
+            checks.iter().all(|c| !c.what.contains("throughput")),
+            "Valgrind's throughput is no throughput: {checks:?}"
+        );
     }
 
     #[test]

@@ -59,26 +59,6 @@ pub enum MeterError {
 /// Check, before any work, that this build and machine can count
 /// instructions, and that `o` asks for what counts repeat on.
 pub fn check(o: &BenchOptions) -> Result<(), MeterError> {
-    let valgrind = Command::new("valgrind")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    match (valgrind, CLIENT_REQUESTS) {
-        (true, true) => {}
-        (false, true) => return Err(MeterError::Missing("Valgrind: apt-get install valgrind")),
-        (true, false) => {
-            return Err(MeterError::Missing(
-                "a build with Valgrind's client requests: apt-get install libclang-dev && cargo build --release --features valgrind",
-            ));
-        }
-        (false, false) => {
-            return Err(MeterError::Missing(
-                "Valgrind and a build with its client requests: apt-get install valgrind libclang-dev && cargo build --release --features valgrind",
-            ));
-        }
-    }
     if o.link.is_some() {
         return Err(MeterError::Unsupported("--tap/--iface"));
     }
@@ -88,7 +68,22 @@ pub fn check(o: &BenchOptions) -> Result<(), MeterError> {
     if o.jobs.iter().any(|&j| j > 1) {
         return Err(MeterError::Unsupported("--jobs"));
     }
-    Ok(())
+    let valgrind = Command::new("valgrind")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    Err(MeterError::Missing(match (valgrind, CLIENT_REQUESTS) {
+        (true, true) => return Ok(()),
+        (false, true) => "Valgrind: apt-get install valgrind",
+        (true, false) => {
+            "a build with Valgrind's client requests: apt-get install libclang-dev && cargo build --release --features valgrind"
+        }
+        (false, false) => {
+            "Valgrind and a build with its client requests: apt-get install valgrind libclang-dev && cargo build --release --features valgrind"
+        }
+    }))
 }
 
 /// What a child measured of raw TCP.

@@ -42,23 +42,21 @@ pub struct Point {
     pub nic_cpu_spread: f64,
     pub controller_cpu_spread: f64,
     pub raw_tcp_spread: f64,
-    /// Instructions meter: (max - min) / median of each part's
-    /// instructions per I/O over the repetitions.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub host_instructions_spread: f64,
-    #[serde(skip_serializing_if = "is_zero")]
-    pub nic_instructions_spread: f64,
-    #[serde(skip_serializing_if = "is_zero")]
-    pub controller_instructions_spread: f64,
+    /// Instructions meter: [min, max] of the host's instructions per I/O,
+    /// and each part's (max - min) / median over the repetitions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_instructions_range: Option<[f64; 2]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_instructions_spread: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nic_instructions_spread: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controller_instructions_spread: Option<f64>,
     /// The spreads a verdict rests on are within
     /// [`SPREAD_LIMIT`](crate::bench::stats::SPREAD_LIMIT) (CPU meter:
     /// throughput and host CPU; instructions meter: host instructions): a
     /// goal may be judged on this point.
     pub steady: bool,
-}
-
-fn is_zero(v: &f64) -> bool {
-    *v == 0.0
 }
 
 /// What Valgrind counted of one part's work, per I/O (or, for raw TCP
@@ -285,11 +283,13 @@ impl Metric {
             (Metric::NicCpuNsPerIo, Meter::Cpu) => p.nic_cpu_spread,
             (Metric::ControllerCpuNsPerIo, Meter::Cpu) => p.controller_cpu_spread,
             (Metric::HostCpuNsPerIo | Metric::HostInstructionsPerIo, _) => {
-                p.host_instructions_spread
+                p.host_instructions_spread.unwrap_or(0.0)
             }
-            (Metric::NicCpuNsPerIo | Metric::NicInstructionsPerIo, _) => p.nic_instructions_spread,
+            (Metric::NicCpuNsPerIo | Metric::NicInstructionsPerIo, _) => {
+                p.nic_instructions_spread.unwrap_or(0.0)
+            }
             (Metric::ControllerCpuNsPerIo | Metric::ControllerInstructionsPerIo, _) => {
-                p.controller_instructions_spread
+                p.controller_instructions_spread.unwrap_or(0.0)
             }
         }
     }

@@ -53,14 +53,15 @@ pub fn summarize(setting: Setting, runs: &[Measures], raw: RawTcp) -> Point {
         .collect();
     let bytes_per_sec_spread = spread(&of(|r| r.bytes_per_sec));
     let host_cpu_spread = spread(&of(|r| r.host_cpu_ns_per_io));
-    let host_instructions_spread = spread(&of(|r| r.counts.host.instructions));
     let meter = match median_of.counts.is_empty() {
         true => Meter::Cpu,
         false => Meter::Instructions,
     };
-    let steady = match meter {
-        Meter::Cpu => bytes_per_sec_spread <= SPREAD_LIMIT && host_cpu_spread <= SPREAD_LIMIT,
-        Meter::Instructions => host_instructions_spread <= SPREAD_LIMIT,
+    let counted = |f: fn(&Measures) -> f64| (meter == Meter::Instructions).then(|| spread(&of(f)));
+    let host_instructions_spread = counted(|r| r.counts.host.instructions);
+    let steady = match host_instructions_spread {
+        None => bytes_per_sec_spread <= SPREAD_LIMIT && host_cpu_spread <= SPREAD_LIMIT,
+        Some(s) => s <= SPREAD_LIMIT,
     };
     Point {
         setting,
@@ -81,8 +82,10 @@ pub fn summarize(setting: Setting, runs: &[Measures], raw: RawTcp) -> Point {
         controller_cpu_spread: spread(&of(|r| r.controller_cpu_ns_per_io)),
         raw_tcp_spread: raw.spread,
         host_instructions_spread,
-        nic_instructions_spread: spread(&of(|r| r.counts.nic.instructions)),
-        controller_instructions_spread: spread(&of(|r| r.counts.controller.instructions)),
+        host_instructions_range: host_instructions_spread
+            .map(|_| range(|r| r.counts.host.instructions)),
+        nic_instructions_spread: counted(|r| r.counts.nic.instructions),
+        controller_instructions_spread: counted(|r| r.counts.controller.instructions),
         steady,
     }
 }

@@ -483,7 +483,7 @@ fn print_counted(
                 &pct(p.setting.impair.duplicate)
             ),
             c.host.instructions,
-            p.host_instructions_spread * 100.0,
+            p.host_instructions_spread.unwrap_or(0.0) * 100.0,
             c.nic.instructions,
             c.controller.instructions,
             c.host.l1_misses,

@@ -6,6 +6,8 @@
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{ArgAction, Args};
+use nvme_ddp::bench::meter;
+use nvme_ddp::bench::options::{BenchOptions, Meter};
 use nvme_ddp::demo as run_demo;
 use nvme_ddp::driver::transport::TransportType;
 use nvme_ddp::report::{granted_notes, human_bytes};
@@ -103,6 +105,11 @@ pub(crate) struct DemoArgs {
     /// offloads saved (host CPU, copies, CRC per I/O): on or off.
     #[arg(long, default_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
     baseline: bool,
+    /// What the baseline's costs are counted in: cpu (CPU time) or
+    /// instructions (counted by Valgrind, one job, exact on any machine;
+    /// see `bench --meter`).
+    #[arg(long, default_value = "cpu", value_parser = Meter::parse)]
+    meter: Meter,
     /// Print a machine-readable JSON report.
     #[arg(long)]
     json: bool,
@@ -137,6 +144,7 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
         transport: a.transport,
         tls: a.tls,
         baseline: a.baseline,
+        meter: a.meter,
         jobs: a.jobs,
     };
     let impaired = !o.impair.is_clean();
@@ -147,6 +155,10 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
     };
     if !(576..=65521).contains(&o.mtu) {
         bail!("--mtu {} is out of range (576..=65521)", o.mtu);
+    }
+    // Before any work: the baseline would find it missing only at the end.
+    if o.baseline && o.meter == Meter::Instructions {
+        meter::check(&BenchOptions::default())?;
     }
     check_ram(o.size, 512).map_err(|e| anyhow!("--size {}: {e}", format_size(a.size)))?;
     if o.bs == 0 || !o.bs.is_multiple_of(512) || u64::from(o.bs) > o.size {
@@ -216,8 +228,12 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
         {
             println!("{line}");
         }
-        if let Some(s) = &report.savings {
-            println!("  {}", s.line(impaired));
+        match &report.savings {
+            Some(s) => println!("  {}", s.line(impaired)),
+            None if a.baseline && a.offload == Caps::NONE => {
+                println!("  no savings measured: every offload is off (--offload none)")
+            }
+            None => {}
         }
         println!("  {}", report.recovery.line());
         for (dir, s) in
