@@ -581,3 +581,24 @@ fn the_instructions_meter_counts_every_part_and_repeats() {
     let ratio = f(all, "host_instructions_per_io") / f(none, "host_instructions_per_io");
     assert!(ratio < 0.5, "placement and CRC offload save most of the host's work: {ratio}");
 }
+
+/// The demo's savings line counted by Valgrind: in host instructions, two
+/// runs each, which repeat.
+#[test]
+#[cfg_attr(not(feature = "valgrind"), ignore = "needs --features valgrind (and Valgrind)")]
+fn the_instructions_meter_counts_the_demo_savings() {
+    let out = exe()
+        .args(["demo", "--size", "4M", "--meter", "instructions", "--eta", "never"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let line = stdout.lines().find(|l| l.contains("offloads saved")).expect("a savings line");
+    assert!(line.contains("offloads saved: host instructions "), "{line}");
+    assert!(
+        line.contains("counted by Valgrind on a clean wire: randrw 128k, 2 runs each"),
+        "{line}"
+    );
+    assert!(line.contains("spread 0.0"), "counts repeat: {line}");
+    assert!(!line.contains("too noisy"), "{line}");
+}

@@ -604,6 +604,7 @@ fn demo_shows_progress_digests_by_default_and_says_what_off_means() {
         "{out}"
     );
     assert!(!out.contains("offloads saved"), "nothing to compare with: {out}");
+    assert!(out.contains("no savings measured: every offload is off (--offload none)"), "{out}");
     // One-shot is a host thing: the controller does not list it.
     let out = ok(&["demo", "--size", "4M"]);
     assert!(
@@ -614,7 +615,7 @@ fn demo_shows_progress_digests_by_default_and_says_what_off_means() {
     assert!(out.contains("  offloads saved: host CPU "), "{out}");
     assert!(
         out.contains(
-            "(against no offload, measured alongside on a clean wire: randrw 128k, 3 runs"
+            "(against no offload, measured alongside on a clean wire: randrw 128k, 3 runs each, spread"
         ),
         "{out}"
     );

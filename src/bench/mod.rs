@@ -11,7 +11,7 @@
 //! process's CPU time is read too, as a check that the parts account for
 //! all of it. Points are reported as medians with their spread. With the
 //! instructions meter (`--meter instructions`), each part's cost is what
-//! Valgrind counted instead: the same on any machine, run after run.
+//! Valgrind counted instead: the same run after run.
 //!
 //! One job a file:
 //! - [`options`]: what to measure, and the matrix of settings it makes.

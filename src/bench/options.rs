@@ -23,7 +23,7 @@ pub enum Meter {
     Cpu,
     /// Instructions, memory accesses, cache misses and mispredicted
     /// branches, counted by Valgrind (Callgrind, under a fixed cache
-    /// model): the same on any machine, run after run.
+    /// model): the same run after run, whatever else the machine does.
     Instructions,
 }
 

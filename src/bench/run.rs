@@ -17,7 +17,7 @@ use crate::driver::smoltcp::{
     to_smol,
 };
 use crate::driver::transport::TlsConfig;
-use crate::driver::valgrind::{Collector, Part};
+use crate::driver::valgrind::{Collector, Part, collect};
 use crate::workload::{Limit, Rw, Workload, WorkloadSpec, fill_pattern};
 use hdrhistogram::Histogram;
 use nic_backend::{NicEngine, NicHandle, NicThread};
@@ -567,11 +567,7 @@ fn lockstep<H: Medium, N: Medium, C: Medium>(
 ) -> Result<(), BenchError> {
     let read = clock_read_cost();
     let cpu = || cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) as i64;
-    let enter = |part| {
-        if let Some(c) = collector {
-            c.enter(part);
-        }
-    };
+    let enter = |part| collect(collector, part);
     let start = clock.now();
     // Counted by Valgrind, the parts see time pass by the turn.
     let mut turns = collector.map(|_| TurnClock::starting(start));

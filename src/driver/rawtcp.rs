@@ -7,7 +7,7 @@
 
 use crate::driver::clock::{Clock, TurnClock};
 use crate::driver::smoltcp::to_smol;
-use crate::driver::valgrind::{Collector, Part};
+use crate::driver::valgrind::{Collector, Part, collect};
 use nic_backend::NicEngine;
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::Ipv4Cidr;
@@ -133,19 +133,18 @@ impl<T: Medium> Sender<T> {
 }
 
 /// A receiver that takes every byte out of its ring without copying it.
+/// Whether anything moved, and the bytes taken.
 fn receive<R: Medium>(
     receiver: &mut Stack<R>,
     conn: &mut Option<TcpConn>,
     now: SmolInstant,
-) -> bool {
-    let mut progress = receiver.poll(now);
+) -> (bool, usize) {
+    let progress = receiver.poll(now);
     if conn.is_none() {
         *conn = receiver.accept();
     }
-    if let Some(c) = conn {
-        progress |= receiver.recv(c, |b| b.len()) > 0;
-    }
-    progress | receiver.poll(now)
+    let got = conn.as_mut().map_or(0, |c| receiver.recv(c, |b| b.len()));
+    (progress | (got > 0) | receiver.poll(now), got)
 }
 
 /// A stack at `ip` whose TCP send and receive rings are `ring` bytes each.
@@ -190,7 +189,7 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
         let mut conn = None;
         while !flag.load(Ordering::Relaxed) {
             let now = to_smol(clock.now());
-            if !receive(&mut receiver, &mut conn, now) {
+            if !receive(&mut receiver, &mut conn, now).0 {
                 let at = receiver.poll_at(now).map(|t| t.min(now + NAP));
                 receiver.wait(now, at);
             }
@@ -221,8 +220,14 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
 /// measured, the receiver's NIC `nic` (whose ring `rx` is) between them,
 /// all three stepped in turn on this thread, as the bench's lockstep runs
 /// are; with TCP rings of `ring` bytes, over `window`; unless `stop` is
-/// set. Under Valgrind, `collector` is told which end each step is, and
-/// the window opens at the turn after the sender's measurement started.
+/// set.
+///
+/// Under Valgrind, `collector` is told which end each step is, and the
+/// ends see time pass by the turn. Its window opens at the turn after the
+/// sender's measurement started and closes when it ends; the bytes
+/// measured are then those the receiver took inside it, which in steady
+/// state are those the sender put on the wire inside it too (what it
+/// acknowledged lags by a turn's worth).
 pub fn lockstep<T: Medium, R: Medium, N: Medium>(
     tx: T,
     rx: R,
@@ -233,40 +238,39 @@ pub fn lockstep<T: Medium, R: Medium, N: Medium>(
     stop: &AtomicBool,
 ) -> Result<(f64, u64), RawTcpError> {
     let (clock, mut receiver, mut sender) = ends(tx, rx, ring, window)?;
-    let (mut conn, mut opened) = (None, false);
-    // Counted by Valgrind, the ends see time pass by the turn.
+    let mut conn = None;
+    // Bytes the receiver took since Valgrind's window opened.
+    let mut counted: Option<u64> = None;
     let mut turns = collector.map(|_| TurnClock::starting(clock.now()));
-    let enter = |part| {
-        if let Some(c) = collector {
-            c.enter(part);
-        }
-    };
     loop {
         if stop.load(Ordering::Relaxed) {
             return Err(RawTcpError::Interrupted);
         }
         let t = turns.map_or_else(|| clock.now(), |t| t.now());
-        enter(Some(Part::Sender));
+        let now = to_smol(t);
+        collect(collector, Some(Part::Sender));
         let turn = sender.turn(t)?;
-        enter(None);
-        let sent = match turn {
+        collect(collector, None);
+        let mut moved = match turn {
             Turn::Going(moved) => moved,
             Turn::Done(rate, bytes) => {
                 if let Some(c) = collector {
                     c.close();
                 }
-                return Ok((rate, bytes));
+                return Ok((rate, counted.unwrap_or(bytes)));
             }
         };
-        let now = to_smol(t);
-        let mut moved = sent | nic.step(now);
-        enter(Some(Part::Receiver));
-        moved |= receive(&mut receiver, &mut conn, now);
-        enter(None);
         moved |= nic.step(now);
-        if let (Some(c), Some(_), false) = (collector, sender.started, opened) {
+        collect(collector, Some(Part::Receiver));
+        let (received, got) = receive(&mut receiver, &mut conn, now);
+        collect(collector, None);
+        moved |= received | nic.step(now);
+        if let Some(n) = &mut counted {
+            *n += got as u64;
+        }
+        if let (Some(c), Some(_), None) = (collector, sender.started, counted) {
             c.open(None);
-            opened = true;
+            counted = Some(0);
         }
         if let Some(t) = &mut turns {
             if !moved {

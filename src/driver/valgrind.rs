@@ -1,7 +1,8 @@
 //! Switching Valgrind's event collection on and off around one part of a
 //! lockstep run, so that what Callgrind counts is that part's work inside
-//! the measured window and nothing else. The part's step is the boundary,
-//! as the CPU clock reads between steps are: no function name decides.
+//! the measured window (and the few instructions of the client request
+//! that switches it off again). The part's step is the boundary, as the
+//! CPU clock reads between steps are: no function name decides.
 //!
 //! It only switches; it must never read what Valgrind counted (that is the
 //! bench's, from Callgrind's output file) nor step a part itself.
@@ -59,14 +60,6 @@ impl fmt::Display for Part {
 /// build).
 pub const CLIENT_REQUESTS: bool = cfg!(feature = "valgrind");
 
-/// Whether this process runs under Valgrind.
-pub fn running_on_valgrind() -> bool {
-    #[cfg(feature = "valgrind")]
-    return valgrind_requests::valgrind::running_on_valgrind() > 0;
-    #[cfg(not(feature = "valgrind"))]
-    false
-}
-
 /// Collects the events of one part, while the measured window is open;
 /// the run tells it which part is about to run. Callgrind must start with
 /// collection off (`--collect-atstart=no`).
@@ -109,6 +102,14 @@ impl Collector {
     pub fn close(&self) {
         self.window.set(false);
         self.enter(None);
+    }
+}
+
+/// `running` is about to run, if a collector counts this run.
+#[inline]
+pub fn collect(collector: Option<&Collector>, running: Option<Part>) {
+    if let Some(c) = collector {
+        c.enter(running);
     }
 }
 

@@ -140,8 +140,8 @@ pub(crate) struct BenchArgs {
     /// What costs are counted in: cpu (CPU time, what a user pays on this
     /// machine) or instructions (instructions, memory accesses, cache
     /// misses and mispredicted branches per I/O and part, counted by
-    /// Valgrind under a fixed cache model: the same on any machine, run
-    /// after run; about 500 times slower; one job in lockstep on the
+    /// Valgrind under a fixed cache model: the same run after run, and on
+    /// machines whose CPUs offer the same extensions; about 500 times slower; one job in lockstep on the
     /// in-process wire).
     #[arg(long, default_value = "cpu", value_parser = Meter::parse)]
     meter: Meter,
@@ -162,11 +162,11 @@ pub(crate) struct BenchArgs {
     measured: Option<PathBuf>,
 }
 
-/// A count of I/Os: at least one.
+/// A count of I/Os: 1 to a million.
 fn parse_ios(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!("{s:?}: give a number of I/Os, at least 1")),
+        Ok(n) if (1..=1_000_000).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?}: give a number of I/Os, 1 to 1000000")),
     }
 }
 
@@ -180,6 +180,11 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         }
         _ => None,
     };
+    // The instructions meter counts on the in-process wire: say so before
+    // opening any interface.
+    if a.meter == Meter::Instructions && link.is_some() {
+        return Err(meter::MeterError::Unsupported("--tap/--iface").into());
+    }
     // Fail on a path that cannot be written before the matrix runs, not after.
     if let Some(dir) = &a.plot {
         plot::prepare(dir).context("--plot")?;
@@ -514,7 +519,7 @@ fn print_counted(
         }
     }
     println!(
-        "counted by Valgrind (Callgrind; 32 KiB L1s, 8 MiB LL): exact and the same on any machine for this binary; CPU time is what a user pays (--meter cpu)"
+        "counted by Valgrind (Callgrind; 32 KiB L1s, 8 MiB LL): exact, run after run, for this binary; CPU time is what a user pays (--meter cpu)"
     );
 }
 

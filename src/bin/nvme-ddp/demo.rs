@@ -106,7 +106,7 @@ pub(crate) struct DemoArgs {
     #[arg(long, default_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
     baseline: bool,
     /// What the baseline's costs are counted in: cpu (CPU time) or
-    /// instructions (counted by Valgrind, one job, exact on any machine;
+    /// instructions (counted by Valgrind, one job, repeating run after run;
     /// see `bench --meter`).
     #[arg(long, default_value = "cpu", value_parser = Meter::parse)]
     meter: Meter,
