@@ -543,7 +543,7 @@ fn the_instructions_meter_counts_every_part_and_repeats() {
     let json = dir.join("points.json");
     let out = exe()
         .args(["bench", "--meter", "instructions", "--bs", "128k", "--rw", "read", "--qd", "8"])
-        .args(["--offload", "all,none", "--mtu", "9000", "--reps", "2", "--ios", "16"])
+        .args(["--offload", "all,none", "--mtu", "9000", "--reps", "2", "--ios", "64"])
         .arg("--json")
         .arg(&json)
         .output()
@@ -572,7 +572,7 @@ fn the_instructions_meter_counts_every_part_and_repeats() {
             assert!(spread <= 0.001, "{part} repeats within 0.1%: {spread}");
         }
         assert_eq!((f(p, "bytes_per_sec"), f(p, "host_cpu_ns_per_io")), (0.0, 0.0));
-        assert_eq!(f(p, "ios"), 16.0);
+        assert_eq!(f(p, "ios"), 64.0);
     }
     let by = |o: &str| points.iter().find(|p| p["offload"] == o).unwrap();
     let (all, none) = (by("all"), by("none"));

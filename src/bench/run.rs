@@ -403,7 +403,12 @@ fn run_job<M: Medium + Send + 'static>(
     let (hdev, hnic) = chain(host_m, impair, seed, None, caps)?;
     let (cdev, cnic) = chain(ctrl_m, impair, seed.wrapping_add(1), None, caps)?;
     let clock = Clock::new();
-    let now = to_smol(clock.now());
+    // Counted by Valgrind, time starts at zero and passes by the turn
+    // (see `lockstep`), however long Valgrind takes to set the run up.
+    let now = match o.collect {
+        Some(_) => to_smol(nvme_of::Instant::ZERO),
+        None => to_smol(clock.now()),
+    };
     // Jobs on the queues of one TAP share its address: their ports differ.
     // Counted by Valgrind, a run repeats itself: no fresh seed.
     let stack_seed = match o.collect {
@@ -569,8 +574,8 @@ fn lockstep<H: Medium, N: Medium, C: Medium>(
     let cpu = || cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) as i64;
     let enter = |part| collect(collector, part);
     let start = clock.now();
-    // Counted by Valgrind, the parts see time pass by the turn.
-    let mut turns = collector.map(|_| TurnClock::starting(start));
+    // Counted by Valgrind, the parts see time pass by the turn, from zero.
+    let mut turns = collector.map(|_| TurnClock::starting(nvme_of::Instant::ZERO));
     let mut t0 = cpu();
     loop {
         let now = to_smol(turns.map_or_else(|| clock.now(), |t| t.now()));
