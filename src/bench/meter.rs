@@ -198,7 +198,7 @@ fn point_args(p: &Setting, o: &BenchOptions, rep: usize) -> Vec<String> {
     .into_iter()
     .flat_map(|(k, v)| [k.to_string(), v])
     .collect();
-    if let Some(n) = o.window_ios(p.bs) {
+    if let Some((_, n)) = o.window_ios(p) {
         args.extend(["--ios".into(), n.to_string()]);
     }
     args.extend(raw_args(o, p.mtu, p.impair, rep));

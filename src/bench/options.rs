@@ -67,8 +67,8 @@ pub struct BenchOptions {
     pub reps: usize,
     pub warmup: Duration,
     pub duration: Duration,
-    /// Measure this many I/Os a run, after a warm-up of
-    /// [`warmup_ios`](Self::warmup_ios), instead of `duration` after
+    /// Measure this many I/Os a run, after a warm-up of a quarter as many
+    /// (see [`window_ios`](Self::window_ios)), instead of `duration` after
     /// `warmup`. The instructions meter always counts I/Os:
     /// [`window_ios`](Self::window_ios) says how many.
     pub ios: Option<u64>,
@@ -110,22 +110,18 @@ pub fn rep_seed(seed: u64, rep: usize) -> u64 {
 }
 
 impl BenchOptions {
-    /// The I/Os a run of a point with block size `bs` measures, when it
-    /// counts them: `ios`, or under the instructions meter, 16 MiB worth
+    /// The I/Os a run of point `p` warms up with and then measures, when
+    /// it counts them: `ios`, or under the instructions meter, 16 MiB worth
     /// within 64 to 1024 (a point's counts repeat, so a short window is
-    /// exact; Valgrind runs some 500 times slower than the CPU).
-    pub fn window_ios(&self, bs: u32) -> Option<u64> {
-        match (self.ios, self.meter) {
-            (Some(n), _) => Some(n),
-            (None, Meter::Instructions) => Some(((16u64 << 20) / u64::from(bs)).clamp(64, 1024)),
-            (None, Meter::Cpu) => None,
-        }
-    }
-
-    /// The I/Os of the warm-up before a window of `ios`: a quarter of it,
-    /// and at least two queues' worth.
-    pub fn warmup_ios(ios: u64, qd: u16) -> u64 {
-        (ios / 4).max(2 * u64::from(qd))
+    /// exact; Valgrind runs some 500 times slower than the CPU); the
+    /// warm-up a quarter as many, and at least two queues' worth.
+    pub fn window_ios(&self, p: &Setting) -> Option<(u64, u64)> {
+        let measured = match (self.ios, self.meter) {
+            (Some(n), _) => n,
+            (None, Meter::Instructions) => ((16u64 << 20) / u64::from(p.bs)).clamp(64, 1024),
+            (None, Meter::Cpu) => return None,
+        };
+        Some(((measured / 4).max(2 * u64::from(p.qd)), measured))
     }
 
     /// Whether the parts run on threads of their own.

@@ -6,15 +6,14 @@
 use crate::app::{HostApp, Stoppable};
 use crate::bench::clocks::{Clocks, Mark, Tally, clock_read_cost, cpu_ns};
 use crate::bench::meter::{self, MeterError, RAW_WINDOW};
-use crate::bench::options::Meter;
-use crate::bench::options::{BenchOptions, Impair, Setting, rep_seed};
+use crate::bench::options::{BenchOptions, Impair, Meter, Setting, rep_seed};
 use crate::bench::point::{Measures, Point, RawRun, RawTcp};
 use crate::bench::stats::summarize;
 use crate::driver::clock::{Clock, TurnClock};
 use crate::driver::rawtcp::{self, RawTcpError, Window};
 use crate::driver::smoltcp::{
-    ControllerSide, HostSide, IMPAIRED_IO_TIMEOUT, IMPAIRED_KATO, RunError, chain, run_host, serve,
-    to_smol,
+    ControllerSide, HostSide, IMPAIRED_IO_TIMEOUT, IMPAIRED_KATO, RunError, chain, from_smol,
+    run_host, serve, to_smol,
 };
 use crate::driver::transport::TlsConfig;
 use crate::driver::valgrind::{Collector, Part, collect};
@@ -313,10 +312,9 @@ fn run_once<M: Medium + Send + 'static>(
     let per_job = u64::from(p.bs) * u64::from(p.qd) * u64::from(o.queues) * 4;
     // A window of I/Os reads or writes from the namespace's start, as its
     // warm-up does: no more than they need (Valgrind fills it slowly).
-    let size = match o.window_ios(p.bs) {
-        Some(n) => {
-            let ios = n.max(BenchOptions::warmup_ios(n, p.qd));
-            (ios * u64::from(p.bs)).max(per_job * jobs).next_multiple_of(1 << 20)
+    let size = match o.window_ios(p) {
+        Some((warmup, measured)) => {
+            (warmup.max(measured) * u64::from(p.bs)).max(per_job * jobs).next_multiple_of(1 << 20)
         }
         None => (64u64 << 20).max(per_job * jobs),
     };
@@ -460,10 +458,10 @@ fn run_job<M: Medium + Send + 'static>(
     }
     let mut ctrl = ControllerSide::new(cstack, target, PORT, Some(cddp))?.with_listener(listener);
     let oneshot = caps.contains(Caps::ONESHOT);
-    let (warmup, limit) = match o.window_ios(p.bs) {
-        Some(n) => {
+    let (warmup, limit) = match o.window_ios(p) {
+        Some((warmup, measured)) => {
             let bytes = |ios| Limit::Bytes(ios * u64::from(p.bs));
-            (bytes(BenchOptions::warmup_ios(n, p.qd)), bytes(n))
+            (bytes(warmup), bytes(measured))
         }
         None => (Limit::Time(o.warmup), Limit::Time(o.duration)),
     };
@@ -610,7 +608,7 @@ fn lockstep<H: Medium, N: Medium, C: Medium>(
             let at = [host.poll_at(now), nic.poll_at(), ctrl.poll_at(now)];
             let at = at.into_iter().flatten().min().unwrap_or(now);
             match &mut turns {
-                Some(t) => t.wait_until(nvme_of::Instant::from_micros(at.total_micros() as u64)),
+                Some(t) => t.wait_until(from_smol(at)),
                 None if at > now => {
                     let d = (at - now).min(smoltcp::time::Duration::from_millis(10));
                     std::thread::sleep(Duration::from_micros(d.total_micros()));

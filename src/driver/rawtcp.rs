@@ -6,7 +6,7 @@
 //! result.
 
 use crate::driver::clock::{Clock, TurnClock};
-use crate::driver::smoltcp::to_smol;
+use crate::driver::smoltcp::{from_smol, to_smol};
 use crate::driver::valgrind::{Collector, Part, collect};
 use nic_backend::NicEngine;
 use smoltcp::time::Instant as SmolInstant;
@@ -276,7 +276,7 @@ pub fn lockstep<T: Medium, R: Medium, N: Medium>(
             if !moved {
                 let at = [sender.stack.poll_at(now), receiver.poll_at(now), nic.poll_at()];
                 if let Some(at) = at.into_iter().flatten().min() {
-                    t.wait_until(nvme_of::Instant::from_micros(at.total_micros() as u64));
+                    t.wait_until(from_smol(at));
                 }
             }
             t.turn();

@@ -61,6 +61,11 @@ pub fn to_smol(t: nvme_of::Instant) -> SmolInstant {
     SmolInstant::from_micros(t.as_micros() as i64)
 }
 
+/// smoltcp's time in the sans-IO code's (never before its epoch).
+pub fn from_smol(t: SmolInstant) -> nvme_of::Instant {
+    nvme_of::Instant::from_micros(t.total_micros().max(0) as u64)
+}
+
 /// Why a run over smoltcp stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
