@@ -194,6 +194,9 @@ pub struct Progress {
     pub done: f64,
     /// What the phase did so far.
     pub stats: IoStats,
+    /// The association is lost and the host is making it again: no I/O
+    /// moves meanwhile.
+    pub reconnecting: bool,
 }
 
 /// Called with the progress about ten times a second.
@@ -221,6 +224,9 @@ pub struct IoApp {
     pub queue_depth: usize,
     /// What the host's error recovery did so far.
     pub recovery: RecoveryReport,
+    /// Since when the association has been lost, and the last attempt's
+    /// error, while the host makes it again.
+    lost: Option<(Instant, Option<String>)>,
     done: bool,
     error: Option<String>,
 }
@@ -241,6 +247,7 @@ impl IoApp {
             io_queues: 0,
             queue_depth: 0,
             recovery: RecoveryReport::default(),
+            lost: None,
             done: false,
             error: None,
         }
@@ -261,6 +268,7 @@ impl IoApp {
             rw: w.spec().rw.name(),
             done: w.done_fraction(now),
             stats: w.stats(),
+            reconnecting: self.lost.is_some(),
         })
     }
 
@@ -318,6 +326,25 @@ impl IoApp {
         }
     }
 
+    /// A timed run ends at its time, as fio's runtime does, even with the
+    /// association lost and the host still making it again; having done
+    /// no I/O since, it did not do what was asked, and says why.
+    fn time_up_without_association(&mut self, host: &mut Host, now: Instant) {
+        let Some((since, last)) = &self.lost else { return };
+        let Some(w) = self.current.as_ref().filter(|w| w.time_is_up(now)) else { return };
+        let (n, lost_for) = (w.in_flight(), now.saturating_since(*since).as_secs_f64());
+        let mut why = format!(
+            "the run's time was up with no association, lost for its last {lost_for:.1} s; \
+             {n} I/O{} in flight given up",
+            if n == 1 { "" } else { "s" }
+        );
+        if let Some(last) = last {
+            why += &format!(" (the last error: {last})");
+        }
+        self.error.get_or_insert(why);
+        self.end_now(host, now);
+    }
+
     fn pump(&mut self, host: &mut Host, now: Instant) {
         let Some(w) = &mut self.current else { return };
         if let Err(e) = w.fill(host, now) {
@@ -345,7 +372,15 @@ impl HostApp for IoApp {
                 }
                 self.pump(host, now);
             }
-            HostEvent::Closed => self.done = true,
+            HostEvent::Closed => {
+                // Closed under a phase that was neither finished, failed
+                // nor interrupted: the run did not do what was asked.
+                if self.error.is_none() && !self.interrupted && self.current.is_some() {
+                    self.error = Some("the association closed before the run finished".into());
+                    self.end_phase();
+                }
+                self.done = true;
+            }
             HostEvent::Failed(e) => {
                 // The association's failure is the cause; the I/O that
                 // failed with it, if any, the consequence.
@@ -360,10 +395,15 @@ impl HostApp for IoApp {
             }
             // Commands that did not complete are the host's to submit
             // again; new ones wait until the association is back.
-            HostEvent::Reconnected => self.pump(host, now),
-            HostEvent::Reconnecting { .. }
-            | HostEvent::Discovered(_)
-            | HostEvent::AsyncEvent(_) => {}
+            HostEvent::Reconnected => {
+                self.lost = None;
+                self.pump(host, now);
+            }
+            HostEvent::Reconnecting { error, .. } => {
+                let since = self.lost.take().map_or(now, |(t, _)| t);
+                self.lost = Some((since, error.map(|e| e.to_string())));
+            }
+            HostEvent::Discovered(_) | HostEvent::AsyncEvent(_) => {}
         }
     }
 
@@ -372,6 +412,7 @@ impl HostApp for IoApp {
             self.give_up_at = None;
             self.end_now(host, now);
         }
+        self.time_up_without_association(host, now);
         self.pump(host, now);
         if now >= self.next_watch
             && let Some(progress) = self.progress(now)

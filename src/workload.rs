@@ -299,6 +299,14 @@ impl Workload {
         share.min(1.0)
     }
 
+    /// A timed workload whose time is up.
+    pub fn time_is_up(&self, now: Instant) -> bool {
+        match self.spec.limit {
+            Limit::Time(d) => self.started.is_some_and(|s| now >= s + d),
+            _ => false,
+        }
+    }
+
     /// The bytes to transfer, unless time limits the workload.
     fn byte_budget(&self) -> Option<u64> {
         self.budget

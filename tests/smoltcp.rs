@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Netns, root};
+use common::{Netns, needs_namespaces};
 use nvme_ddp::demo::{self, DemoOptions};
 use nvme_of::Digests;
 use smoltcp::time::Duration;
@@ -163,19 +163,6 @@ fn raw_tcp_moves_data() {
     assert!(bps > 0.0);
 }
 
-/// Root and `ip`, which the namespace tests need; says why not when not.
-fn can_make_namespaces() -> bool {
-    if !root() {
-        eprintln!("skipping: network namespaces need root (CI runs as root)");
-        return false;
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipping: iproute2 (`ip`) is not installed");
-        return false;
-    }
-    true
-}
-
 /// `nvme-ddp ARGS` inside namespace `ns`.
 fn in_ns(ns: &str, args: &[&str]) -> Command {
     let mut c = Command::new("ip");
@@ -253,11 +240,48 @@ fn net_up(tag: &str, mtu: &str) -> Netns {
     Netns(ns)
 }
 
+/// The controller and host commands `net up` prints work as pasted (the
+/// host's given a time, so a debug build need not read all of 1 GiB).
 #[test]
-fn host_against_controller_over_tap_in_a_namespace() {
-    if !can_make_namespaces() {
-        return;
+#[ignore = "needs root and iproute2 for a network namespace: --include-ignored, as root"]
+fn the_commands_net_up_prints_work_as_printed() {
+    needs_namespaces();
+    let exe = env!("CARGO_BIN_EXE_nvme-ddp");
+    let ns = format!("nvmeddp-p{}", std::process::id());
+    let up = Command::new(exe).args(["net", "up", "--netns", &ns]).output().unwrap();
+    let _ns = Netns(ns);
+    let printed = String::from_utf8_lossy(&up.stdout).into_owned();
+    assert!(up.status.success(), "net up: {}", String::from_utf8_lossy(&up.stderr));
+    let command = |who: &str| {
+        let line = printed.lines().find_map(|l| l.strip_prefix(who));
+        let line = line.unwrap_or_else(|| panic!("no {who} line: {printed}"));
+        line.split_whitespace().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let ctrl = command("controller:");
+    let mut controller = Command::new(&ctrl[0]).args(&ctrl[1..]).spawn().unwrap();
+    let host = command("host:");
+    let mut run = Command::new(&host[0]);
+    run.args(&host[1..]).args(["--time", "1", "--ctrl-loss-tmo", "0", "--json"]);
+    // The controller's stack answers once it runs: the host tries again.
+    let mut out = run.output().unwrap();
+    for _ in 0..20 {
+        if out.status.success() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        out = run.output().unwrap();
     }
+    let _ = controller.kill();
+    let _ = controller.wait();
+    assert!(out.status.success(), "{printed}\n{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["phases"][0]["ios"].as_u64().unwrap() > 0, "{v}");
+}
+
+#[test]
+#[ignore = "needs root and iproute2 for a network namespace: --include-ignored, as root"]
+fn host_against_controller_over_tap_in_a_namespace() {
+    needs_namespaces();
     let ns = net_up("t", "9000");
     let ctrl = ["--tap", "tap0", "--ip", "198.18.0.2/24"];
     let host = ["--tap", "tap1", "--ip", "198.18.0.3/24"];
@@ -272,10 +296,9 @@ fn host_against_controller_over_tap_in_a_namespace() {
 /// over both, and the stack of queue 1 answers though the host's ARP
 /// reached queue 0 only. A TAP made with one queue is refused, saying why.
 #[test]
+#[ignore = "needs root and iproute2 for a network namespace: --include-ignored, as root"]
 fn controller_on_two_queues_of_a_multi_queue_tap() {
-    if !can_make_namespaces() {
-        return;
-    }
+    needs_namespaces();
     let ns = net_up("q", "9000");
     let ctrl = ["--tap", "tap0", "--tap-queues", "2", "--ip", "198.18.0.2/24"];
     let mut args = vec!["controller", "--allow-any-host", "--listen", "0.0.0.0:4420"];
@@ -324,10 +347,9 @@ fn controller_on_two_queues_of_a_multi_queue_tap() {
 /// steers back to its queue (else the answers reach the other job's stack,
 /// which resets the connection); both jobs move data and verify it.
 #[test]
+#[ignore = "needs root and iproute2 for a network namespace: --include-ignored, as root"]
 fn bench_jobs_over_the_queues_of_two_taps() {
-    if !can_make_namespaces() {
-        return;
-    }
+    needs_namespaces();
     let ns = net_up("j", "9000");
     let bench = ["bench", "--tap", "tap1,tap0", "--bs", "128k", "--rw", "read", "--qd", "4"];
     let opts = ["--offload", "all", "--jobs", "2", "--reps", "1", "--no-raw"];
@@ -345,6 +367,7 @@ fn bench_jobs_over_the_queues_of_two_taps() {
 /// At MTU 9000 a veth's frames do not fit an AF_XDP chunk (nor will a veth
 /// run XDP), so `--iface` falls back to AF_PACKET.
 #[test]
+#[ignore = "needs root and iproute2 for a network namespace: --include-ignored, as root"]
 fn host_against_controller_over_a_veth_pair_through_af_packet() {
     over_a_veth_pair("p", "9000", "AF_PACKET");
 }
@@ -352,15 +375,14 @@ fn host_against_controller_over_a_veth_pair_through_af_packet() {
 /// At MTU 1500, `--iface` takes AF_XDP at both ends: an XDP program on
 /// each veth hands every frame to the socket.
 #[test]
+#[ignore = "needs root and iproute2 for a network namespace: --include-ignored, as root"]
 fn host_against_controller_over_a_veth_pair_through_af_xdp() {
     over_a_veth_pair("x", "1500", "AF_XDP");
 }
 
 /// Host and controller on `net up`'s veth pair at `mtu`, through `via`.
 fn over_a_veth_pair(tag: &str, mtu: &str, via: &str) {
-    if !can_make_namespaces() {
-        return;
-    }
+    needs_namespaces();
     let ns = net_up(tag, mtu);
     let ctrl = ["--iface", "veth0", "--ip", "198.18.0.2/24"];
     let host = ["--iface", "veth1", "--ip", "198.18.0.3/24"];
@@ -373,10 +395,9 @@ fn over_a_veth_pair(tag: &str, mtu: &str, via: &str) {
 /// never cuts them) with their checksums left for a NIC, and the medium
 /// must take them whole and complete the checksums.
 #[test]
+#[ignore = "needs root and iproute2 for a network namespace: --include-ignored, as root"]
 fn af_packet_stack_against_the_linux_kernel_both_ways() {
-    if !can_make_namespaces() {
-        return;
-    }
+    needs_namespaces();
     let read = against_the_linux_kernel_both_ways("k", "9000");
     let v = &read.via("AF_PACKET").report;
     placed_all(v);
@@ -387,10 +408,9 @@ fn af_packet_stack_against_the_linux_kernel_both_ways() {
 /// the veth with their checksums left partial, and AF_XDP carries no word
 /// of that; the medium finishes them, or nothing connects.
 #[test]
+#[ignore = "needs root and iproute2 for a network namespace: --include-ignored, as root"]
 fn af_xdp_stack_against_the_linux_kernel_both_ways() {
-    if !can_make_namespaces() {
-        return;
-    }
+    needs_namespaces();
     let read = against_the_linux_kernel_both_ways("y", "1500");
     placed_all(&read.via("AF_XDP").report);
 }
@@ -428,10 +448,9 @@ fn against_the_linux_kernel_both_ways(tag: &str, mtu: &str) -> Read {
 /// without an answer, a wait Ctrl-C ends at once. The controller's log
 /// names its link as the user typed it.
 #[test]
+#[ignore = "needs root and iproute2 for a network namespace: --include-ignored, as root"]
 fn a_host_on_a_tap_says_why_it_cannot_connect_and_stops_when_asked() {
-    if !can_make_namespaces() {
-        return;
-    }
+    needs_namespaces();
     let ns = net_up("c", "1500");
     let host = |to: &str| {
         let link = ["--tap", "tap1", "--ip", "198.18.0.3/24"];

@@ -39,7 +39,18 @@ pub enum ConnError {
     /// The host sent a TermReq.
     #[error("host terminated the connection: {fes} (FEI {fei:#x})")]
     Terminated { fes: Fes, fei: u32 },
+    /// The host's first bytes were a TLS handshake record on a port that
+    /// takes no TLS.
+    #[error(
+        "the host began TLS (a ClientHello) on a port without TLS: give the port TLS \
+         (--tls required|optional --tls-key), or connect without --tls"
+    )]
+    TlsOnClearPort,
 }
+
+/// A TLS record's content type for the handshake (RFC 8446 5.1): what a
+/// host that wants TLS sends first, where a host in the clear sends ICReq.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// The NVMe/TCP binding for a controller.
 #[derive(Debug, Clone, Copy, Default)]
@@ -232,7 +243,13 @@ impl Connection {
             let t = TermReq { fes: e.fes(), fei: e.fei() };
             self.tx.push_inline(Header::C2hTermReq(t), quoted);
         }
-        self.shut(CloseReason::transport(ConnError::Protocol(e)));
+        let tls = TLS_HANDSHAKE_RECORD;
+        self.shut(CloseReason::transport(match e {
+            PduError::BadType(t) if t == tls && self.phase == Phase::AwaitIcReq => {
+                ConnError::TlsOnClearPort
+            }
+            e => ConnError::Protocol(e),
+        }));
     }
 
     /// An event from the framer; `input` is the slice being parsed and

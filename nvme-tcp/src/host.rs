@@ -56,6 +56,13 @@ pub enum TcpError {
     Terminated { fes: Fes, fei: u32 },
     #[error("ICResp refused: {0}")]
     IcResp(&'static str),
+    /// The connection closed with our ICReq unanswered: what a port that
+    /// requires TLS does to a host in the clear.
+    #[error(
+        "the controller closed the connection without answering ICReq: if its port \
+         requires TLS, connect with --tls and --tls-key"
+    )]
+    ClosedBeforeIcResp,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -521,8 +528,10 @@ impl HostQueue for Queue {
 
     fn transport_closed(&mut self) {
         self.tx.clear();
-        if self.phase != Phase::Closing {
-            self.stop(QueueError::TransportClosed);
+        match self.phase {
+            Phase::Closing => {}
+            Phase::IcSent => self.stop(QueueError::transport(TcpError::ClosedBeforeIcResp)),
+            _ => self.stop(QueueError::TransportClosed),
         }
     }
 

@@ -59,7 +59,7 @@ impl Secret {
 
     /// The key DH-HMAC-CHAP uses, for the entity named `nqn` (the host's
     /// NQN for a host secret, the subsystem's for a controller secret).
-    pub(crate) fn transformed(&self, nqn: &str) -> Zeroizing<Vec<u8>> {
+    pub fn transformed(&self, nqn: &str) -> Zeroizing<Vec<u8>> {
         match self.transform {
             None => self.key.clone(),
             Some(h) => crypto::hmac(h, &self.key, &[nqn.as_bytes(), b"NVMe-over-Fabrics"]),

@@ -186,7 +186,9 @@ impl ControllerQueue for Secured {
                 }
             } else if self.port.required {
                 self.fail(TlsError::Handshake(
-                    "NVMe/TCP in the clear on a port that requires TLS".into(),
+                    "the host spoke NVMe/TCP in the clear on a port that requires TLS: \
+                     connect with --tls and --tls-key"
+                        .into(),
                 ));
                 return data.len();
             } else {

@@ -63,10 +63,14 @@ struct ClientPsk {
     suite: Suite,
 }
 
+/// What a ClientHello's identities came to on the server: the identity a
+/// key was found by, or the first one offered when none was.
+pub(super) type FoundIdentity = std::sync::Arc<Mutex<Option<Result<String, String>>>>;
+
 /// A server's PSKs, and the one the ClientHello's identity found.
 struct ServerPsk {
     lookup: PskLookup,
-    found: std::sync::Arc<Mutex<Option<String>>>,
+    found: FoundIdentity,
     key: Mutex<Option<Offered>>,
 }
 
@@ -95,12 +99,8 @@ pub(super) fn client(b: &mut SslContextBuilder, identity: &[u8], key: &[u8], sui
 }
 
 /// Make `b` take the PSK `lookup` finds for the identity a client offers;
-/// `found` learns that identity.
-pub(super) fn server(
-    b: &mut SslContextBuilder,
-    lookup: PskLookup,
-    found: std::sync::Arc<Mutex<Option<String>>>,
-) {
+/// `found` learns that identity, or the one offered in vain.
+pub(super) fn server(b: &mut SslContextBuilder, lookup: PskLookup, found: FoundIdentity) {
     b.set_ex_data(server_index(), ServerPsk { lookup, found, key: Mutex::new(None) });
     // SAFETY: both callbacks read the ServerPsk just stored in this
     // context's ex_data, which lives as long as the context.
@@ -223,6 +223,10 @@ unsafe extern "C" fn client_hello(ssl: *mut ffi::SSL, _alert: *mut c_int, _: *mu
             return ffi::SSL_CLIENT_HELLO_SUCCESS;
         }
         let ext = std::slice::from_raw_parts(p, n);
+        if let Some(first) = offered_identities(ext).next() {
+            let first = String::from_utf8_lossy(first).into_owned();
+            *psk.found.lock().unwrap_or_else(PoisonError::into_inner) = Some(Err(first));
+        }
         // A host offers one identity (Linux) or a few: a ClientHello is not
         // to make us derive keys for thousands.
         for id in offered_identities(ext).take(MAX_IDENTITIES) {
@@ -263,7 +267,7 @@ unsafe extern "C" fn find_session(
             return 0;
         }
         let name = String::from_utf8_lossy(id).into_owned();
-        *psk.found.lock().unwrap_or_else(PoisonError::into_inner) = Some(name);
+        *psk.found.lock().unwrap_or_else(PoisonError::into_inner) = Some(Ok(name));
         *sess = s;
         1
     }

@@ -71,8 +71,11 @@ pub struct TlsSession {
     stream: SslStream<Pipe>,
     established: bool,
     failed: Option<TlsError>,
-    /// The identity the PSK was found by (the controller's side).
-    identity: Arc<std::sync::Mutex<Option<String>>>,
+    /// The identity the PSK was found by, or the one offered in vain (the
+    /// controller's side).
+    identity: ffi::FoundIdentity,
+    /// The first byte the peer sent: a TLS record's content type, or not.
+    peer_first: Option<u8>,
     /// The application traffic secrets, as OpenSSL logs them.
     secrets: Arc<std::sync::Mutex<Secrets>>,
     /// The records after the handshake.
@@ -204,6 +207,7 @@ impl TlsSession {
             established: false,
             failed: None,
             identity: Arc::default(),
+            peer_first: None,
             secrets,
             records: None,
             server,
@@ -236,7 +240,7 @@ impl TlsSession {
             return None;
         }
         let found = self.identity.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        found.clone()
+        found.clone().and_then(Result::ok)
     }
 
     /// Ciphertext from the peer; the plaintext it carried is appended to
@@ -252,6 +256,9 @@ impl TlsSession {
         #[cfg(test)]
         if self.openssl_records && self.established {
             return self.openssl_receive(ciphertext, plain);
+        }
+        if self.peer_first.is_none() {
+            self.peer_first = ciphertext.first().copied();
         }
         self.stream.get_mut().rx.extend(ciphertext);
         self.advance()?;
@@ -315,8 +322,42 @@ impl TlsSession {
             Err(e) if e.code() == ErrorCode::WANT_READ => Ok(()),
             Err(e) => {
                 let why = e.ssl_error().map_or_else(|| e.to_string(), ToString::to_string);
+                let why = self.explain(&why).unwrap_or(why);
                 Err(self.fail(TlsError::Handshake(why)))
             }
+        }
+    }
+
+    /// What a failed handshake most likely means for the user, and which
+    /// setting fixes it, where OpenSSL's reason (`why`) would not say.
+    fn explain(&self, why: &str) -> Option<String> {
+        // A TLS record starts with its content type, 20 to 23.
+        let in_the_clear = self.peer_first.is_some_and(|b| !(20..=23).contains(&b));
+        if !self.server && in_the_clear {
+            return Some(
+                "the controller answered in the clear, not in TLS: its port takes no TLS; \
+                 connect without --tls, or give the port --tls"
+                    .into(),
+            );
+        }
+        if !self.server && why.contains("alert handshake failure") {
+            return Some(
+                "the controller took none of our PSKs (a handshake_failure alert): --tls-key \
+                 is not the port's, or --hostnqn is not the one it was made for"
+                    .into(),
+            );
+        }
+        let found = self.identity.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match found.as_ref() {
+            Some(Err(offered)) if self.server => Some(format!(
+                "no key here matches the PSK identity the host offered ({offered}): the \
+                 host's key is not this port's --tls-key, or the host is Linux with keys from \
+                 nvme-cli 2.13 to 2.15, which derive them as --tls-compat does"
+            )),
+            None if self.server && !in_the_clear => {
+                Some("the host offered no PSK: NVMe/TCP's TLS takes only PSKs".into())
+            }
+            _ => None,
         }
     }
 

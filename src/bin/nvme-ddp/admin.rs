@@ -139,7 +139,7 @@ pub(crate) fn list(a: &ConnectArgs) -> Result<()> {
             .collect(),
     };
     if nqns.is_empty() {
-        eprintln!("{NONE_DISCOVERED}");
+        bail!("{NONE_DISCOVERED}");
     }
     let mut rows = Vec::new();
     for nqn in nqns {
@@ -319,12 +319,16 @@ pub(crate) fn print_discovery(a: &ConnectArgs) -> Result<()> {
         let records: Vec<Value> = entries
             .iter()
             .map(|e| {
-                json!({
+                let mut record = json!({
                     "trtype": trtype(e.trtype), "adrfam": adrfam(e.adrfam),
                     "subtype": subtype(e.subtype), "treq": treq(e.treq), "portid": e.portid,
                     "trsvcid": e.trsvcid, "subnqn": e.subnqn, "traddr": e.traddr,
                     "asqsz": e.asqsz,
-                })
+                });
+                for (k, v) in tsas(e) {
+                    record[k] = json!(v);
+                }
+                record
             })
             .collect();
         let log = json!({ "genctr": genctr, "records": records });
@@ -345,7 +349,10 @@ pub(crate) fn print_discovery(a: &ConnectArgs) -> Result<()> {
                 ("subnqn", F::Text(e.subnqn.clone())),
                 ("traddr", F::Text(e.traddr.clone())),
                 ("asqsz", F::Dec(e.asqsz.into())),
-            ],
+            ]
+            .into_iter()
+            .chain(tsas(e).into_iter().map(|(k, v)| (k, F::Text(v.into()))))
+            .collect::<Vec<_>>(),
             false,
         )?;
     }
@@ -373,6 +380,46 @@ fn subtype(s: u8) -> &'static str {
         SUBTYPE_NVME => "nvme subsystem",
         log::SUBTYPE_DISCOVERY_REFERRAL | log::SUBTYPE_CURRENT_DISCOVERY => "discovery subsystem",
         _ => "unrecognized",
+    }
+}
+
+/// The transport specific address subtype, by nvme-cli's names: on TCP
+/// the security type (whether the port takes TLS), on RDMA the queue pair,
+/// provider and connection management types.
+fn tsas(e: &DiscoveryEntry) -> Vec<(&'static str, &'static str)> {
+    match e.trtype {
+        TRTYPE_TCP => vec![(
+            "sectype",
+            match e.tsas[0] {
+                0 => "none",
+                1 => "tls",
+                log::SECTYPE_TLS13 => "tls13",
+                _ => "unrecognized",
+            },
+        )],
+        TRTYPE_RDMA => vec![
+            (
+                "rdma_prtype",
+                match e.tsas[1] {
+                    1 => "not specified",
+                    2 => "infiniband",
+                    3 => "roce",
+                    4 => "roce-v2",
+                    5 => "iwarp",
+                    _ => "unrecognized",
+                },
+            ),
+            (
+                "rdma_qptype",
+                match e.tsas[0] {
+                    1 => "connected",
+                    2 => "datagram",
+                    _ => "unrecognized",
+                },
+            ),
+            ("rdma_cms", if e.tsas[2] == 1 { "rdma-cm" } else { "unrecognized" }),
+        ],
+        _ => Vec::new(),
     }
 }
 

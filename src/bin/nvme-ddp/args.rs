@@ -204,6 +204,34 @@ pub(crate) fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     full.parse().map_err(|_| format!("{s:?}: use ADDR:PORT or :PORT (e.g. 0.0.0.0:4420, :8009)"))
 }
 
+/// A controller's address, `HOST:PORT`: an IP address (IPv6 in brackets)
+/// or a host name, resolved here, its IPv4 address first (smoltcp speaks
+/// IPv4 only). NVMe/TCP has no port to assume: 4420 is I/O's, 8009
+/// discovery's, and either may be moved.
+pub(crate) fn parse_connect(s: &str) -> Result<SocketAddr, String> {
+    use std::net::{IpAddr, ToSocketAddrs};
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let no_port = || format!("{s:?} has no port: give HOST:PORT, e.g. {s}:4420");
+    let bare = s.parse::<IpAddr>().is_ok() || s.ends_with(']');
+    let Some((host, port)) = s.rsplit_once(':').filter(|_| !bare) else {
+        return Err(no_port());
+    };
+    if host.is_empty() {
+        return Err(format!("{s:?} has no address: give HOST:PORT, e.g. 127.0.0.1{s}"));
+    }
+    let port: u16 = port.parse().map_err(|_| format!("{s:?}: {port:?} is not a port number"))?;
+    let found = (host, port).to_socket_addrs().map_err(|e| format!("{host:?}: {e}"))?;
+    let found: Vec<_> = found.collect();
+    found
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(found.first())
+        .copied()
+        .ok_or_else(|| format!("{host:?} resolves to no address"))
+}
+
 /// Commands outstanding per I/O queue: 1 to Linux's largest fabrics
 /// queue (NVMF_MAX_QUEUE_SIZE, 1024 entries).
 pub(crate) const QD_RANGE: std::ops::RangeInclusive<u16> = 1..=1024;

@@ -249,7 +249,7 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
         }
         let stop = interrupt_flag()?;
         warn_if_closed(&target);
-        tracing::info!(iface = %a.link.iface_name().unwrap_or_default(), queues = sides.len(), ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = %a.transport.name(), "listening on smoltcp");
+        tracing::info!(iface = %a.link.iface_name().unwrap_or_default(), queues = sides.len(), ip = %cidr, port = first.port(), nqn = %target.subnqn(), transport = %a.transport.name(), tls = %tls_mode(&a), "listening on smoltcp");
         let cpus = pinned.unwrap_or_default();
         serve_queues(&mut sides, &clock, &stop, a.link.busy_poll(), &cpus)?;
         for ((side, nic), queue) in sides.iter().zip(&nics).zip(0..) {
@@ -280,7 +280,7 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
     }
     warn_if_closed(&target);
     for addr in server.local_addrs() {
-        tracing::info!(%addr, nqn = %target.subnqn(), transport = %a.transport.name(), "listening (discovery NQN too)");
+        tracing::info!(%addr, nqn = %target.subnqn(), transport = %a.transport.name(), tls = %tls_mode(&a), "listening (discovery NQN too)");
     }
     let mut server = server;
     for (g, i) in server.join()?.iter().zip(0..) {
@@ -292,6 +292,16 @@ pub(crate) fn run(a: ControllerArgs) -> Result<()> {
     tracing::info!(reads = s.reads, writes = s.writes, read = %human_bytes(s.bytes_read as f64), written = %human_bytes(s.bytes_written as f64), "stopped");
     report_refusals(&target, a.max_connections);
     Ok(())
+}
+
+/// Whether the port takes TLS, for its "listening" line: a host that
+/// does not match it cannot connect.
+fn tls_mode(a: &ControllerArgs) -> String {
+    match (a.tls.as_deref(), a.tls_compat) {
+        (None, _) => "none (hosts connect in the clear)".into(),
+        (Some(mode), false) => format!("{mode} (hosts need --tls --tls-key)"),
+        (Some(mode), true) => format!("{mode}, nvme-cli 2.13-2.15's derivation (--tls-compat)"),
+    }
 }
 
 /// Said once serving starts: a subsystem no host may reach, or secrets

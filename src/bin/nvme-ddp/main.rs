@@ -10,6 +10,7 @@ mod bench;
 mod controller;
 mod demo;
 mod host;
+mod keys;
 mod link;
 mod net;
 mod progress;
@@ -40,6 +41,10 @@ enum Command {
     /// Measure what the offloads save: a matrix of workloads with and
     /// without them, as a table, JSON and charts.
     Bench(bench::BenchArgs),
+    /// Make a DH-HMAC-CHAP secret (`DHHC-1:...`), as `nvme gen-dhchap-key`.
+    GenDhchapKey(keys::GenDhchapKeyArgs),
+    /// Make a TLS PSK (`NVMeTLSkey-1:...`), as `nvme gen-tls-key`.
+    GenTlsKey(keys::GenTlsKeyArgs),
 }
 
 /// Let every option take a negative number, so that `--loss -0.1` meets
@@ -74,6 +79,8 @@ fn main() -> std::process::ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Net(a) => net::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::GenDhchapKey(a) => keys::gen_dhchap_key(a),
+        Command::GenTlsKey(a) => keys::gen_tls_key(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -91,7 +91,7 @@ pub(crate) fn run(a: NetArgs) -> Result<()> {
                 "namespace {ns}: bridge br0 198.18.0.1/24, TAPs tap0 and tap1, veth pair veth0-veth1 (MTU {mtu})"
             );
             println!(
-                "controller: ip netns exec {ns} {exe} controller --tap tap0 --ip 198.18.0.2/24 --ns ram:1G"
+                "controller: ip netns exec {ns} {exe} controller --tap tap0 --ip 198.18.0.2/24 --ns ram:1G --allow-any-host"
             );
             println!(
                 "host:       ip netns exec {ns} {exe} host --tap tap1 --ip 198.18.0.3/24 --connect 198.18.0.2:4420 io --rw read --bs 128k"

@@ -94,6 +94,9 @@ pub(crate) fn so_far(abandoned: u64) -> String {
 }
 
 fn line(p: &Progress) -> String {
+    if p.reconnecting {
+        return format!("{} ({} of {}): association lost, reconnecting", p.rw, p.phase, p.phases);
+    }
     format!(
         "{} ({} of {}): {} IOPS, {}/s",
         p.rw,

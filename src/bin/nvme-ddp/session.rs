@@ -20,18 +20,23 @@ use std::time::Duration;
 use ulp_ddp::Caps;
 
 use crate::args::{
-    CtrlLossTmo, SecretArg, parse_ctrl_loss_tmo, parse_nqn, parse_on_off, parse_qd, parse_queues,
-    parse_seconds, parse_secret, parse_tls_key, parse_whole,
+    CtrlLossTmo, SecretArg, parse_connect, parse_ctrl_loss_tmo, parse_nqn, parse_on_off, parse_qd,
+    parse_queues, parse_seconds, parse_secret, parse_tls_key, parse_whole,
 };
 use crate::link::{KERNEL_TCP_MTU, LinkArgs, fresh_stack_config};
 use crate::progress::{Eta, interrupt_flag};
+
+/// The host NQN `host` uses unless given one.
+pub(crate) const DEFAULT_HOSTNQN: &str =
+    "nqn.2014-08.org.nvmexpress:uuid:5f0d2c44-6a1e-4c8b-9d3e-000000000000";
 
 /// How `host` reaches a controller and what it asks of the association;
 /// like nvme-cli's, these options go before or after the verb.
 #[derive(Args, Debug)]
 pub(crate) struct ConnectArgs {
-    /// Controller address, ADDR:PORT (required).
-    #[arg(long, global = true)]
+    /// Controller address, HOST:PORT: an IP address or a host name
+    /// (required).
+    #[arg(long, global = true, value_name = "HOST:PORT", value_parser = parse_connect)]
     connect: Option<SocketAddr>,
     /// NVMe-oF transport: tcp, or rdma (iWARP over TCP).
     #[arg(long, global = true, default_value = "tcp", value_parser = TransportType::parse)]
@@ -44,7 +49,7 @@ pub(crate) struct ConnectArgs {
         long,
         global = true,
         value_parser = parse_nqn,
-        default_value = "nqn.2014-08.org.nvmexpress:uuid:5f0d2c44-6a1e-4c8b-9d3e-000000000000"
+        default_value = DEFAULT_HOSTNQN
     )]
     hostnqn: String,
     /// DH-HMAC-CHAP secret (`DHHC-1:...`, or @FILE holding it), used when
@@ -106,7 +111,7 @@ pub(crate) struct ConnectArgs {
 
 impl ConnectArgs {
     pub(crate) fn connect(&self) -> Result<SocketAddr> {
-        self.connect.context("host needs --connect ADDR:PORT, the controller's address")
+        self.connect.context("host needs --connect HOST:PORT, the controller's address")
     }
 
     /// The TAP or interface asked for, if any.
