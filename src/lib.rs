@@ -10,7 +10,7 @@
 //! - The features, at the top: what a run does and what it reports.
 //!   [`app`] (what a host does once its association is up), [`workload`]
 //!   (which I/O to submit, what came back), [`demo`] (the embedded default
-//!   run), [`bench`] (the offload matrix and its measures), [`report`] and
+//!   run), [`bench`](mod@bench) (the offload matrix and its measures), [`report`] and
 //!   [`plot`] (showing results), and [`size`] (sizes as people write them).
 //!
 //! Features use drivers; a driver never uses a feature other than the

@@ -162,7 +162,7 @@ impl Namespace for RamNamespace {
         });
     }
 
-    /// A read of at least [`LEND_MIN`] bytes inside one written chunk is
+    /// A read of at least `LEND_MIN` bytes inside one written chunk is
     /// lent; the chunk is copied before anything writes it again.
     fn lend(&self, offset: u64, len: usize) -> Option<SgEntry> {
         let (idx, off, _, n) = Self::pieces(offset, len as u64).next()?;

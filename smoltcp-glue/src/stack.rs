@@ -31,7 +31,7 @@ pub struct StackConfig {
     pub rto_min: Duration,
     /// On one queue of a multi-queue TAP, which (of how many): the stack
     /// connects only from ports the TAP steers back to that queue
-    /// ([`steered_queue`](crate::medium::tap::steered_queue)).
+    /// ([`steered_queue`]).
     pub queue: Option<(usize, usize)>,
 }
 
@@ -279,7 +279,7 @@ impl<D: Medium> Stack<D> {
     /// it wraps. A ULP that takes units only whole (TLS records, with a
     /// NIC that decrypts them) may take nothing of a first piece that ends
     /// inside one; it is then offered the bytes across the wrap once more,
-    /// copied together (at most [`BOUNCE`] of them), as a driver bounces
+    /// copied together (at most `BOUNCE` of them), as a driver bounces
     /// a buffer that straddles a page.
     pub fn recv(&mut self, conn: &mut TcpConn, mut f: impl FnMut(&[u8]) -> usize) -> usize {
         let s = self.sockets.get_mut::<tcp::Socket>(conn.handle);

@@ -257,7 +257,7 @@ mod tests {
     use super::*;
     use crate::bench::point::Measures;
 
-    /// The goals shipped with the bench (the ones the README reports on).
+    /// The goals shipped with the bench (the ones docs/performance.md reports on).
     const SHIPPED: &str = include_str!("../../benches/goals.json");
 
     fn point(transport: TransportType, rw: Rw, offload: Caps, cpu: f64, spread: f64) -> Point {
@@ -339,7 +339,7 @@ mod tests {
     }
 
     #[test]
-    fn the_shipped_goals_read_as_the_readme_reports_them() {
+    fn the_shipped_goals_read_as_the_performance_page_reports_them() {
         let pts = [
             tcp(Rw::Read, Caps::NONE, 100.0, 0.05),
             Point { raw_tcp_bytes_per_sec: 2e9, ..tcp(Rw::Read, Caps::ALL, 30.0, 0.05) },

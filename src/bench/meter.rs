@@ -17,7 +17,7 @@
 //! whose CPU offers the same instruction-set extensions (glibc and
 //! OpenSSL pick their copy and AES code by them, as Valgrind reports
 //! them). The parent starts processes and reads their output; the child's
-//! side ([`child`]) runs one point through [`run`](crate::bench::run),
+//! side ([`child`]) runs one point through [`run`],
 //! like any run, and never counts anything itself.
 
 use crate::bench::options::{BenchOptions, Impair, Meter, Setting};

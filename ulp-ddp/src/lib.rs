@@ -38,6 +38,116 @@
 //!   keeps apart in `tls_device`, is here too, so that one device can do
 //!   both: [`DdpDevice::tls_dev_add`] hands it a direction's crypto state
 //!   (see [`tls`]).
+//!
+//! # The contract in one page
+//!
+//! A NIC vendor implements [`DdpDevice`]; a protocol adds its sockets to
+//! it, maps each I/O's buffer by tag, and reads back from the socket's
+//! [`SkCtx`] mailbox what the device did with the bytes it received. Here
+//! a device that places NVMe/TCP C2HData by CID, and nothing else, and a
+//! host that maps a read's buffer, learns that the data were placed, and
+//! so copies nothing:
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::{Arc, Mutex};
+//! use ulp_ddp::*;
+//!
+//! /// Places data by CID; verifies and computes no digest.
+//! #[derive(Default)]
+//! struct PlacingNic {
+//!     maps: Mutex<HashMap<u16, DdpIo>>,
+//!     sk: Mutex<Option<SkHandle>>,
+//!     stats: Mutex<Stats>,
+//! }
+//!
+//! impl PlacingNic {
+//!     /// The wire: a C2HData PDU's `data` for `cid`, at stream offsets
+//!     /// from `start`. A real device parses the PDU out of the segments.
+//!     fn receive(&self, cid: u16, start: u64, data: &[u8]) {
+//!         let sk = self.sk.lock().unwrap();
+//!         let (Some(sk), Some(io)) = (sk.as_ref(), self.maps.lock().unwrap().remove(&cid))
+//!         else { return };
+//!         let e = &io.sgl[0];
+//!         e.buf.lock()[e.offset..e.offset + data.len()].copy_from_slice(data);
+//!         sk.ctx.push_hint(start, start + data.len() as u64, HintFlags::PLACED);
+//!         self.stats.lock().unwrap().nic_placed_bytes += data.len() as u64;
+//!     }
+//! }
+//!
+//! impl DdpDevice for PlacingNic {
+//!     fn limits(&self) -> Limits {
+//!         Limits { max_ddp_sgl_len: 1, io_threshold: 0, tls: false,
+//!                  full_ccid_range: true, max_stags: 0 }
+//!     }
+//!     fn caps(&self) -> (Caps, Caps) {
+//!         (Caps::DDP, Caps::DDP)
+//!     }
+//!     fn set_caps(&self, wanted: Caps) -> Result<Caps, DdpError> {
+//!         match wanted.without(Caps::DDP) {
+//!             extra if extra.is_empty() => Ok(wanted),
+//!             extra => Err(DdpError::Unsupported(extra)),
+//!         }
+//!     }
+//!     fn sk_add(&self, _flow: FlowId, config: &Config) -> Result<SkHandle, DdpError> {
+//!         let Config::NvmeTcp(_) = config else { return Err(DdpError::WrongUlp) };
+//!         let sk = SkHandle { id: 1, ctx: Arc::new(SkCtx::new()), offloads: Caps::DDP };
+//!         *self.sk.lock().unwrap() = Some(sk.clone());
+//!         self.stats.lock().unwrap().sk_add += 1;
+//!         Ok(sk)
+//!     }
+//!     fn sk_del(&self, _sk: &SkHandle) {
+//!         self.maps.lock().unwrap().clear();
+//!     }
+//!     fn setup(&self, _sk: &SkHandle, io: DdpIo) -> Result<(), DdpError> {
+//!         if io.sgl.len() > 1 {
+//!             return Err(DdpError::TooManyEntries(io.sgl.len()));
+//!         }
+//!         self.maps.lock().unwrap().insert(io.tag, io);
+//!         Ok(())
+//!     }
+//!     fn teardown(&self, sk: &SkHandle, tag: u16) {
+//!         self.maps.lock().unwrap().remove(&tag);
+//!         sk.ctx.teardown_done(tag);
+//!     }
+//!     fn resync(&self, _sk: &SkHandle, _seq: u64) {}
+//!     fn stats(&self) -> Stats {
+//!         *self.stats.lock().unwrap()
+//!     }
+//! }
+//!
+//! // The host's side: offload the socket, map a 4 KiB read as CID 7.
+//! let nic = PlacingNic::default();
+//! let addr = |port| std::net::SocketAddrV4::new([198, 18, 0, 3].into(), port);
+//! let flow = FlowId { local: addr(40000), remote: addr(4420) };
+//! let config = Config::NvmeTcp(NvmeTcpConfig {
+//!     role: Role::Host, pfv: 0, cpda: 0, hpda: 0, dgst: NvmeTcpConfig::DGST_DATA,
+//!     queue_size: 128, rx_start: 0, tx_start: 0,
+//! });
+//! let sk = nic.sk_add(flow, &config).unwrap();
+//! let buf = IoBuf::new(4096);
+//! let sgl = sgl![SgEntry { buf: buf.clone(), offset: 0, len: 4096 }];
+//! nic.setup(&sk, DdpIo { tag: 7, sgl, oneshot: false }).unwrap();
+//!
+//! // The C2HData's payload crosses the wire at stream offsets 24..4120.
+//! nic.receive(7, 24, &[0xab; 4096]);
+//!
+//! // Reading those offsets, the host finds them placed: no copy.
+//! let mut to_copy = 0;
+//! sk.ctx.with_hints(24, 4120, |start, end, hint| {
+//!     if !hint.flags.contains(HintFlags::PLACED) {
+//!         to_copy += end - start;
+//!     }
+//! });
+//! assert_eq!(to_copy, 0);
+//! assert_eq!(buf.to_vec(), vec![0xab; 4096]);
+//! assert_eq!(nic.stats().nic_placed_bytes, 4096);
+//!
+//! // Done with CID 7: unmap it; the device confirms through the mailbox.
+//! nic.teardown(&sk, 7);
+//! assert_eq!(sk.ctx.take_teardown_done(), [7]);
+//! nic.sk_del(&sk);
+//! ```
 
 mod fpdus;
 mod iobuf;

@@ -4,8 +4,8 @@
 //!
 //! The connection manager lives here too (`connect`, `listen`, `accept`,
 //! `reject`): an MPA exchange is the first bytes of the same TCP stream.
-//! [`setup`] does MPA, [`rx`] the receive path and every check a peer's
-//! bytes must pass, [`tx`] turns work requests into FPDUs.
+//! `setup` does MPA, `rx` the receive path and every check a peer's
+//! bytes must pass, `tx` turns work requests into FPDUs.
 
 mod offload;
 mod rx;

@@ -127,7 +127,7 @@ impl Host {
 
     /// Submit an admin command (Identify, Get Log Page, ...) that reads
     /// `len` bytes from the controller, or none. It completes as a
-    /// [`HostEvent::Completion`] on queue 0 with `tag`, the data in `buf`.
+    /// [`HostEvent::Completion`](super::HostEvent::Completion) on queue 0 with `tag`, the data in `buf`.
     pub fn submit_admin(
         &mut self,
         sqe: Sqe,

@@ -14,15 +14,15 @@ pub enum PropertySize {
 /// A Fabrics command decoded from its SQE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FabricsCommand {
-    /// Connect: RECFMT in CDW10[15:0], QID in CDW10[31:16], SQSIZE (0-based)
-    /// in CDW11[15:0], CATTR in CDW11[23:16], KATO (ms) in CDW12.
+    /// Connect: RECFMT in CDW10\[15:0\], QID in CDW10\[31:16\], SQSIZE (0-based)
+    /// in CDW11\[15:0\], CATTR in CDW11\[23:16\], KATO (ms) in CDW12.
     Connect { recfmt: u16, qid: u16, sqsize: u16, cattr: u8, kato: u32 },
-    /// Property Get: ATTRIB in CDW10[7:0], OFST in CDW11.
+    /// Property Get: ATTRIB in CDW10\[7:0\], OFST in CDW11.
     PropertyGet { size: PropertySize, offset: u32 },
     /// Property Set: ATTRIB, OFST, VALUE in CDW12..13.
     PropertySet { size: PropertySize, offset: u32, value: u64 },
     /// Authentication Send: TL bytes of a security protocol's message
-    /// from the host. SECP in CDW10[31:24], SPSP1:SPSP0 in CDW10[23:8].
+    /// from the host. SECP in CDW10\[31:24\], SPSP1:SPSP0 in CDW10\[23:8\].
     AuthSend { secp: u8, spsp: u16, tl: u32 },
     /// Authentication Receive: up to AL bytes of the controller's answer.
     AuthReceive { secp: u8, spsp: u16, al: u32 },

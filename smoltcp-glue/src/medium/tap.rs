@@ -205,7 +205,7 @@ impl Tap {
     }
 }
 
-/// The queue, of `queues`, that [`steer_by_ports`] sends a TCP segment
+/// The queue, of `queues`, that `steer_by_ports` sends a TCP segment
 /// between ports `a` and `b` to, whichever way it goes: a stack on one
 /// queue of a TAP that connects out picks its ports by it, so that the
 /// answers come back to it.
