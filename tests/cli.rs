@@ -405,8 +405,16 @@ fn bad_numbers_and_names_fail_before_any_work() {
         &[&["controller", "--pcap", "/tmp/x.pcap"][..], &queues].concat(),
         "--pcap captures one queue",
     );
-    refused(&["bench", "--busy-poll", "0"], "give microseconds, 1..=1000000");
+    refused(&["bench", "--busy-poll", "2000000"], "give microseconds, 0..=1000000");
+    refused(&["bench", "--tap", "lo,lo", "--mtu", "9000"], "the links' MTU is used");
+    // A bad argument leaves no empty report behind.
+    let json = std::env::temp_dir().join(format!("nvme-ddp-bad-{}.json", std::process::id()));
+    refused(&["bench", "--bs", "1000", "--json", json.to_str().unwrap()], "multiples of 512");
+    assert!(!json.exists(), "bench created {} before refusing", json.display());
     refused(&["host", "--connect", p, "--busy-poll", "50", "identify"], "required arguments");
+    // What only a smoltcp link has is refused without one, not ignored.
+    refused(&["host", "--connect", p, "--pcap", "x.pcap", "identify"], "required arguments");
+    refused(&["controller", "--allow-any-host", "--mtu", "9000"], "required arguments");
     // The matrix would run for minutes before finding out.
     refused(&["bench", "--json", "/no/such/dir/x.json"], "cannot write /no/such/dir/x.json");
 }

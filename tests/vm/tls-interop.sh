@@ -243,8 +243,9 @@ if ((ready)); then
 	guest_check no-key our host with an identity nvmet has no key for
 	capture_stop
 	# nvmet gives the ICReq to tlshd as if it were a ClientHello, which
-	# fails, and closes the connection.
-	our_host "our host -> nvmet TLS port: in the clear" "queue 0: transport closed" \
+	# fails, and closes the connection: our host names the flags.
+	our_host "our host -> nvmet TLS port: in the clear" \
+		"queue 0: the controller closed the connection without answering ICReq: if its port requires TLS, connect with --tls and --tls-key" \
 		--hostnqn "$OH0" "${IO[@]}"
 	guest_check clear our host in the clear
 	verdict=done
@@ -270,8 +271,10 @@ expect_log() { # CTRL PATTERN WHAT
 		host_failures=$((host_failures + 1))
 	fi
 }
-expect_log tcp 'TLS failed; closing the connection' "the Linux host's wrong PSK and its ICReq in the clear"
-expect_log smoltcp 'TLS failed; closing the connection' "the Linux host's wrong PSK"
+# Each refusal names the fix: the key (or --tls-compat), or --tls.
+expect_log tcp "not this port's --tls-key, or the host is Linux .* --tls-compat" "the Linux host's wrong PSK"
+expect_log tcp 'the host spoke NVMe/TCP in the clear on a port that requires TLS: connect with --tls' "the Linux host's ICReq in the clear"
+expect_log smoltcp "not this port's --tls-key, or the host is Linux .* --tls-compat" "the Linux host's wrong PSK"
 for c in $CTRLS; do
 	worse=$(grep -aE ' (ERROR|WARN) |panicked' "$TMP/ctrl-$c.log" |
 		grep -avE "TLS failed; closing the connection|connection closed .* reason=.*TLS" || true)

@@ -312,9 +312,9 @@ pub(crate) fn parse_via(s: &str) -> Result<Via, String> {
 pub(crate) fn parse_busy_poll(s: &str) -> Result<std::time::Duration, String> {
     s.parse::<u64>()
         .ok()
-        .filter(|us| (1..=1_000_000).contains(us))
+        .filter(|us| (0..=1_000_000).contains(us))
         .map(std::time::Duration::from_micros)
-        .ok_or_else(|| format!("{s:?}: give microseconds, 1..=1000000"))
+        .ok_or_else(|| format!("{s:?}: give microseconds, 0..=1000000"))
 }
 
 /// A whole number, 0 or more, that fits its type.

@@ -180,6 +180,9 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         }
         _ => None,
     };
+    if link.is_some() && a.mtu.is_some() {
+        bail!("--mtu: over --tap or --iface the links' MTU is used; set it on the interfaces");
+    }
     // The instructions meter counts on the in-process wire: say so before
     // opening any interface.
     if a.meter == Meter::Instructions && link.is_some() {
@@ -189,14 +192,6 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     if let Some(dir) = &a.plot {
         plot::prepare(dir).context("--plot")?;
     }
-    let mut json = match &a.json {
-        Some(path) => Some((
-            std::fs::File::create(path)
-                .with_context(|| format!("cannot write {}", path.display()))?,
-            path,
-        )),
-        None => None,
-    };
     let goals = match &a.goals {
         Some(path) => Goals::load(path)?,
         None => Goals::default(),
@@ -248,6 +243,16 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     if o.link.is_none() && o.mtu.iter().any(|&m| !(576..=65521).contains(&m)) {
         bail!("MTUs must be within 576..=65521");
     }
+    // Fail on a path that cannot be written before the matrix runs, not
+    // after; and only once every argument is known good.
+    let mut json = match &a.json {
+        Some(path) => Some((
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot write {}", path.display()))?,
+            path,
+        )),
+        None => None,
+    };
     let points = o.settings();
     let bar = indicatif::ProgressBar::new((points.len() * o.reps) as u64);
     bar.set_style(

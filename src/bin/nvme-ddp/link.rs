@@ -35,10 +35,11 @@ pub(crate) struct LinkArgs {
     #[arg(long, requires = "link", global = true)]
     pub(crate) ip: Option<String>,
     /// IP MTU of the interface (default: the interface's).
-    #[arg(long, global = true, value_parser = parse_whole::<usize>)]
+    #[arg(long, requires = "link", global = true, value_parser = parse_whole::<usize>)]
     pub(crate) mtu: Option<usize>,
-    /// Capture our frames into this pcap file.
-    #[arg(long, global = true)]
+    /// Capture our frames into this pcap file (over kernel TCP, capture
+    /// with tcpdump).
+    #[arg(long, requires = "link", global = true)]
     pub(crate) pcap: Option<PathBuf>,
     /// Offloads of the software NIC under smoltcp (default all): none,
     /// all, classic, crc, ddp, crc-rx, crc-tx, oneshot, zc-tx, tls, tls-rx,
