@@ -287,7 +287,7 @@ fn a_tls_port_serves_hosts_with_its_psk_and_no_other() {
         ],
         "needs the tcp transport",
     );
-    refused(&["host", "--connect", "127.0.0.1:1", "--tls", "list"], "required arguments");
+    refused(&["host", "--connect", "127.0.0.1:1", "--tls", "list"], "--tls needs --tls-key");
 }
 
 #[test]
@@ -306,6 +306,22 @@ fn host_options_go_before_or_after_the_verb() {
         assert!(!err.contains("discovery"), "{err}");
     }
     refused(&["host", "identify"], "--connect HOST:PORT");
+    // Options that need each other may stand on either side of the verb.
+    let psk = ok(&["gen-tls-key"]).trim().to_string();
+    let secret = ok(&["gen-dhchap-key"]).trim().to_string();
+    for split in [
+        &["--tls", "--tls-key", &psk, "list", "--tls-compat"][..],
+        &["--tls", "list", "--tls-key", &psk],
+        &["--dhchap-secret", &secret, "list", "--dhchap-ctrl-secret", &secret],
+        &["--iface", "lo", "identify", "--ip", "198.18.0.3/24", "--via", "packet"],
+    ] {
+        let o =
+            nvme_ddp(&[&["host", "--connect", &port, "--ctrl-loss-tmo", "0"][..], split].concat());
+        let err = text(&o).1;
+        assert!(err.contains("cannot connect") || err.contains("AF_PACKET"), "{split:?}: {err}");
+    }
+    refused(&["host", "--connect", &port, "list", "--tls-key", &psk], "--tls-key needs --tls");
+    refused(&["host", "--connect", &port, "--tap", "lo", "list", "--iface", "lo"], "not both");
 }
 
 #[test]
@@ -373,7 +389,10 @@ fn bad_numbers_and_names_fail_before_any_work() {
         ],
         "one port",
     );
-    refused(&["host", "--connect", p, "--ip", "198.18.0.3/24", "identify"], "required arguments");
+    refused(
+        &["host", "--connect", p, "--ip", "198.18.0.3/24", "identify"],
+        "--ip applies to a smoltcp link",
+    );
     refused(
         &[
             "host",
@@ -387,11 +406,11 @@ fn bad_numbers_and_names_fail_before_any_work() {
             "198.18.0.3/24",
             "identify",
         ],
-        "cannot be used with",
+        "give --tap or --iface, not both",
     );
     refused(&["bench", "--iface", "lo"], "--iface takes HOSTIF,CTRLIF");
     refused(&["bench", "--iface", "lo,lo", "--via", "dpdk"], "--via takes auto, xdp or packet");
-    refused(&["host", "--connect", p, "--via", "xdp", "identify"], "required arguments");
+    refused(&["host", "--connect", p, "--via", "xdp", "identify"], "--via says how --iface");
     // AF_XDP asked for where it cannot be had says why, before any traffic.
     let lo = ["--iface", "lo", "--via", "xdp", "--ip", "198.18.0.3/24", "identify"];
     refused(&[&["host", "--connect", p][..], &lo].concat(), "do not fit a 4096-byte UMEM chunk");
@@ -411,10 +430,10 @@ fn bad_numbers_and_names_fail_before_any_work() {
     let json = std::env::temp_dir().join(format!("nvme-ddp-bad-{}.json", std::process::id()));
     refused(&["bench", "--bs", "1000", "--json", json.to_str().unwrap()], "multiples of 512");
     assert!(!json.exists(), "bench created {} before refusing", json.display());
-    refused(&["host", "--connect", p, "--busy-poll", "50", "identify"], "required arguments");
+    refused(&["host", "--connect", p, "--busy-poll", "50", "identify"], "--busy-poll applies");
     // What only a smoltcp link has is refused without one, not ignored.
-    refused(&["host", "--connect", p, "--pcap", "x.pcap", "identify"], "required arguments");
-    refused(&["controller", "--allow-any-host", "--mtu", "9000"], "required arguments");
+    refused(&["host", "--connect", p, "--pcap", "x.pcap", "identify"], "--pcap applies");
+    refused(&["controller", "--allow-any-host", "--mtu", "9000"], "--mtu applies");
     // The matrix would run for minutes before finding out.
     refused(&["bench", "--json", "/no/such/dir/x.json"], "cannot write /no/such/dir/x.json");
 }

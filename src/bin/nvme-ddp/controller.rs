@@ -201,6 +201,7 @@ pub(crate) fn build_target(a: &ControllerArgs, port: Option<Port>) -> Result<Arc
 }
 
 pub(crate) fn run(a: ControllerArgs) -> Result<()> {
+    a.link.check()?;
     let first = a.listen.first().context("no --listen address")?;
     if a.link.name().is_some() && a.listen.len() > 1 {
         bail!(

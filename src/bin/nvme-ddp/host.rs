@@ -92,6 +92,7 @@ struct IoArgs {
 
 pub(crate) fn run(args: HostArgs) -> Result<()> {
     let a = &args.conn;
+    a.check()?;
     match &args.action {
         HostAction::Discover => admin::print_discovery(a)?,
         HostAction::List => admin::list(a)?,

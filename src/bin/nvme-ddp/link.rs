@@ -19,40 +19,40 @@ use crate::args::{existing_iface, parse_busy_poll, parse_threshold, parse_via, p
 #[derive(Args, Debug, Clone)]
 pub(crate) struct LinkArgs {
     /// Run over smoltcp on this TAP device (inside its network namespace).
-    #[arg(long, group = "link", requires = "ip", global = true, value_parser = existing_iface)]
+    #[arg(long, global = true, value_parser = existing_iface)]
     pub(crate) tap: Option<String>,
     /// Run over smoltcp on this network interface (a NIC or a veth end
     /// with no address of its own; GRO and LRO off), through AF_XDP where
     /// it can be, else AF_PACKET (see --via).
-    #[arg(long, group = "link", requires = "ip", global = true, value_parser = existing_iface)]
+    #[arg(long, global = true, value_parser = existing_iface)]
     pub(crate) iface: Option<String>,
     /// How --iface reaches the interface: auto (AF_XDP where the driver
     /// runs native XDP on one receive queue and frames fit 4 KiB, else
     /// AF_PACKET), xdp or packet (that one, or an error saying why not).
-    #[arg(long, requires = "iface", global = true, value_parser = parse_via)]
+    #[arg(long, global = true, value_parser = parse_via)]
     pub(crate) via: Option<Via>,
     /// Our address on the interface, e.g. 198.18.0.2/24.
-    #[arg(long, requires = "link", global = true)]
+    #[arg(long, global = true)]
     pub(crate) ip: Option<String>,
     /// IP MTU of the interface (default: the interface's).
-    #[arg(long, requires = "link", global = true, value_parser = parse_whole::<usize>)]
+    #[arg(long, global = true, value_parser = parse_whole::<usize>)]
     pub(crate) mtu: Option<usize>,
     /// Capture our frames into this pcap file (over kernel TCP, capture
     /// with tcpdump).
-    #[arg(long, requires = "link", global = true)]
+    #[arg(long, global = true)]
     pub(crate) pcap: Option<PathBuf>,
     /// Offloads of the software NIC under smoltcp (default all): none,
     /// all, classic, crc, ddp, crc-rx, crc-tx, oneshot, zc-tx, tls, tls-rx,
     /// tls-tx, or several joined by '+' (ddp+crc).
-    #[arg(long, requires = "link", global = true, value_parser = Caps::parse)]
+    #[arg(long, global = true, value_parser = Caps::parse)]
     pub(crate) offload: Option<Caps>,
     /// Keep polling this many microseconds after the last progress before
     /// sleeping (default 0: sleep at once). Costs a core while it spins;
     /// for latency runs.
-    #[arg(long, value_name = "USECS", requires = "link", global = true, value_parser = parse_busy_poll)]
+    #[arg(long, value_name = "USECS", global = true, value_parser = parse_busy_poll)]
     pub(crate) busy_poll: Option<std::time::Duration>,
     /// Map transfers from this size (default: the NIC's threshold, 32k).
-    #[arg(long, requires = "link", global = true, value_parser = parse_threshold)]
+    #[arg(long, global = true, value_parser = parse_threshold)]
     pub(crate) ddp_threshold: Option<u32>,
 }
 
@@ -61,6 +61,37 @@ pub(crate) struct LinkArgs {
 pub(crate) type LinkDevice = (Chain<Link>, Arc<dyn DdpDevice>, usize);
 
 impl LinkArgs {
+    /// What the link options need of each other. Checked here, not by
+    /// clap's `requires`: on `host` they are global, given before or after
+    /// the verb, and clap checks each side of the verb apart.
+    pub(crate) fn check(&self) -> Result<()> {
+        let link = self.tap.is_some() || self.iface.is_some();
+        if self.tap.is_some() && self.iface.is_some() {
+            bail!("give --tap or --iface, not both");
+        }
+        if link && self.ip.is_none() {
+            bail!("--tap and --iface need --ip ADDR/PREFIX, our address on the link");
+        }
+        if self.via.is_some() && self.iface.is_none() {
+            bail!("--via says how --iface reaches its interface: it needs --iface");
+        }
+        let smoltcp_only = [
+            ("--ip", self.ip.is_some()),
+            ("--mtu", self.mtu.is_some()),
+            ("--pcap", self.pcap.is_some()),
+            ("--offload", self.offload.is_some()),
+            ("--busy-poll", self.busy_poll.is_some()),
+            ("--ddp-threshold", self.ddp_threshold.is_some()),
+        ];
+        match smoltcp_only.iter().find(|(_, given)| *given) {
+            Some((flag, _)) if !link => bail!(
+                "{flag} applies to a smoltcp link: give --tap or --iface (over kernel TCP there \
+                 is no software NIC; capture with tcpdump)"
+            ),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn cidr(&self) -> Result<Option<smoltcp::wire::Ipv4Cidr>> {
         let Some(ip) = &self.ip else { return Ok(None) };
         let (addr, prefix) =

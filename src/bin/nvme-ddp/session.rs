@@ -58,15 +58,15 @@ pub(crate) struct ConnectArgs {
     dhchap_secret: Option<Secret>,
     /// The controller's secret: the controller must prove itself too
     /// (bidirectional). Needs --dhchap-secret.
-    #[arg(long, global = true, value_name = "KEY", value_parser = SecretArg(parse_secret), requires = "dhchap_secret")]
+    #[arg(long, global = true, value_name = "KEY", value_parser = SecretArg(parse_secret))]
     dhchap_ctrl_secret: Option<Secret>,
     /// Secure channel: TLS 1.3 with a PSK under every queue (NVMe/TCP),
     /// as `nvme connect --tls`. Needs --tls-key.
-    #[arg(long, global = true, requires = "tls_key")]
+    #[arg(long, global = true)]
     tls: bool,
     /// The configured PSK (`NVMeTLSkey-1:...`, as `nvme gen-tls-key`
     /// prints it, or @FILE holding it).
-    #[arg(long, global = true, value_name = "KEY", value_parser = SecretArg(parse_tls_key), requires = "tls")]
+    #[arg(long, global = true, value_name = "KEY", value_parser = SecretArg(parse_tls_key))]
     tls_key: Option<ConfiguredPsk>,
     /// PSK identity to offer: 1 (with the PSK digest, Linux's first
     /// choice) or 0 (what `nvme gen-tls-key` inserts by default).
@@ -74,7 +74,7 @@ pub(crate) struct ConnectArgs {
     tls_identity: u8,
     /// Derive the TLS PSK as libnvme up to 1.15 does (nvme-cli 2.13 to
     /// 2.15; 2.16's --compat), not as RFC 8446 labels it.
-    #[arg(long, global = true, requires = "tls")]
+    #[arg(long, global = true)]
     tls_compat: bool,
     /// Header digests: --hdgst (on) or --hdgst=on|off.
     #[arg(long, global = true, default_value = "off", num_args = 0..=1, require_equals = true, default_missing_value = "on", value_parser = parse_on_off, action = ArgAction::Set)]
@@ -110,6 +110,21 @@ pub(crate) struct ConnectArgs {
 }
 
 impl ConnectArgs {
+    /// What the options need of each other, wherever they stand around
+    /// the verb (clap's `requires` would check each side of it apart).
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.dhchap_ctrl_secret.is_some() && self.dhchap_secret.is_none() {
+            bail!("--dhchap-ctrl-secret needs --dhchap-secret: the host authenticates first");
+        }
+        match (self.tls, self.tls_key.is_some()) {
+            (true, false) => bail!("--tls needs --tls-key KEY (or @FILE), the configured PSK"),
+            (false, true) => bail!("--tls-key needs --tls"),
+            _ if self.tls_compat && !self.tls => bail!("--tls-compat needs --tls"),
+            _ => {}
+        }
+        self.link.check()
+    }
+
     pub(crate) fn connect(&self) -> Result<SocketAddr> {
         self.connect.context("host needs --connect HOST:PORT, the controller's address")
     }
