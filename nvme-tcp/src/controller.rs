@@ -10,6 +10,7 @@
 //! [`ControllerQueue`] the core defines).
 
 use crate::ddp::{DataRx, DdpSocket};
+use crate::tls::controller::HANDSHAKE_RECORD;
 use crate::wire::{
     CapsuleResp, DataPdu, Digests, Direction, Event, Fes, Framer, Framing, Header, IcReq, IcResp,
     PduError, PduRepr, PduType, R2t, TermReq, TxQueue, TxStats,
@@ -47,10 +48,6 @@ pub enum ConnError {
     )]
     TlsOnClearPort,
 }
-
-/// A TLS record's content type for the handshake (RFC 8446 5.1): what a
-/// host that wants TLS sends first, where a host in the clear sends ICReq.
-const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// The NVMe/TCP binding for a controller.
 #[derive(Debug, Clone, Copy, Default)]
@@ -243,9 +240,9 @@ impl Connection {
             let t = TermReq { fes: e.fes(), fei: e.fei() };
             self.tx.push_inline(Header::C2hTermReq(t), quoted);
         }
-        let tls = TLS_HANDSHAKE_RECORD;
+        // A ClientHello where ICReq belongs: the host wants TLS.
         self.shut(CloseReason::transport(match e {
-            PduError::BadType(t) if t == tls && self.phase == Phase::AwaitIcReq => {
+            PduError::BadType(HANDSHAKE_RECORD) if self.phase == Phase::AwaitIcReq => {
                 ConnError::TlsOnClearPort
             }
             e => ConnError::Protocol(e),

@@ -18,7 +18,7 @@ use ulp_ddp::{DdpDevice, FlowId, TxSink};
 
 /// TLS's record type of a handshake message: the first byte a
 /// ClientHello arrives in. An ICReq's is 00h.
-const HANDSHAKE_RECORD: u8 = 0x16;
+pub(crate) const HANDSHAKE_RECORD: u8 = 0x16;
 
 /// What a port asks of its hosts.
 #[derive(Clone)]

@@ -347,23 +347,23 @@ impl TlsSession {
                     .into(),
             );
         }
-        let found = self.identity.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Either way a host's key is not the port's: the key, or (Linux
+        // with nvme-cli 2.13 to 2.15's keys) the derivation.
+        const WHICH: &str = "the host's key is not this port's --tls-key, or the host is \
+                             Linux with keys from nvme-cli 2.13 to 2.15, which derive them as \
+                             --tls-compat does";
         // The identity named a key here, but the host's PSK binder was made
         // with another: a wrong key under the right name (identity version
         // 0 carries no digest), or the other derivation.
         if self.server && why.contains("binder does not verify") {
-            return Some(
-                "the host's PSK is not the one this port holds for its identity: the host's \
-                 key is not this port's --tls-key, or the host is Linux with keys from \
-                 nvme-cli 2.13 to 2.15, which derive them as --tls-compat does"
-                    .into(),
-            );
+            return Some(format!(
+                "the host's PSK is not the one this port holds for its identity: {WHICH}"
+            ));
         }
+        let found = self.identity.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match found.as_ref() {
             Some(Err(offered)) if self.server => Some(format!(
-                "no key here matches the PSK identity the host offered ({offered}): the \
-                 host's key is not this port's --tls-key, or the host is Linux with keys from \
-                 nvme-cli 2.13 to 2.15, which derive them as --tls-compat does"
+                "no key here matches the PSK identity the host offered ({offered}): {WHICH}"
             )),
             None if self.server && !in_the_clear => {
                 Some("the host offered no PSK: NVMe/TCP's TLS takes only PSKs".into())
