@@ -18,16 +18,27 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 pub(crate) const ETHERNET_HEADER: usize = 14;
 /// The largest frame: an IPv4 packet of 64 KiB in an Ethernet header.
 pub(crate) const LARGEST_FRAME: usize = 65535 + ETHERNET_HEADER;
+/// The largest TCP segment handed to the kernel to cut (GSO), Ethernet
+/// header included. One of the device's `gso_max_size` (65,536 on a TAP
+/// or a veth, and no TAP takes more) or more the kernel cuts in software
+/// before it goes anywhere, as `validate_xmit_skb` does, so that a TAP
+/// with TSO on the other side of a bridge reads seven 9,014-byte frames
+/// and a runt where one frame was written.
+pub(crate) const LARGEST_GSO_FRAME: usize = 65535;
 
 /// Frames a Linux interface medium carried, and those lost on the way: a
 /// send the kernel could not take (its queue was full), a frame too large
-/// to receive with no room left to queue it.
+/// to receive with no room left to queue it. The largest frame each way,
+/// Ethernet header included, says whether TCP segments crossed whole: a
+/// segment the kernel cut arrives no larger than the link's MTU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LinkStats {
     pub rx_frames: u64,
     pub rx_dropped: u64,
+    pub rx_largest: usize,
     pub tx_frames: u64,
     pub tx_dropped: u64,
+    pub tx_largest: usize,
 }
 
 #[repr(C)]

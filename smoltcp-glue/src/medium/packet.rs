@@ -275,6 +275,7 @@ impl Device for Packet {
                     continue;
                 }
                 self.stats.rx_frames += 1;
+                self.stats.rx_largest = self.stats.rx_largest.max(n - VNET_HDR);
                 let Packet { sock, tx, large, stats, mtu, .. } = self;
                 return Some((
                     RxToken { frame: &large[VNET_HDR..n], slot: None },
@@ -297,6 +298,7 @@ impl Device for Packet {
                 continue;
             }
             self.stats.rx_frames += 1;
+            self.stats.rx_largest = self.stats.rx_largest.max(frame.len());
             let Packet { sock, tx, stats, mtu, .. } = self;
             return Some((
                 RxToken { frame, slot: Some(status) },

@@ -9,9 +9,10 @@
 //! does. On transmit the stack computes no TCP checksum (the kernel
 //! finishes it where a frame leaves for a device that needs it, and
 //! nowhere else) and, told the TAP segments, hands down TCP segments of up
-//! to 64 KiB in one `write`, which the kernel cuts to the stack's segment
-//! size only where it must (a bridge port or a peer without TSO); another
-//! TAP with TSO reads them whole. On receive, frames come up as large as
+//! to 64 KiB in one `write` (a frame below the TAP's `gso_max_size`, a
+//! whole number of MSS), which the kernel cuts to the stack's segment
+//! size only where it must (a peer without TSO); another TAP with TSO
+//! reads them whole, through a bridge or a `tc` redirect. On receive, frames come up as large as
 //! the sender made them; one the kernel vouches for (sent by this host,
 //! its checksum left for a NIC, or already verified) goes up as it is,
 //! any other TCP segment has its checksum verified here, and a bad one is
@@ -309,6 +310,7 @@ impl Device for Tap {
                 continue;
             }
             self.stats.rx_frames += 1;
+            self.stats.rx_largest = self.stats.rx_largest.max(self.rx_len - VNET_HDR);
             let Tap { file, rx, rx_len, tx, stats, mtu, .. } = self;
             return Some((
                 RxToken { frame: &rx[VNET_HDR..*rx_len] },

@@ -3,7 +3,7 @@
 //! each other about checksums left to finish and segments left to cut.
 
 use crate::medium::{
-    ETHERNET_HEADER, LARGEST_FRAME, LinkStats, pseudo_header_sum, tcp_ipv4_offsets,
+    ETHERNET_HEADER, LARGEST_GSO_FRAME, LinkStats, pseudo_header_sum, tcp_ipv4_offsets,
 };
 use smoltcp::phy::{self, DeviceCapabilities};
 use smoltcp::wire::Ipv4Packet;
@@ -18,14 +18,16 @@ const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
 
 /// What a medium with a virtio-net header offers the stack, on a link of
 /// `mtu`-byte frames: received checksums checked (or vouched for) by the
-/// medium, sent ones finished by the kernel, and TCP segments of up to
-/// 64 KiB cut by it.
+/// medium, sent ones finished by the kernel, and TCP segments cut by it
+/// from frames below the kernel's GSO limit ([`LARGEST_GSO_FRAME`]), each
+/// a whole number of MSS (the stack's rule), so that the kernel cuts none
+/// on the way and no runt when it must.
 pub(crate) fn capabilities(mtu: usize) -> DeviceCapabilities {
     let mut caps = DeviceCapabilities::default();
     caps.medium = phy::Medium::Ethernet;
     caps.max_transmission_unit = mtu;
     caps.checksum.tcp = phy::Checksum::None;
-    caps.segmentation.tcpv4 = std::num::NonZeroUsize::new(LARGEST_FRAME);
+    caps.segmentation.tcpv4 = std::num::NonZeroUsize::new(LARGEST_GSO_FRAME);
     caps
 }
 
@@ -80,6 +82,7 @@ impl phy::TxToken for TxToken<'_> {
             tracing::debug!(error = %e, "frame not sent; dropped");
         } else {
             self.stats.tx_frames += 1;
+            self.stats.tx_largest = self.stats.tx_largest.max(len);
         }
         r
     }
@@ -215,6 +218,16 @@ mod tests {
         assert_eq!(frame, full, "a full checksum is left alone");
         frame[100] ^= 1;
         assert!(!crate::medium::tcp_checksum_finished(&mut frame));
+    }
+
+    /// A TAP's and a veth's `gso_max_size` is 65,536: a frame of that or
+    /// more the kernel cuts in software before any device sees it.
+    #[test]
+    fn segments_handed_to_the_kernel_stay_below_its_gso_limit() {
+        for mtu in [1514, 9014, 65535 + ETHERNET_HEADER] {
+            let caps = capabilities(mtu);
+            assert_eq!(caps.segmentation.tcpv4.map(|n| n.get()), Some(65535), "MTU {mtu}");
+        }
     }
 
     #[test]

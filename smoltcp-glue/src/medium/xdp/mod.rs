@@ -147,6 +147,7 @@ struct RxSide {
     fd: RawFd,
     frames: u64,
     dropped: u64,
+    largest: usize,
 }
 
 // SAFETY: `umem` points into the medium's own mapping.
@@ -192,6 +193,7 @@ struct TxSide {
     scratch: Vec<u8>,
     frames: u64,
     dropped: u64,
+    largest: usize,
 }
 
 // SAFETY: as for `RxSide`.
@@ -350,7 +352,7 @@ impl Xdp {
             name: name.into(),
             zero_copy,
             mtu: frame,
-            rx: RxSide { rx, fill, umem: base, fd, frames: 0, dropped: 0 },
+            rx: RxSide { rx, fill, umem: base, fd, frames: 0, dropped: 0, largest: 0 },
             tx: TxSide {
                 tx,
                 completion,
@@ -361,6 +363,7 @@ impl Xdp {
                 scratch: vec![0; CHUNK],
                 frames: 0,
                 dropped: 0,
+                largest: 0,
             },
             sleep: FdSleep::new()?,
             _redirect: redirect,
@@ -382,8 +385,10 @@ impl Xdp {
         LinkStats {
             rx_frames: self.rx.frames,
             rx_dropped: self.rx.dropped,
+            rx_largest: self.rx.largest,
             tx_frames: self.tx.frames,
             tx_dropped: self.tx.dropped,
+            tx_largest: self.tx.largest,
         }
     }
 
@@ -433,6 +438,7 @@ impl phy::TxToken for TxToken<'_> {
         let r = f(buf);
         side.tx.push(libc::xdp_desc { addr: chunk, len: len as u32, options: 0 });
         side.frames += 1;
+        side.largest = side.largest.max(len);
         side.pending.set(side.pending.get() + 1);
         if side.pending.get() >= KICK_BATCH {
             side.kick();
@@ -465,6 +471,7 @@ impl Device for Xdp {
                 continue;
             }
             rx.frames += 1;
+            rx.largest = rx.largest.max(frame.len());
             let tx = TxToken { side: &mut self.tx, mtu: self.mtu };
             return Some((RxToken { frame, chunk, side: rx }, tx));
         }

@@ -3579,11 +3579,19 @@ impl<'a> Socket<'a> {
                         }
                         .map(|buf_size| {
                             let pre_ip_header_len = cx.max_transmission_unit() - cx.ip_mtu();
-                            buf_size.get()
+                            let limit = buf_size.get()
                                 - pre_ip_header_len
                                 - ip_repr.header_len()
                                 - TCP_HEADER_LEN
-                                - options_len
+                                - options_len;
+                            // A whole number of segments, as Linux's TSO
+                            // sizes them: the device cuts the rest into a
+                            // runt that costs a frame of its own.
+                            match effective_mss {
+                                0 => limit,
+                                mss if limit > mss => limit - limit % mss,
+                                _ => limit,
+                            }
                         })
                         .unwrap_or(effective_mss)
                     };
@@ -9404,6 +9412,7 @@ mod test {
                 seq_number: REMOTE_SEQ,
                 ack_number: None,
                 window_scale: Some(2),
+                max_seg_size: Some(BASE_MSS),
                 ..SEND_TEMPL
             }
         );
@@ -9430,10 +9439,10 @@ mod test {
 
         s.send_slice(&[0; 2 * MAX_SEGMENTABLE_SIZE][..]).unwrap();
 
-        // We want to ensure that the size of the unsegmented packets exceed the
-        // maximum allowed by the length field in the IP headers to check if the
-        // relevant code incorrectly assumes that the length fits into the
-        // field.
+        // The device takes frames larger than an IP packet's length field
+        // can say; segments still carry a whole number of MSS, the largest
+        // that fits, so that the device cuts no runt from each. What is
+        // left at the end goes as it is.
         let ip_header_len = match s.local_endpoint().unwrap().addr {
             #[cfg(feature = "proto-ipv4")]
             IpAddress::Ipv4(_) => {
@@ -9446,11 +9455,12 @@ mod test {
                 wire::IPV6_HEADER_LEN
             }
         };
-        let payload = vec![0; MAX_SEGMENTABLE_SIZE - ip_header_len - TCP_HEADER_LEN];
-        assert!(
-            payload.len() > usize::from(BASE_MSS),
-            "the payload is not large enough to require segmentation!"
-        );
+        let fits = MAX_SEGMENTABLE_SIZE - ip_header_len - TCP_HEADER_LEN;
+        let mss = usize::from(BASE_MSS);
+        assert!(fits % mss != 0, "the device's limit must not be a whole number of MSS");
+        let whole = vec![0; fits - fits % mss];
+        let tail = vec![0; 2 * MAX_SEGMENTABLE_SIZE - 2 * whole.len()];
+        assert!(tail.len() > mss, "Nagle would hold a tail shorter than the MSS");
 
         recv!(
             s,
@@ -9458,13 +9468,19 @@ mod test {
                 TcpRepr {
                     seq_number: LOCAL_SEQ + 1,
                     ack_number: Some(REMOTE_SEQ + 1),
-                    payload: payload.as_slice(),
+                    payload: whole.as_slice(),
                     ..RECV_TEMPL
                 },
                 TcpRepr {
-                    seq_number: LOCAL_SEQ + payload.len() + 1,
+                    seq_number: LOCAL_SEQ + whole.len() + 1,
                     ack_number: Some(REMOTE_SEQ + 1),
-                    payload: payload.as_slice(),
+                    payload: whole.as_slice(),
+                    ..RECV_TEMPL
+                },
+                TcpRepr {
+                    seq_number: LOCAL_SEQ + 2 * whole.len() + 1,
+                    ack_number: Some(REMOTE_SEQ + 1),
+                    payload: tail.as_slice(),
                     ..RECV_TEMPL
                 }
             ]
