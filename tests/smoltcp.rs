@@ -233,9 +233,15 @@ fn segments_beyond_the_mtu(v: &serde_json::Value) {
 
 /// `net up` in a namespace of its own, removed however the test ends.
 fn net_up(tag: &str, mtu: &str) -> Netns {
+    net_up_with(tag, mtu, "redirect")
+}
+
+/// `net up` with its TAPs joined by `link` (`redirect` or `bridge`).
+fn net_up_with(tag: &str, mtu: &str, link: &str) -> Netns {
     let exe = env!("CARGO_BIN_EXE_nvme-ddp");
     let ns = format!("nvmeddp-{tag}{}", std::process::id());
-    let up = Command::new(exe).args(["net", "up", "--netns", &ns, "--mtu", mtu]).output().unwrap();
+    let args = ["net", "up", "--netns", &ns, "--mtu", mtu, "--link", link];
+    let up = Command::new(exe).args(args).output().unwrap();
     assert!(up.status.success(), "net up: {}", String::from_utf8_lossy(&up.stderr));
     Netns(ns)
 }
@@ -295,11 +301,13 @@ fn host_against_controller_over_tap_in_a_namespace() {
 /// the steering program spreads the host's connections (consecutive ports)
 /// over both, and the stack of queue 1 answers though the host's ARP
 /// reached queue 0 only. A TAP made with one queue is refused, saying why.
+/// The TAPs are on `net up --link bridge`'s bridge, the other tests' are
+/// joined by a redirect.
 #[test]
 #[ignore = "needs root and iproute2 for a network namespace: --include-ignored, as root"]
 fn controller_on_two_queues_of_a_multi_queue_tap() {
     needs_namespaces();
-    let ns = net_up("q", "9000");
+    let ns = net_up_with("q", "9000", "bridge");
     let ctrl = ["--tap", "tap0", "--tap-queues", "2", "--ip", "198.18.0.2/24"];
     let mut args = vec!["controller", "--allow-any-host", "--listen", "0.0.0.0:4420"];
     args.extend(["--ns", "ram:16M"]);
@@ -362,6 +370,32 @@ fn bench_jobs_over_the_queues_of_two_taps() {
         let line = stdout.lines().find(|l| l.contains(job)).unwrap_or_else(|| panic!("{stdout}"));
         assert!(!line.contains(" 0 IOPS"), "{line}");
     }
+}
+
+/// `bench` over two TAPs at MTU 1500 measures raw TCP over them and, in
+/// the same rounds, over the in-process wire, which a goal holds them
+/// against; every byte of the reads is placed.
+#[test]
+#[ignore = "needs root and iproute2 for a network namespace: --include-ignored, as root"]
+fn bench_over_taps_measures_the_wire_beside_them() {
+    needs_namespaces();
+    let ns = net_up("w", "1500");
+    let json = std::env::temp_dir().join(format!("nvmeddp-wire-{}.json", std::process::id()));
+    let bench = ["bench", "--tap", "tap1,tap0", "--bs", "128k", "--rw", "read", "--qd", "8"];
+    let opts = ["--offload", "all", "--reps", "1", "--time", "0.2", "--warmup", "0.05"];
+    let json_arg = json.to_str().unwrap();
+    let out = in_ns(&ns.0, &[&bench[..], &opts, &["--json", json_arg]].concat()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("wire raw"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let p = &v["points"][0];
+    assert_eq!(p["mtu"], 1500, "{v}");
+    for k in ["raw_tcp_bytes_per_sec", "raw_tcp_wire_bytes_per_sec", "bytes_per_sec"] {
+        assert!(p[k].as_f64().is_some_and(|r| r > 0.0), "{k}: {p}");
+    }
+    assert_eq!(p["offload_share"], 1.0, "{p}");
 }
 
 /// At MTU 9000 a veth's frames do not fit an AF_XDP chunk (nor will a veth

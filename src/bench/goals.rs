@@ -21,7 +21,8 @@
 //! point). `over_metric` compares with another measure of that point (e.g.
 //! `raw_tcp_bytes_per_sec`). `metric` is one of `bytes_per_sec`,
 //! `host_cpu_ns_per_io`, `nic_cpu_ns_per_io`, `controller_cpu_ns_per_io`,
-//! `raw_tcp_bytes_per_sec`, or `host_instructions_per_io` (and `nic_`,
+//! `raw_tcp_bytes_per_sec`, `raw_tcp_wire_bytes_per_sec` (over interfaces,
+//! the in-process wire's), or `host_instructions_per_io` (and `nic_`,
 //! `controller_`). A CPU metric is judged in instructions on points the
 //! instructions meter counted, so one file serves either meter; a goal
 //! on throughput is not judged there (Valgrind's is no throughput).

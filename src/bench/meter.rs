@@ -150,6 +150,7 @@ pub fn raw_run(
     Ok(RawRun {
         bytes_per_sec: 0.0,
         per_byte: RawCounts { sender: per_byte(sender, &m), receiver: per_byte(receiver, &n) },
+        ..RawRun::default()
     })
 }
 

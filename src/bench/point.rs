@@ -23,6 +23,11 @@ pub struct Point {
     pub median: Measures,
     /// Raw smoltcp TCP throughput on the same medium, MTU and impairments.
     pub raw_tcp_bytes_per_sec: f64,
+    /// Over interfaces (`--tap`, `--iface`): raw TCP on the in-process
+    /// wire at the same MTU and impairments, measured in the same rounds,
+    /// what the interfaces' raw TCP is held against.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub raw_tcp_wire_bytes_per_sec: f64,
     /// Instructions meter: what raw TCP's sender and receiver did to move
     /// as many bytes as one I/O of this point moves (medians; written as
     /// `raw_tcp_sender_instructions_per_io`, ...).
@@ -42,6 +47,8 @@ pub struct Point {
     pub nic_cpu_spread: f64,
     pub controller_cpu_spread: f64,
     pub raw_tcp_spread: f64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub raw_tcp_wire_spread: f64,
     /// Instructions meter: [min, max] of the host's instructions per I/O,
     /// and each part's (max - min) / median over the repetitions.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -202,6 +209,12 @@ impl Serialize for RawCounts {
 pub struct RawRun {
     pub bytes_per_sec: f64,
     pub per_byte: RawCounts,
+    /// Over interfaces, raw TCP on the in-process wire right after.
+    pub wire_bytes_per_sec: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// Raw TCP's throughput over its repetitions on one medium, MTU and
@@ -213,6 +226,10 @@ pub struct RawTcp {
     pub spread: f64,
     pub range: [f64; 2],
     pub per_byte: RawCounts,
+    /// The in-process wire's median and spread beside interfaces (zero on
+    /// the wire itself).
+    pub wire_median: f64,
+    pub wire_spread: f64,
 }
 
 impl RawTcp {
@@ -220,6 +237,7 @@ impl RawTcp {
     pub fn of(runs: &[RawRun]) -> Self {
         use crate::bench::stats::{median, range, spread};
         let rates: Vec<f64> = runs.iter().map(|r| r.bytes_per_sec).collect();
+        let wire: Vec<f64> = runs.iter().map(|r| r.wire_bytes_per_sec).collect();
         let end = |f: fn(&RawCounts) -> Counts| {
             Counts::median(&runs.iter().map(|r| f(&r.per_byte)).collect::<Vec<_>>())
         };
@@ -229,6 +247,8 @@ impl RawTcp {
             spread: spread(&rates),
             range: range(&rates),
             per_byte,
+            wire_median: median(wire.clone()),
+            wire_spread: spread(&wire),
         }
     }
 }
@@ -249,6 +269,7 @@ pub enum Metric {
     NicCpuNsPerIo,
     ControllerCpuNsPerIo,
     RawTcpBytesPerSec,
+    RawTcpWireBytesPerSec,
     HostInstructionsPerIo,
     NicInstructionsPerIo,
     ControllerInstructionsPerIo,
@@ -263,6 +284,7 @@ impl Metric {
         match (self, p.meter) {
             (Metric::BytesPerSec, _) => p.median.bytes_per_sec,
             (Metric::RawTcpBytesPerSec, _) => p.raw_tcp_bytes_per_sec,
+            (Metric::RawTcpWireBytesPerSec, _) => p.raw_tcp_wire_bytes_per_sec,
             (Metric::HostCpuNsPerIo, Meter::Cpu) => p.median.host_cpu_ns_per_io,
             (Metric::NicCpuNsPerIo, Meter::Cpu) => p.median.nic_cpu_ns_per_io,
             (Metric::ControllerCpuNsPerIo, Meter::Cpu) => p.median.controller_cpu_ns_per_io,
@@ -279,6 +301,7 @@ impl Metric {
         match (self, p.meter) {
             (Metric::BytesPerSec, _) => p.bytes_per_sec_spread,
             (Metric::RawTcpBytesPerSec, _) => p.raw_tcp_spread,
+            (Metric::RawTcpWireBytesPerSec, _) => p.raw_tcp_wire_spread,
             (Metric::HostCpuNsPerIo, Meter::Cpu) => p.host_cpu_spread,
             (Metric::NicCpuNsPerIo, Meter::Cpu) => p.nic_cpu_spread,
             (Metric::ControllerCpuNsPerIo, Meter::Cpu) => p.controller_cpu_spread,

@@ -665,7 +665,16 @@ pub fn raw_tcp_run(
         return meter::raw_run(o, mtu, impair, rep, stop);
     }
     let (bytes_per_sec, _) = raw_tcp_window(o, mtu, impair, rep, stop)?;
-    Ok(RawRun { bytes_per_sec, ..RawRun::default() })
+    // Over interfaces, the in-process wire's raw TCP too, side by side: a
+    // ceiling measured minutes apart on a machine whose speed drifts says
+    // little about what the interfaces cost.
+    let wire_bytes_per_sec = match o.link {
+        Some(_) => {
+            raw_tcp_window(&BenchOptions { link: None, ..o.clone() }, mtu, impair, rep, stop)?.0
+        }
+        None => 0.0,
+    };
+    Ok(RawRun { bytes_per_sec, wire_bytes_per_sec, ..RawRun::default() })
 }
 
 /// One raw TCP run in this process: bytes a second and bytes measured.

@@ -69,6 +69,7 @@ pub fn summarize(setting: Setting, runs: &[Measures], raw: RawTcp) -> Point {
         raw_tcp: raw.per_byte.scaled(f64::from(setting.bs)),
         median: median_of,
         raw_tcp_bytes_per_sec: raw.median,
+        raw_tcp_wire_bytes_per_sec: raw.wire_median,
         reps: runs.len(),
         iops_range: range(|r| r.iops),
         bytes_per_sec_range: range(|r| r.bytes_per_sec),
@@ -81,6 +82,7 @@ pub fn summarize(setting: Setting, runs: &[Measures], raw: RawTcp) -> Point {
         nic_cpu_spread: spread(&of(|r| r.nic_cpu_ns_per_io)),
         controller_cpu_spread: spread(&of(|r| r.controller_cpu_ns_per_io)),
         raw_tcp_spread: raw.spread,
+        raw_tcp_wire_spread: raw.wire_spread,
         host_instructions_spread,
         host_instructions_range: host_instructions_spread
             .map(|_| range(|r| r.counts.host.instructions)),

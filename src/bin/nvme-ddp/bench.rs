@@ -305,11 +305,16 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         true => format!("{j:>4} "),
         false => String::new(),
     };
+    // Over interfaces, the in-process wire's raw TCP, measured alongside.
+    let beside_wire = |v: &dyn std::fmt::Display| match o.link.is_some() && !a.no_raw {
+        true => format!(" {v:>9}"),
+        false => String::new(),
+    };
     if o.meter == Meter::Instructions {
         print_counted(&out, &wire, &pct);
     } else {
         println!(
-            "{:<4} {:<5} {:>5} {:>3} {}{:>5} {:>5} {:>7} | {}{:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>6} {:>8} {:>9} | {:>8} {:>8} {:>8} {:>8} {:>7} {:>5} | {:>9}",
+            "{:<4} {:<5} {:>5} {:>3} {}{:>5} {:>5} {:>7} | {}{:>9} {:>6} {:>9} {:>7} {:>8} | {:>9} {:>6} {:>8} {:>9} | {:>8} {:>8} {:>8} {:>8} {:>7} {:>5} | {:>9}{}",
             "tr",
             "rw",
             "bs",
@@ -334,11 +339,12 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             "nicCRC/IO",
             "placed%",
             "calls",
-            "raw MiB/s"
+            "raw MiB/s",
+            beside_wire(&"wire raw"),
         );
         for p in &out {
             println!(
-                "{:<4} {:<5} {:>5} {:>3} {}{:>5} {:>5} {:>7} | {}{:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} {:>9.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7.1} {:>5.1} | {:>9.1}{}",
+                "{:<4} {:<5} {:>5} {:>3} {}{:>5} {:>5} {:>7} | {}{:>9.1} {:>6.1} {:>9.0} {:>7.0} {:>8.0} | {:>9.0} {:>6.1} {:>8.0} {:>9.0} | {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7.1} {:>5.1} | {:>9.1}{}{}",
                 transport_name(&p.setting),
                 p.setting.rw.name(),
                 format_size(u64::from(p.setting.bs)),
@@ -368,6 +374,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
                 p.median.offload_share * 100.0,
                 p.median.control_calls_per_io,
                 p.raw_tcp_bytes_per_sec / MIB,
+                beside_wire(&format!("{:.1}", p.raw_tcp_wire_bytes_per_sec / MIB)),
                 if p.steady { "" } else { "  noisy" },
             );
             for (j, m) in p.median.per_job.iter().enumerate() {
