@@ -22,14 +22,15 @@
 //!
 //! [`OffloadNic`] is the device; [`NicHandle`] is the same NIC as the
 //! driver sees it, implementing [`ulp_ddp::DdpDevice`]; [`NicEngine`] is
-//! the NIC behind a descriptor ring to its host, which [`NicThread`] runs
-//! on a thread of its own (or a caller's loop steps), so that its work is
-//! CPU time apart from the host's.
+//! the NIC behind a descriptor ring to its host, which a caller's loop
+//! steps, so that its work is CPU time apart from the host's: read from the
+//! thread's clock around each step.
 
 mod classify;
 mod config;
 mod copy;
 mod device;
+mod engine;
 mod flow;
 mod frame;
 #[doc(hidden)]
@@ -39,7 +40,6 @@ mod handle;
 mod mpa;
 mod pdu;
 mod place;
-mod thread;
 mod track;
 
 /// A table of the NIC's that gains an entry only when its driver adds
@@ -55,5 +55,5 @@ pub(crate) type Table<K, V> = std::collections::HashMap<K, V, foldhash::fast::Ra
 pub use config::NicConfig;
 pub use copy::{copy_and_crc, copy_then_crc};
 pub use device::{OffloadNic, RxToken, TxToken};
+pub use engine::NicEngine;
 pub use handle::NicHandle;
-pub use thread::{NicEngine, NicThread, thread_cpu_ns};

@@ -4,14 +4,14 @@
 //! part or decide what a reading means.
 
 use crate::driver::valgrind::{Collector, Part};
-use nic_backend::{NicHandle, NicThread, thread_cpu_ns};
+use nic_backend::NicHandle;
 use nvme_of::host::Host;
 use nvme_of::{TxStats, UlpStats};
 use std::cell::Cell;
 use std::rc::Rc;
 use ulp_ddp::{DdpDevice, Stats};
 
-pub use crate::driver::cpus::cpu_ns;
+pub use crate::driver::cpus::{cpu_ns, thread_cpu_ns};
 
 /// What one read of this thread's CPU clock costs: the time an empty
 /// interval between two reads measures (the median of many).
@@ -50,8 +50,10 @@ pub struct Tally {
 
 /// Where a run's CPU times come from.
 pub enum Clocks {
-    /// Each part on a thread of its own: their CPU clocks.
-    Threads { nic: NicThread, controller: std::thread::JoinHandle<()> },
+    /// The host and its NIC stepped in turn on this thread, the controller
+    /// (its NIC in its steps) on a thread of its own: what the host's loop
+    /// added up, and the controller's thread clock.
+    Threads { tally: Rc<Cell<Tally>>, controller: std::thread::JoinHandle<()> },
     /// Every part stepped in turn on this thread: what the loop added up,
     /// and, under Valgrind, the switch of the part whose events it counts.
     Lockstep(Rc<Cell<Tally>>, Option<Rc<Collector>>),
@@ -77,13 +79,16 @@ impl Clocks {
     pub fn cpu(&self) -> Cpu {
         let process = cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID) as i64;
         match self {
-            Clocks::Threads { nic, controller } => Cpu {
-                host: cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) as i64,
-                nic: nic.cpu_ns() as i64,
-                controller: thread_cpu_ns(controller).unwrap_or(0) as i64,
-                harness: 0,
-                process,
-            },
+            Clocks::Threads { tally, controller } => {
+                let Tally { sums, host_since } = tally.get();
+                let now = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) as i64;
+                Cpu {
+                    host: sums.host + (now - host_since),
+                    controller: thread_cpu_ns(controller).unwrap_or(0) as i64,
+                    process,
+                    ..sums
+                }
+            }
             Clocks::Lockstep(tally, _) => {
                 let Tally { sums, host_since } = tally.get();
                 let now = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) as i64;

@@ -81,7 +81,7 @@ pub struct BenchOptions {
     /// through AF_XDP or AF_PACKET) instead of the in-process wire; their
     /// MTU is the interfaces'.
     pub link: Option<(LinkName, LinkName)>,
-    /// Host, NIC and controller on threads of their own instead of in
+    /// Each side (host and NIC, controller) on a thread of its own instead of in
     /// lockstep on one thread (over TAP they always are).
     pub threads: bool,
     /// On threads, how long host and controller poll after their last

@@ -328,9 +328,9 @@ pub struct Measures {
     pub bytes_per_sec: f64,
     pub lat_p50_us: f64,
     pub lat_p99_us: f64,
-    /// CPU time per I/O of the host's thread (the NIC's work is not on it).
+    /// CPU time per I/O of the host (the NIC's work is not in it).
     pub host_cpu_ns_per_io: f64,
-    /// CPU time per I/O of the host's NIC thread.
+    /// CPU time per I/O of the host's NIC.
     pub nic_cpu_ns_per_io: f64,
     /// CPU time per I/O of the controller, its own NIC included.
     pub controller_cpu_ns_per_io: f64,

@@ -12,14 +12,14 @@ use crate::bench::stats::summarize;
 use crate::driver::clock::{Clock, TurnClock};
 use crate::driver::rawtcp::{self, RawTcpError, Window};
 use crate::driver::smoltcp::{
-    ControllerSide, HostSide, IMPAIRED_IO_TIMEOUT, IMPAIRED_KATO, RunError, chain, from_smol,
-    run_host, serve, to_smol,
+    ControllerSide, HostSide, IMPAIRED_IO_TIMEOUT, IMPAIRED_KATO, Idle, RunError, chain, from_smol,
+    serve, to_smol,
 };
 use crate::driver::transport::TlsConfig;
 use crate::driver::valgrind::{Collector, Part, collect};
 use crate::workload::{Limit, Rw, Workload, WorkloadSpec, fill_pattern};
 use hdrhistogram::Histogram;
-use nic_backend::{NicEngine, NicHandle, NicThread};
+use nic_backend::{NicEngine, NicHandle};
 use nvme_of::Digests;
 use nvme_of::controller::{ConfigError, Target, TargetConfig};
 use nvme_of::host::{Host, HostConfig, HostEvent};
@@ -492,7 +492,7 @@ fn run_job<M: Medium + Send + 'static>(
     let limit = Duration::from_secs(if o.collect.is_some() { 1200 } else { 120 });
     // The host's stack runs on the NIC's descriptor ring.
     let (error, sample) = if o.threaded() {
-        let (ring, nic) = NicThread::spawn(hdev)?;
+        let (ring, mut nic) = NicEngine::new(hdev);
         let mut host = HostSide::new(
             Stack::new(ring, hcfg, now),
             p.transport.host_with(host_cfg, oneshot, p.mtu, tls.as_ref()),
@@ -505,10 +505,18 @@ fn run_job<M: Medium + Send + 'static>(
         let controller = std::thread::Builder::new()
             .name("bench-ctrl".into())
             .spawn(move || serve(&mut ctrl, &clock, &flag, busy_poll))?;
-        let clocks = Clocks::Threads { nic, controller };
+        let tally = Rc::new(Cell::new(Tally::default()));
+        let clocks = Clocks::Threads { tally: tally.clone(), controller };
         let mut app = app(&clocks);
         let mut stoppable = Stoppable::new(&mut app, stop);
-        let result = run_host(&mut host, &mut stoppable, &clock, limit, o.busy_poll);
+        let result = host_with_nic(
+            (&mut host, &mut nic),
+            &mut stoppable,
+            &clock,
+            &tally,
+            limit,
+            o.busy_poll,
+        );
         let stopped = stoppable.stopped;
         let (error, sample) = (app.error, app.sample);
         served.store(true, Ordering::Relaxed);
@@ -544,6 +552,60 @@ fn run_job<M: Medium + Send + 'static>(
         return Err(BenchError::Host(e));
     }
     sample.ok_or(BenchError::NoMeasurement)
+}
+
+/// Run the host and its NIC in turn on this thread, in real time, until
+/// the app is done, sleeping on the NIC's port when neither has anything
+/// to do; each one's CPU time added into `tally`, as [`lockstep`] adds it
+/// up, so that the NIC's work is counted apart though it runs on the
+/// host's thread. The controller runs with its NIC on a thread of its
+/// own: a side a thread, no hand-off between threads inside one side.
+fn host_with_nic<H: Medium, N: Medium>(
+    (host, nic): (&mut HostSide<H>, &mut NicEngine<N>),
+    app: &mut dyn HostApp,
+    clock: &Clock,
+    tally: &Cell<Tally>,
+    limit: Duration,
+    busy_poll: Duration,
+) -> Result<(), BenchError> {
+    let read = clock_read_cost();
+    let cpu = || cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) as i64;
+    let start = clock.now();
+    let mut idle = Idle::new(busy_poll);
+    let mut t0 = cpu();
+    loop {
+        let now = to_smol(clock.now());
+        tally.set(Tally { host_since: t0, ..tally.get() });
+        let a = host.step(app, now)?;
+        let t1 = cpu();
+        let b = nic.step(now);
+        let t2 = cpu();
+        let Tally { sums: mut s, host_since } = tally.get();
+        s.host += t1 - t0 - read;
+        s.nic += t2 - t1 - read;
+        s.harness += 2 * read;
+        t0 = t2;
+        if app.is_done() && host.flushed() {
+            tally.set(Tally { sums: s, host_since });
+            return Ok(());
+        }
+        if clock.now().saturating_since(start) > limit {
+            return Err(BenchError::Run(RunError::Timeout(limit)));
+        }
+        if idle.may_sleep(a || b) {
+            // The app looks at its stop flag each turn: not past the tick.
+            let cap = now + smoltcp::time::Duration::from_millis(50);
+            let at = [host.poll_at(now), nic.poll_at(), Some(cap)].into_iter().flatten().min();
+            let at = at.unwrap_or(cap);
+            if at > now {
+                nic.wait(Some(at - now));
+            }
+            // Sleeping is the NIC's: it waits on its port and its ring.
+            t0 = cpu();
+            s.nic += t0 - t2;
+        }
+        tally.set(Tally { sums: s, host_since });
+    }
 }
 
 /// The parts a lockstep run steps in turn.
@@ -700,8 +762,7 @@ pub(crate) fn raw_tcp_window(
         let (b, _) = chain(b, impair, seed, None, Caps::NONE)?;
         let d = o.duration.max(Duration::from_millis(100));
         if o.threaded() {
-            let (ring, _nic) = NicThread::spawn(b)?;
-            Ok((rawtcp::throughput(a, ring, TCP_RING, d, stop)?, 0))
+            Ok((rawtcp::throughput(a, NicEngine::new(b), TCP_RING, d, stop)?, 0))
         } else {
             let (ring, nic) = NicEngine::new(b);
             let collector = o.collect.map(Collector::new);

@@ -25,6 +25,21 @@ pub fn cpu_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CPU time a thread has used, in nanoseconds (its `pthread_getcpuclockid`
+/// clock), read from another thread. `None` if it cannot be read.
+pub fn thread_cpu_ns<T>(thread: &std::thread::JoinHandle<T>) -> Option<u64> {
+    use std::os::unix::thread::JoinHandleExt;
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a handle not yet joined names a thread that still exists (a
+    // finished one's clock still reads); both calls write only what we pass.
+    let ok = unsafe {
+        libc::pthread_getcpuclockid(thread.as_pthread_t(), &mut clock) == 0
+            && libc::clock_gettime(clock, &mut ts) == 0
+    };
+    ok.then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
 /// Pin the calling thread to `cpu`.
 pub fn pin(cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {

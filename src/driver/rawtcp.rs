@@ -8,7 +8,7 @@
 use crate::driver::clock::{Clock, TurnClock};
 use crate::driver::smoltcp::{from_smol, to_smol};
 use crate::driver::valgrind::{Collector, Part, collect};
-use nic_backend::NicEngine;
+use nic_backend::{NicConfig, NicEngine, OffloadNic};
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::Ipv4Cidr;
 use smoltcp_glue::stack::StackError;
@@ -37,12 +37,14 @@ const SENDER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
 const RECEIVER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const PORT: u16 = 5001;
 
-/// Bytes per second over a fresh in-process wire at IP MTU `mtu`, with
-/// the stack's default rings.
+/// Bytes per second over a fresh in-process wire at IP MTU `mtu`, the
+/// receiver behind a NIC with checksum offload, with the stack's default
+/// rings.
 pub fn wire_throughput(mtu: usize, duration: Duration) -> Result<f64, RawTcpError> {
     let (a, b) = VirtualWire::pair(mtu + 14, 512);
-    let ring = StackConfig::new(Ipv4Cidr::new(SENDER, 24)).tx_buffer;
-    throughput(a, b, ring, duration, &AtomicBool::new(false))
+    let (ring, nic) = NicEngine::new(OffloadNic::new(b, NicConfig::default()));
+    let buffers = StackConfig::new(Ipv4Cidr::new(SENDER, 24)).tx_buffer;
+    throughput(a, (ring, nic), buffers, duration, &AtomicBool::new(false))
 }
 
 /// How much a measurement measures, once connected.
@@ -172,12 +174,14 @@ fn ends<T: Medium, R: Medium>(
 /// Longest sleep while waiting.
 const NAP: smoltcp::time::Duration = smoltcp::time::Duration::from_millis(10);
 
-/// Bytes per second from a stack on `tx` to one on `rx`, each on its own
-/// thread, with TCP rings of `ring` bytes, measured over `duration` once
-/// connected, unless `stop` is set.
-pub fn throughput<T: Medium, R: Medium + Send + 'static>(
+/// Bytes per second from a stack on `tx` to one on `rx`, the ring of the
+/// receiver's NIC `nic`, the sender on this thread and the receiver with
+/// its NIC on another (as the bench's hosts run), with TCP rings of
+/// `ring` bytes, measured over `duration` once connected, unless `stop`
+/// is set.
+pub fn throughput<T: Medium, R: Medium + Send + 'static, N: Medium + Send + 'static>(
     tx: T,
-    rx: R,
+    (rx, mut nic): (R, NicEngine<N>),
     ring: usize,
     duration: Duration,
     stop: &AtomicBool,
@@ -189,9 +193,13 @@ pub fn throughput<T: Medium, R: Medium + Send + 'static>(
         let mut conn = None;
         while !flag.load(Ordering::Relaxed) {
             let now = to_smol(clock.now());
-            if !receive(&mut receiver, &mut conn, now).0 {
-                let at = receiver.poll_at(now).map(|t| t.min(now + NAP));
-                receiver.wait(now, at);
+            let received = receive(&mut receiver, &mut conn, now).0;
+            if !(nic.step(now) | received) {
+                let at = [receiver.poll_at(now), nic.poll_at()].into_iter().flatten().min();
+                let at = at.map_or(now + NAP, |t| t.min(now + NAP));
+                if at > now {
+                    nic.wait(Some(at - now));
+                }
             }
         }
     });

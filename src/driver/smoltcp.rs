@@ -447,17 +447,17 @@ pub fn run_host<D: Medium>(
 /// When a real-time loop with nothing to do may sleep: at once, or, when
 /// busy polling, only after `busy` without progress (a sleep and the
 /// wake-up after it cost more than a short spin where replies come fast).
-struct Idle {
+pub(crate) struct Idle {
     busy: Duration,
     since: Option<std::time::Instant>,
 }
 
 impl Idle {
-    fn new(busy: Duration) -> Self {
+    pub(crate) fn new(busy: Duration) -> Self {
         Self { busy, since: None }
     }
 
-    fn may_sleep(&mut self, progress: bool) -> bool {
+    pub(crate) fn may_sleep(&mut self, progress: bool) -> bool {
         if progress {
             self.since = None;
             return false;

@@ -89,7 +89,7 @@ pub(crate) struct BenchArgs {
     /// each a host with its wire (or its queue of the TAPs, which need as
     /// many) against a controller stack, a poll group, of its own; every
     /// job's host, NIC and controller on its own thread in lockstep (or on
-    /// threads of their own with --threads). Reported per job and in total.
+    /// two threads with --threads). Reported per job and in total.
     #[arg(long, value_parser = |s: &str| list(s, parse_jobs))]
     jobs: Option<List<u16>>,
     /// Runs per point (reported as median and spread), at least 1.
@@ -101,10 +101,11 @@ pub(crate) struct BenchArgs {
     /// Seconds of warm-up per run.
     #[arg(long, default_value = "0.2", value_parser = parse_seconds)]
     warmup: Duration,
-    /// Run host, NIC and controller on threads of their own, each one's CPU
-    /// read from its thread's clock, instead of in lockstep on one thread
-    /// (the default on the in-process wire, and the one whose numbers hold
-    /// still). Over TAP they always run on threads.
+    /// Run each side on a thread of its own, the host with its NIC and the
+    /// controller with its own, instead of all three in lockstep on one
+    /// thread (the default on the in-process wire, and the one whose
+    /// numbers hold still); the NIC's CPU is still counted apart, by the
+    /// thread's clock around its steps. Over interfaces they always run so.
     #[arg(long)]
     threads: bool,
     /// Run over two TAP devices, HOSTTAP,CTRLTAP (e.g. tap1,tap0 after
