@@ -301,7 +301,7 @@ fn host_against_controller_over_tap_in_a_namespace() {
 /// the steering program spreads the host's connections (consecutive ports)
 /// over both, and the stack of queue 1 answers though the host's ARP
 /// reached queue 0 only. A TAP made with one queue is refused, saying why.
-/// The TAPs are on `net up --link bridge`'s bridge, the other tests' are
+/// The TAPs are on `net up --link bridge`'s bridge, most other tests' are
 /// joined by a redirect.
 #[test]
 #[ignore = "needs root and iproute2 for a network namespace: --include-ignored, as root"]
@@ -485,7 +485,8 @@ fn against_the_linux_kernel_both_ways(tag: &str, mtu: &str) -> Read {
 #[ignore = "needs root and iproute2 for a network namespace: --include-ignored, as root"]
 fn a_host_on_a_tap_says_why_it_cannot_connect_and_stops_when_asked() {
     needs_namespaces();
-    let ns = net_up("c", "1500");
+    // The kernel's side of the bridge answers (or resets) for 198.18.0.1.
+    let ns = net_up_with("c", "1500", "bridge");
     let host = |to: &str| {
         let link = ["--tap", "tap1", "--ip", "198.18.0.3/24"];
         let mut c = in_ns(&ns.0, &[&["host", "--connect", to][..], &link, &["identify"]].concat());

@@ -101,6 +101,31 @@ impl Shared {
         self.placing.store(placing, Ordering::Relaxed);
     }
 
+    /// Take the frame in `buf[..len]` through the NIC's receive path where
+    /// it lies: its length and what was placed of it, or `None` if it was
+    /// withheld. A frame the NIC rewrote (TLS it decrypted) is its copy.
+    pub fn receive_in_place(
+        &self,
+        buf: &mut Vec<u8>,
+        len: usize,
+    ) -> Option<(usize, phy::PacketMeta)> {
+        let mut st = self.lock();
+        let mut placed =
+            Placed { zero_copy: st.cfg.zero_copy, may_rewrite: true, ..Placed::default() };
+        if !st.rx(&buf[..len], &mut placed) {
+            return None;
+        }
+        if !placed.rewritten {
+            return Some((len, placed.meta()));
+        }
+        let copy = &st.rx_copy;
+        if buf.len() < copy.len() {
+            buf.resize(copy.len(), 0);
+        }
+        buf[..copy.len()].copy_from_slice(copy);
+        Some((copy.len(), placed.meta()))
+    }
+
     /// Take frame `rx` through the NIC's receive path and give it to
     /// `deliver` with what was placed of it, or `None` if it was withheld.
     pub fn receive<R>(

@@ -72,18 +72,69 @@ impl<D> OffloadNic<D> {
     }
 }
 
-impl<D: Device> OffloadNic<D> {
-    /// Move one received frame through the NIC into `slot`, a transmit
-    /// token of the ring towards the host. False when the medium had none.
-    pub(crate) fn receive_into<T: phy::TxToken>(&mut self, now: Instant, mut slot: T) -> bool {
-        let Some((rx, _)) = self.inner.receive(now) else { return false };
-        self.shared.receive(rx, |frame| {
-            if let Some((frame, placed)) = frame {
-                slot.set_meta(placed.meta());
-                slot.consume(frame.len(), |dst| placed.dma(dst, frame));
-            }
+impl<D: Medium> OffloadNic<D> {
+    /// Move one received frame through the NIC into `slot`, a buffer of
+    /// the ring towards the host. False when the medium had none.
+    ///
+    /// While some socket may be placed into, the frame is read into the
+    /// medium's own buffer, which stays in cache, and only what was not
+    /// placed goes on into the slot (a NIC's header split: the ring's
+    /// buffers, a new one for each frame, are not where the payload should
+    /// land first). Otherwise the medium reads the frame straight into the
+    /// slot (the DMA), and the NIC does its receive work there.
+    pub(crate) fn receive_into(
+        &mut self,
+        now: Instant,
+        mut slot: smoltcp_glue::WireTx<'_>,
+    ) -> bool {
+        if self.shared.placing.load(Ordering::Relaxed) {
+            use phy::TxToken as _;
+            let Some((rx, _)) = self.inner.receive(now) else { return false };
+            self.shared.receive(rx, |frame| {
+                if let Some((frame, placed)) = frame {
+                    slot.set_meta(placed.meta());
+                    slot.consume(frame.len(), |dst| placed.dma(dst, frame));
+                }
+            });
+            return true;
+        }
+        let (inner, shared) = (&mut self.inner, &*self.shared);
+        let mut came = false;
+        slot.fill(|buf| {
+            let (len, _) = inner.receive_into(now, buf)?;
+            came = true;
+            shared.receive_in_place(buf, len)
         });
-        true
+        came
+    }
+
+    /// Whether the medium takes a frame now.
+    pub(crate) fn has_room(&mut self, now: Instant) -> bool {
+        self.inner.transmit(now).is_some()
+    }
+
+    /// Send `frame`, which the host posted with `meta`, from where it
+    /// lies: the NIC gathers into it the payload its metadata names and
+    /// fills in digests and checksums, and the medium sends it. A frame
+    /// that names bytes of no mapping is dropped, not sent stale. False if
+    /// the medium had no room, which [`has_room`](Self::has_room) asks
+    /// first.
+    pub(crate) fn transmit_from(
+        &mut self,
+        now: Instant,
+        frame: &mut [u8],
+        mut meta: PacketMeta,
+    ) -> bool {
+        let gather = std::mem::take(&mut meta.gather);
+        let filled = match gather.is_empty() {
+            true => Default::default(),
+            false => match self.shared.resolve(&gather) {
+                Some(g) => g.fill(frame),
+                None => return true,
+            },
+        };
+        self.shared.on_tx(frame, filled);
+        self.inner.transmit_from(now, frame, meta)
     }
 }
 /// A received frame on its way to the stack.

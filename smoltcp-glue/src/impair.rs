@@ -8,7 +8,7 @@
 //! IP or TCP checksum catches, as on a real link.
 
 use crate::{Medium, WireEnd};
-use smoltcp::phy::{self, Device, DeviceCapabilities, RxToken as _, TxToken as _};
+use smoltcp::phy::{self, Device, DeviceCapabilities, PacketMeta, RxToken as _, TxToken as _};
 use smoltcp::time::{Duration, Instant};
 use std::collections::BTreeMap;
 
@@ -321,6 +321,25 @@ impl<D: Medium> Medium for Impairments<D> {
 
     fn waker(&self) -> std::task::Waker {
         self.inner.waker()
+    }
+
+    fn receive_into(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<(usize, PacketMeta)> {
+        if self.clean() {
+            return self.inner.receive_into(now, buf);
+        }
+        let (rx, _) = self.receive(now)?;
+        let meta = rx.meta();
+        Some((rx.consume(|frame| crate::medium::copy_frame(buf, frame)), meta))
+    }
+
+    fn transmit_from(&mut self, now: Instant, frame: &mut [u8], meta: PacketMeta) -> bool {
+        if self.clean() {
+            return self.inner.transmit_from(now, frame, meta);
+        }
+        let Some(mut tx) = self.transmit(now) else { return false };
+        tx.set_meta(meta);
+        tx.consume(frame.len(), |buf| buf.copy_from_slice(frame));
+        true
     }
 }
 

@@ -17,12 +17,12 @@ pub use medium::LinkStats;
 pub use medium::link::{Link, LinkName, Via};
 pub use medium::packet::Packet;
 pub use medium::tap::Tap;
-pub use medium::wire::{VirtualWire, WireEnd, WireStats};
+pub use medium::wire::{TxToken as WireTx, VirtualWire, WireEnd, WireStats};
 pub use medium::xdp::Xdp;
-pub use pcap::{PcapFile, capture};
+pub use pcap::{Capture, PcapFile};
 pub use stack::{Stack, StackConfig, TcpConn};
 
-use smoltcp::phy::Device;
+use smoltcp::phy::{Device, PacketMeta};
 use smoltcp::time::{Duration, Instant};
 
 /// A frame source and sink a driver can wait on.
@@ -50,26 +50,33 @@ pub trait Medium: Device {
     /// thread: for work finished elsewhere (storage answering a
     /// controller). A wake that comes before the wait ends the next one.
     fn waker(&self) -> std::task::Waker;
-}
 
-impl<D: Medium, S: smoltcp::phy::PcapSink> Medium for smoltcp::phy::PcapWriter<D, S> {
-    fn poll_at(&self) -> Option<Instant> {
-        self.get_ref().poll_at()
+    /// Receive the next frame into `buf`, from its start (growing it if
+    /// need be; it is never shrunk): the frame's length and metadata, or
+    /// `None` if none came. For a driver that hands the buffer on whole,
+    /// as a NIC DMAs into the buffers of its descriptor ring: a medium
+    /// that can (a TAP) reads the frame there, a wire trades buffers, and
+    /// the rest copy the frame from [`Device::receive`].
+    fn receive_into(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<(usize, PacketMeta)> {
+        use smoltcp::phy::RxToken;
+        let (rx, _) = self.receive(now)?;
+        let meta = rx.meta();
+        Some((rx.consume(|frame| medium::copy_frame(buf, frame)), meta))
     }
 
-    fn flush(&self) {
-        self.get_ref().flush()
-    }
-
-    fn wait(&self, timeout: Option<Duration>) {
-        self.get_ref().wait(timeout)
-    }
-
-    fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>) {
-        self.get_ref().wait_with(also, timeout)
-    }
-
-    fn waker(&self) -> std::task::Waker {
-        self.get_ref().waker()
+    /// Send `frame`, with its metadata (a TSO segment's size), from where
+    /// it lies, for a driver that holds it in a buffer of its own, as a
+    /// NIC sends from its ring; the medium may change its headers on the
+    /// way (a checksum it leaves to the kernel). A medium that can (a TAP)
+    /// hands the kernel the frame from there, the rest copy it into a
+    /// [`Device::transmit`] token. False, and nothing sent, if the medium
+    /// has no room: a driver that must not lose the frame asks first, with
+    /// `transmit`.
+    fn transmit_from(&mut self, now: Instant, frame: &mut [u8], meta: PacketMeta) -> bool {
+        use smoltcp::phy::TxToken;
+        let Some(mut tx) = self.transmit(now) else { return false };
+        tx.set_meta(meta);
+        tx.consume(frame.len(), |buf| buf.copy_from_slice(frame));
+        true
     }
 }

@@ -19,7 +19,7 @@ use nvme_of::controller::Target;
 use nvme_of::host::Host;
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp_glue::stack::StackError;
-use smoltcp_glue::{Impairments, Medium, PcapFile, Profile, Stack, TcpConn};
+use smoltcp_glue::{Capture, Impairments, Medium, PcapFile, Profile, Stack, TcpConn};
 use std::collections::BTreeMap;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ use ulp_ddp::{DdpDevice, FlowId};
 /// What every stack runs on: the software NIC, over a capture of what it
 /// sees (disabled unless asked for), over impairments on received frames,
 /// over the medium.
-pub type Chain<M> = OffloadNic<smoltcp::phy::PcapWriter<Impairments<M>, PcapFile>>;
+pub type Chain<M> = OffloadNic<Capture<Impairments<M>>>;
 
 /// Wrap `medium` in the standard decorators, the NIC starting with
 /// `offload` active. Returns the NIC's handle too.
@@ -42,11 +42,7 @@ pub fn chain<M: Medium>(
     offload: ulp_ddp::Caps,
 ) -> std::io::Result<(Chain<M>, NicHandle)> {
     let dev = Impairments::new(medium, rx, Profile::default(), seed);
-    let sink = match pcap {
-        Some(p) => PcapFile::create(p)?,
-        None => PcapFile::disabled(),
-    };
-    let captured = smoltcp::phy::PcapWriter::new(dev, sink, smoltcp::phy::PcapMode::Both);
+    let captured = Capture::new(dev, pcap.map(PcapFile::create).transpose()?);
     let nic = OffloadNic::new(captured, NicConfig { active: offload, ..NicConfig::default() });
     let handle = nic.handle();
     Ok((nic, handle))

@@ -64,6 +64,15 @@ impl IfReq {
     }
 }
 
+/// Copy `frame` to the start of `buf`, growing it if need be: its length.
+pub(crate) fn copy_frame(buf: &mut Vec<u8>, frame: &[u8]) -> usize {
+    if buf.len() < frame.len() {
+        buf.resize(frame.len(), 0);
+    }
+    buf[..frame.len()].copy_from_slice(frame);
+    frame.len()
+}
+
 /// Set socket option `opt` at `level` to `val`.
 pub(crate) fn setsockopt<T>(
     fd: RawFd,

@@ -38,7 +38,7 @@ use crate::medium::{
     setsockopt, tcp_checksum_ok,
 };
 use crate::{Medium, WireEnd};
-use smoltcp::phy::{self, Device, DeviceCapabilities};
+use smoltcp::phy::{self, Device, DeviceCapabilities, PacketMeta};
 use smoltcp::time::{Duration, Instant};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -183,7 +183,7 @@ impl Packet {
             name: name.into(),
             mtu: frame,
             ring,
-            tx: vec![0; VNET_HDR + LARGEST_FRAME],
+            tx: vec![0; LARGEST_FRAME],
             large: vec![0; VNET_HDR + LARGEST_FRAME],
             stats: LinkStats::default(),
             sleep: FdSleep::new()?,
@@ -328,5 +328,12 @@ impl Medium for Packet {
 
     fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>) {
         self.sleep.sleep_with(self.fd(), also, timeout)
+    }
+
+    /// Sent from where it lies: the frame's only copy is the kernel's.
+    fn transmit_from(&mut self, _now: Instant, frame: &mut [u8], meta: PacketMeta) -> bool {
+        let gso = meta.segmentation_offload_size.map(u16::from);
+        vnet::send(self.sock.as_fd(), frame, self.mtu, gso, &mut self.stats);
+        true
     }
 }

@@ -34,12 +34,12 @@ use crate::medium::{
     ETHERNET_HEADER, IfReq, LARGEST_FRAME, LinkStats, context, interface_mtu, tcp_checksum_ok,
 };
 use crate::{Medium, WireEnd};
-use smoltcp::phy::{self, Device, DeviceCapabilities};
+use smoltcp::phy::{self, Device, DeviceCapabilities, PacketMeta};
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{ArpOperation, ArpPacket, EthernetFrame, EthernetProtocol};
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -63,6 +63,7 @@ pub struct Tap {
     /// Largest frame the link carries, Ethernet header included; larger
     /// ones go down as GSO.
     mtu: usize,
+    /// The frame last received, without its virtio-net header.
     rx: Vec<u8>,
     rx_len: usize,
     tx: Vec<u8>,
@@ -155,9 +156,9 @@ impl Tap {
             file,
             name: name.into(),
             mtu: ip_mtu + ETHERNET_HEADER,
-            rx: vec![0; VNET_HDR + LARGEST_FRAME],
+            rx: vec![0; LARGEST_FRAME],
             rx_len: 0,
-            tx: vec![0; VNET_HDR + LARGEST_FRAME],
+            tx: vec![0; LARGEST_FRAME],
             stats: LinkStats::default(),
             queues: None,
         })
@@ -175,22 +176,62 @@ impl Tap {
         self.file.as_raw_fd()
     }
 
-    /// An ARP frame another queue received, into the receive buffer.
-    fn take_shared(&mut self) -> bool {
-        let Some((me, q)) = &self.queues else { return false };
+    /// The next frame for us, into `buf` (grown to the largest frame if
+    /// shorter) with its virtio-net header into `hdr`: one another queue
+    /// shared, or one read from the TAP, whose checksum the kernel vouches
+    /// for or that verifies. Its length, or `None` if none has come.
+    fn next_frame(&mut self, hdr: &mut [u8; VNET_HDR], buf: &mut Vec<u8>) -> Option<usize> {
+        if buf.len() < LARGEST_FRAME {
+            buf.resize(LARGEST_FRAME, 0);
+        }
+        loop {
+            let n = match self.take_shared(buf) {
+                Some(n) => {
+                    hdr.fill(0);
+                    n
+                }
+                None => {
+                    let iov = [
+                        libc::iovec { iov_base: hdr.as_mut_ptr().cast(), iov_len: VNET_HDR },
+                        libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() },
+                    ];
+                    // SAFETY: a read into two buffers we own, of their lengths.
+                    let n = unsafe { libc::readv(self.fd(), iov.as_ptr(), 2) };
+                    if n < 0 {
+                        let e = io::Error::last_os_error();
+                        if e.kind() != io::ErrorKind::WouldBlock {
+                            tracing::debug!(error = %e, "TAP read failed");
+                        }
+                        return None;
+                    }
+                    let n = (n as usize).checked_sub(VNET_HDR).filter(|&n| n > 0)?;
+                    self.share_arp(&buf[..n]);
+                    n
+                }
+            };
+            if !vnet::vouched(hdr) && !tcp_checksum_ok(&buf[..n]) {
+                self.stats.rx_dropped += 1;
+                continue;
+            }
+            self.stats.rx_frames += 1;
+            self.stats.rx_largest = self.stats.rx_largest.max(n);
+            return Some(n);
+        }
+    }
+
+    /// An ARP frame another queue received, into `buf`: its length.
+    fn take_shared(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let (me, q) = self.queues.as_ref()?;
         let mut inbox = q.arp[*me].lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(frame) = inbox.pop_front() else { return false };
-        self.rx[..VNET_HDR].fill(0);
-        self.rx[VNET_HDR..VNET_HDR + frame.len()].copy_from_slice(&frame);
-        self.rx_len = VNET_HDR + frame.len();
-        true
+        let frame = inbox.pop_front()?;
+        buf[..frame.len()].copy_from_slice(&frame);
+        Some(frame.len())
     }
 
     /// Hand the ARP frame just read to the other queues: a request as a
     /// reply, so that their stacks learn the sender and answer nothing.
-    fn share_arp(&self) {
+    fn share_arp(&self, frame: &[u8]) {
         let Some((me, q)) = &self.queues else { return };
-        let frame = &self.rx[VNET_HDR..self.rx_len];
         if EthernetFrame::new_checked(frame).map(|f| f.ethertype()) != Ok(EthernetProtocol::Arp) {
             return;
         }
@@ -291,32 +332,12 @@ impl Device for Tap {
     type TxToken<'a> = TxToken<'a>;
 
     fn receive(&mut self, _now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
-        loop {
-            if !self.take_shared() {
-                match (&self.file).read(&mut self.rx) {
-                    Ok(n) if n > VNET_HDR => self.rx_len = n,
-                    Ok(_) => return None,
-                    Err(e) => {
-                        if e.kind() != io::ErrorKind::WouldBlock {
-                            tracing::debug!(error = %e, "TAP read failed");
-                        }
-                        return None;
-                    }
-                }
-                self.share_arp();
-            }
-            if !vnet::vouched(&self.rx) && !tcp_checksum_ok(&self.rx[VNET_HDR..self.rx_len]) {
-                self.stats.rx_dropped += 1;
-                continue;
-            }
-            self.stats.rx_frames += 1;
-            self.stats.rx_largest = self.stats.rx_largest.max(self.rx_len - VNET_HDR);
-            let Tap { file, rx, rx_len, tx, stats, mtu, .. } = self;
-            return Some((
-                RxToken { frame: &rx[VNET_HDR..*rx_len] },
-                TxToken::new((*file).as_fd(), tx, *mtu, stats),
-            ));
-        }
+        let mut rx = std::mem::take(&mut self.rx);
+        let got = self.next_frame(&mut [0; VNET_HDR], &mut rx);
+        self.rx = rx;
+        self.rx_len = got?;
+        let Tap { file, rx, rx_len, tx, stats, mtu, .. } = self;
+        Some((RxToken { frame: &rx[..*rx_len] }, TxToken::new((*file).as_fd(), tx, *mtu, stats)))
     }
 
     fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
@@ -341,5 +362,17 @@ impl Medium for Tap {
 
     fn wait_with(&self, also: &WireEnd, timeout: Option<Duration>) {
         self.sleep.sleep_with(self.fd(), also, timeout)
+    }
+
+    /// Read straight into `buf`: the frame's only copy is the kernel's.
+    fn receive_into(&mut self, _now: Instant, buf: &mut Vec<u8>) -> Option<(usize, PacketMeta)> {
+        Some((self.next_frame(&mut [0; VNET_HDR], buf)?, PacketMeta::default()))
+    }
+
+    /// Written from where it lies: the frame's only copy is the kernel's.
+    fn transmit_from(&mut self, _now: Instant, frame: &mut [u8], meta: PacketMeta) -> bool {
+        let gso = meta.segmentation_offload_size.map(u16::from);
+        vnet::send(self.file.as_fd(), frame, self.mtu, gso, &mut self.stats);
+        true
     }
 }

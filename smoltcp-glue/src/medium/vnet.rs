@@ -62,29 +62,51 @@ impl phy::TxToken for TxToken<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         // The stack never asks for more than the largest frame it was told
         // the medium takes; were it to, the frame is sent whole.
-        debug_assert!(VNET_HDR + len <= self.buf.len(), "a {len}-byte frame");
-        if self.buf.len() < VNET_HDR + len {
-            self.buf.resize(VNET_HDR + len, 0);
+        debug_assert!(len <= self.buf.len(), "a {len}-byte frame");
+        if self.buf.len() < len {
+            self.buf.resize(len, 0);
         }
-        let (hdr, frame) = self.buf[..VNET_HDR + len].split_at_mut(VNET_HDR);
+        let frame = &mut self.buf[..len];
         let r = f(frame);
-        if !offload(hdr, frame, self.link, self.gso_size) {
-            self.stats.tx_dropped += 1;
-            tracing::debug!(len, "a frame larger than the link that is not TCP/IPv4; dropped");
-            return r;
-        }
-        let out = &self.buf[..VNET_HDR + len];
-        // SAFETY: a write of bytes we own to a descriptor we borrow.
-        let n = unsafe { libc::write(self.fd.as_raw_fd(), out.as_ptr().cast(), out.len()) };
-        if n < 0 {
-            self.stats.tx_dropped += 1;
-            let e = io::Error::last_os_error();
-            tracing::debug!(error = %e, "frame not sent; dropped");
-        } else {
-            self.stats.tx_frames += 1;
-            self.stats.tx_largest = self.stats.tx_largest.max(len);
-        }
+        send(self.fd, frame, self.link, self.gso_size, self.stats);
         r
+    }
+}
+
+/// Write `frame` to `fd` behind the virtio-net header that says what is
+/// left to the kernel (see [`offload`]), in one `writev` from where the
+/// frame lies; counted in `stats`, and dropped if it is too large for the
+/// link of `link`-byte frames and no TCP segment to cut, or the kernel
+/// refuses it.
+pub(crate) fn send(
+    fd: BorrowedFd<'_>,
+    frame: &mut [u8],
+    link: usize,
+    gso_size: Option<u16>,
+    stats: &mut LinkStats,
+) {
+    let mut hdr = [0u8; VNET_HDR];
+    if !offload(&mut hdr, frame, link, gso_size) {
+        stats.tx_dropped += 1;
+        tracing::debug!(
+            len = frame.len(),
+            "a frame larger than the link that is not TCP/IPv4; dropped"
+        );
+        return;
+    }
+    let iov = [
+        libc::iovec { iov_base: hdr.as_mut_ptr().cast(), iov_len: VNET_HDR },
+        libc::iovec { iov_base: frame.as_mut_ptr().cast(), iov_len: frame.len() },
+    ];
+    // SAFETY: a write of two buffers we own, of their lengths, to a
+    // descriptor we borrow.
+    if unsafe { libc::writev(fd.as_raw_fd(), iov.as_ptr(), 2) } < 0 {
+        stats.tx_dropped += 1;
+        let e = io::Error::last_os_error();
+        tracing::debug!(error = %e, "frame not sent; dropped");
+    } else {
+        stats.tx_frames += 1;
+        stats.tx_largest = stats.tx_largest.max(frame.len());
     }
 }
 

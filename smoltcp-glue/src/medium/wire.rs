@@ -240,6 +240,28 @@ impl WireEnd {
         self.shared.lanes[self.side].frames.len()
     }
 
+    /// A buffer to send in: one the peer handed back, or a new one.
+    #[inline(always)]
+    fn spare(&self) -> Vec<u8> {
+        let mut spare = self.spare.borrow_mut();
+        if spare.is_empty() {
+            let pool = &self.shared.lanes[1 - self.side].free;
+            std::mem::swap(&mut *spare, &mut *pool.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+        spare.pop().unwrap_or_default()
+    }
+
+    /// Hand the buffer of a frame received back to the sender, in batches.
+    #[inline(always)]
+    fn recycle(&self, buf: Vec<u8>) {
+        let mut used = self.used.borrow_mut();
+        used.push(buf);
+        if used.len() >= RECYCLE_BATCH {
+            let pool = &self.shared.lanes[self.side].free;
+            pool.lock().unwrap_or_else(PoisonError::into_inner).append(&mut used);
+        }
+    }
+
     /// Signal the peer about frames sent since the last signal.
     pub fn flush(&self) {
         if self.unsignalled.replace(0) > 0 {
@@ -265,12 +287,7 @@ impl phy::RxToken for RxToken<'_> {
 
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         let r = f(&self.frame.buf[..self.frame.len]);
-        let mut used = self.end.used.borrow_mut();
-        used.push(self.frame.buf);
-        if used.len() >= RECYCLE_BATCH {
-            let pool = &self.end.shared.lanes[self.end.side].free;
-            pool.lock().unwrap_or_else(PoisonError::into_inner).append(&mut used);
-        }
+        self.end.recycle(self.frame.buf);
         r
     }
 }
@@ -281,23 +298,43 @@ impl phy::TxToken for TxToken<'_> {
     }
 
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let peer = 1 - self.end.side;
-        let lane = &self.end.shared.lanes[peer];
-        let mut spare = self.end.spare.borrow_mut();
-        if spare.is_empty() {
-            std::mem::swap(
-                &mut *spare,
-                &mut *lane.free.lock().unwrap_or_else(PoisonError::into_inner),
-            );
-        }
-        let mut buf = spare.pop().unwrap_or_default();
-        drop(spare);
+        let mut buf = self.end.spare();
         // Reused buffers are not zeroed: the stack writes every byte. A
         // buffer only grows, so it is zeroed once, when it first does.
         if buf.len() < len {
             buf.resize(len, 0);
         }
         let r = f(&mut buf[..len]);
+        self.send(buf, len);
+        r
+    }
+}
+
+impl TxToken<'_> {
+    /// Send a frame `f` writes into a buffer of the lane's (from its start,
+    /// growing it as it needs) and measures, with the metadata it gives;
+    /// nothing if it gives none. For a sender that fills the buffer from
+    /// elsewhere without knowing the frame's length first: a NIC whose
+    /// port reads it there.
+    pub fn fill(mut self, f: impl FnOnce(&mut Vec<u8>) -> Option<(usize, PacketMeta)>) -> bool {
+        let mut buf = self.end.spare();
+        match f(&mut buf) {
+            Some((len, meta)) => {
+                self.meta = meta;
+                self.send(buf, len);
+                true
+            }
+            None => {
+                self.end.spare.borrow_mut().push(buf);
+                false
+            }
+        }
+    }
+
+    /// Queue `buf[..len]` towards the peer.
+    #[inline(always)]
+    fn send(self, buf: Vec<u8>, len: usize) {
+        let lane = &self.end.shared.lanes[1 - self.end.side];
         // Only replies can find the lane past its capacity, and never by
         // more than the capacity again; were it ever full, the frame would
         // be lost on the wire like any other, for TCP to recover.
@@ -315,7 +352,6 @@ impl phy::TxToken for TxToken<'_> {
         } else {
             self.end.unsignalled.set(n);
         }
-        r
     }
 }
 
@@ -413,6 +449,16 @@ impl Medium for WireEnd {
         }
         self.disarm();
         also.disarm();
+    }
+
+    /// The frame's own buffer, traded for `buf`, which goes back to the
+    /// sender in its place: no copy.
+    fn receive_into(&mut self, _now: Instant, buf: &mut Vec<u8>) -> Option<(usize, PacketMeta)> {
+        let mut frame = self.shared.lanes[self.side].frames.pop()?;
+        self.shared.drained(self.side);
+        std::mem::swap(buf, &mut frame.buf);
+        self.recycle(frame.buf);
+        Some((frame.len, frame.meta))
     }
 }
 
