@@ -10,7 +10,7 @@
 //! [`ControllerQueue`] the core defines).
 
 use crate::ddp::{DataRx, DdpSocket};
-use crate::tls::controller::HANDSHAKE_RECORD;
+use crate::tls::record::HANDSHAKE_RECORD;
 use crate::wire::{
     CapsuleResp, DataPdu, Digests, Direction, Event, Fes, Framer, Framing, Header, IcReq, IcResp,
     PduError, PduRepr, PduType, R2t, TermReq, TxQueue, TxStats,

@@ -6,6 +6,7 @@
 
 use super::channel::{Channel, Plaintext};
 use super::psk::{ConfiguredPsk, Derivation};
+use super::record::HANDSHAKE_RECORD;
 use super::session::{PskLookup, TlsError, TlsSession};
 use crate::controller::Connection;
 use nvme_of::controller::{CloseReason, ControllerQueue, Target, Transport};
@@ -15,10 +16,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::task::Waker;
 use ulp_ddp::{DdpDevice, FlowId, TxSink};
-
-/// TLS's record type of a handshake message: the first byte a
-/// ClientHello arrives in. An ICReq's is 00h.
-pub(crate) const HANDSHAKE_RECORD: u8 = 0x16;
 
 /// What a port asks of its hosts.
 #[derive(Clone)]

@@ -18,7 +18,7 @@ pub mod controller;
 mod ffi;
 pub mod host;
 mod psk;
-mod record;
+pub(crate) mod record;
 mod session;
 
 pub use psk::{ConfiguredPsk, Derivation, PskError, PskHash};

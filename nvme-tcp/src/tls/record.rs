@@ -34,6 +34,9 @@ const MAX_CIPHERTEXT: usize = MAX_PLAIN + 256;
 const MAX_RECORDS: u64 = 1 << 24;
 
 const APPLICATION_DATA: u8 = 23;
+/// The record type of a handshake message: the first byte a ClientHello
+/// arrives in. An ICReq's is 00h.
+pub(crate) const HANDSHAKE_RECORD: u8 = 22;
 const ALERT: u8 = 21;
 /// The alert descriptions that end nothing by themselves (RFC 8446, 6.1).
 const CLOSE_NOTIFY: u8 = 0;
