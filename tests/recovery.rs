@@ -231,7 +231,9 @@ fn a_killed_controller_comes_back_and_the_verified_write_finishes_over_tap() {
     needs_namespaces();
     let ns = Scratch::new("tap");
     let netns = format!("nvmeddp-r{}", std::process::id());
-    let up = Command::new(EXE).args(["net", "up", "--netns", &netns, "--mtu", "9000"]).output();
+    // On the bridge: the kernel's side of it probes the controller.
+    let up = ["net", "up", "--netns", &netns, "--mtu", "9000", "--link", "bridge"];
+    let up = Command::new(EXE).args(up).output();
     let up = up.unwrap();
     assert!(up.status.success(), "net up: {}", String::from_utf8_lossy(&up.stderr));
     let _guard = Netns(netns.clone());
