@@ -124,15 +124,6 @@ impl Counts {
         ]
     }
 
-    /// The median of each measure over `runs`.
-    pub fn median(runs: &[Counts]) -> Self {
-        let mut m = Counts::default();
-        for (i, v) in m.each_mut().into_iter().enumerate() {
-            *v = crate::bench::stats::median(runs.iter().map(|c| c.each()[i]).collect());
-        }
-        m
-    }
-
     /// Each measure times `k`.
     pub fn scaled(mut self, k: f64) -> Self {
         self.each_mut().into_iter().for_each(|v| *v *= k);
@@ -230,27 +221,6 @@ pub struct RawTcp {
     /// the wire itself).
     pub wire_median: f64,
     pub wire_spread: f64,
-}
-
-impl RawTcp {
-    /// Of these repetitions.
-    pub fn of(runs: &[RawRun]) -> Self {
-        use crate::bench::stats::{median, range, spread};
-        let rates: Vec<f64> = runs.iter().map(|r| r.bytes_per_sec).collect();
-        let wire: Vec<f64> = runs.iter().map(|r| r.wire_bytes_per_sec).collect();
-        let end = |f: fn(&RawCounts) -> Counts| {
-            Counts::median(&runs.iter().map(|r| f(&r.per_byte)).collect::<Vec<_>>())
-        };
-        let per_byte = RawCounts { sender: end(|c| c.sender), receiver: end(|c| c.receiver) };
-        Self {
-            median: median(rates.clone()),
-            spread: spread(&rates),
-            range: range(&rates),
-            per_byte,
-            wire_median: median(wire.clone()),
-            wire_spread: spread(&wire),
-        }
-    }
 }
 
 /// A measure of a point whose spread over the runs is known, so a goal

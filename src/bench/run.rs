@@ -8,7 +8,7 @@ use crate::bench::clocks::{Clocks, Mark, Tally, clock_read_cost, cpu_ns};
 use crate::bench::meter::{self, MeterError, RAW_WINDOW};
 use crate::bench::options::{BenchOptions, Impair, Meter, Setting, rep_seed};
 use crate::bench::point::{Measures, Point, RawRun, RawTcp};
-use crate::bench::stats::summarize;
+use crate::bench::stats::{raw_tcp, summarize};
 use crate::driver::clock::{Clock, TurnClock};
 use crate::driver::rawtcp::{self, RawTcpError, Window};
 use crate::driver::smoltcp::{
@@ -870,7 +870,7 @@ pub fn rounds<'a>(
         whole += 1;
     }
     let ceiling = |p: &Setting| match ceilings.iter().find(|(k, _)| *k == (p.mtu, p.impair)) {
-        Some((_, v)) if !v.is_empty() => RawTcp::of(v),
+        Some((_, v)) if !v.is_empty() => raw_tcp(v),
         _ => RawTcp::default(),
     };
     let points = points

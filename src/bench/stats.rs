@@ -3,7 +3,7 @@
 //! measure or hold a goal.
 
 use crate::bench::options::{Meter, Setting};
-use crate::bench::point::{JobMeasures, Measures, Point, RawTcp};
+use crate::bench::point::{Counts, JobMeasures, Measures, Point, RawCounts, RawRun, RawTcp};
 
 /// The most a point's spread may be for a verdict on it.
 pub const SPREAD_LIMIT: f64 = 0.10;
@@ -29,6 +29,32 @@ pub fn range(v: &[f64]) -> [f64; 2] {
     match v.is_empty() {
         true => [0.0; 2],
         false => v.iter().fold([f64::MAX, f64::MIN], |[lo, hi], &x| [lo.min(x), hi.max(x)]),
+    }
+}
+
+/// The median of each of Valgrind's measures over `runs`.
+pub fn median_counts(runs: &[Counts]) -> Counts {
+    let mut m = Counts::default();
+    for (i, v) in m.each_mut().into_iter().enumerate() {
+        *v = median(runs.iter().map(|c| c.each()[i]).collect());
+    }
+    m
+}
+
+/// Raw TCP over its repetitions on one medium, MTU and impairment.
+pub fn raw_tcp(runs: &[RawRun]) -> RawTcp {
+    let rates: Vec<f64> = runs.iter().map(|r| r.bytes_per_sec).collect();
+    let wire: Vec<f64> = runs.iter().map(|r| r.wire_bytes_per_sec).collect();
+    let end = |f: fn(&RawCounts) -> Counts| {
+        median_counts(&runs.iter().map(|r| f(&r.per_byte)).collect::<Vec<_>>())
+    };
+    RawTcp {
+        median: median(rates.clone()),
+        spread: spread(&rates),
+        range: range(&rates),
+        per_byte: RawCounts { sender: end(|c| c.sender), receiver: end(|c| c.receiver) },
+        wire_median: median(wire.clone()),
+        wire_spread: spread(&wire),
     }
 }
 

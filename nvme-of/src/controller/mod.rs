@@ -106,12 +106,13 @@ impl Default for TargetConfig {
 }
 
 /// A serial number that differs between runs, so that two targets never
-/// present the same namespace identifiers.
+/// present the same namespace identifiers: random bits (the standard
+/// library's per-process hash keys, drawn from the OS), not a clock, which
+/// nothing here reads.
 fn default_serial() -> String {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    format!("{:010x}{:04x}", t & 0xff_ffff_ffff, std::process::id() & 0xffff)
+    use std::hash::{BuildHasher, Hasher};
+    let r = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    format!("{:010x}{:04x}", r & 0xff_ffff_ffff, std::process::id() & 0xffff)
 }
 
 /// A configuration the target cannot serve.
