@@ -12,12 +12,18 @@
 //! to 64 KiB in one `write` (a frame below the TAP's `gso_max_size`, a
 //! whole number of MSS), which the kernel cuts to the stack's segment
 //! size only where it must (a peer without TSO); another TAP with TSO
-//! reads them whole, through a bridge or a `tc` redirect. On receive, frames come up as large as
-//! the sender made them; one the kernel vouches for (sent by this host,
-//! its checksum left for a NIC, or already verified) goes up as it is,
-//! any other TCP segment has its checksum verified here, and a bad one is
-//! dropped. The link's MTU still bounds what the other end sends, through
-//! the MSS the stack advertises.
+//! reads them whole, through a bridge or a `tc` redirect. On receive,
+//! frames come up as large as the sender made them; one the kernel
+//! vouches for (sent by this host, its checksum left for a NIC, or
+//! already verified) goes up as it is, any other TCP segment has its
+//! checksum verified here, and a bad one is dropped. The link's MTU still
+//! bounds what the other end sends, through the MSS the stack advertises.
+//!
+//! A driver that owns its buffers (a NIC's engine and its ring) reads a
+//! frame into one and writes one from where it lies
+//! ([`Medium::receive_into`], [`Medium::transmit_from`]), with `readv` and
+//! `writev` behind the virtio-net header: the kernel's copy is the only
+//! one.
 //!
 //! A TAP made with `IFF_MULTI_QUEUE` opens as several queues
 //! ([`Tap::open_queues`]), each its own descriptor for a stack on its own
