@@ -324,22 +324,17 @@ impl<D: Medium> Medium for Impairments<D> {
     }
 
     fn receive_into(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<(usize, PacketMeta)> {
-        if self.clean() {
-            return self.inner.receive_into(now, buf);
+        match self.clean() {
+            true => self.inner.receive_into(now, buf),
+            false => crate::medium::receive_copied(self, now, buf),
         }
-        let (rx, _) = self.receive(now)?;
-        let meta = rx.meta();
-        Some((rx.consume(|frame| crate::medium::copy_frame(buf, frame)), meta))
     }
 
     fn transmit_from(&mut self, now: Instant, frame: &mut [u8], meta: PacketMeta) -> bool {
-        if self.clean() {
-            return self.inner.transmit_from(now, frame, meta);
+        match self.clean() {
+            true => self.inner.transmit_from(now, frame, meta),
+            false => crate::medium::transmit_copied(self, now, frame, meta),
         }
-        let Some(mut tx) = self.transmit(now) else { return false };
-        tx.set_meta(meta);
-        tx.consume(frame.len(), |buf| buf.copy_from_slice(frame));
-        true
     }
 }
 

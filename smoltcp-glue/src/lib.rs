@@ -58,10 +58,7 @@ pub trait Medium: Device {
     /// that can (a TAP) reads the frame there, a wire trades buffers, and
     /// the rest copy the frame from [`Device::receive`].
     fn receive_into(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<(usize, PacketMeta)> {
-        use smoltcp::phy::RxToken;
-        let (rx, _) = self.receive(now)?;
-        let meta = rx.meta();
-        Some((rx.consume(|frame| medium::copy_frame(buf, frame)), meta))
+        medium::receive_copied(self, now, buf)
     }
 
     /// Send `frame`, with its metadata (a TSO segment's size), from where
@@ -73,10 +70,6 @@ pub trait Medium: Device {
     /// has no room: a driver that must not lose the frame asks first, with
     /// `transmit`.
     fn transmit_from(&mut self, now: Instant, frame: &mut [u8], meta: PacketMeta) -> bool {
-        use smoltcp::phy::TxToken;
-        let Some(mut tx) = self.transmit(now) else { return false };
-        tx.set_meta(meta);
-        tx.consume(frame.len(), |buf| buf.copy_from_slice(frame));
-        true
+        medium::transmit_copied(self, now, frame, meta)
     }
 }

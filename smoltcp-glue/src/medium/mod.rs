@@ -9,6 +9,8 @@ pub(crate) mod vnet;
 pub mod wire;
 pub mod xdp;
 
+use smoltcp::phy::{Device, PacketMeta, RxToken as _, TxToken as _};
+use smoltcp::time::Instant;
 use smoltcp::wire::{
     EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Address, Ipv4Packet, TcpPacket, checksum,
 };
@@ -64,13 +66,38 @@ impl IfReq {
     }
 }
 
-/// Copy `frame` to the start of `buf`, growing it if need be: its length.
-pub(crate) fn copy_frame(buf: &mut Vec<u8>, frame: &[u8]) -> usize {
-    if buf.len() < frame.len() {
-        buf.resize(frame.len(), 0);
-    }
-    buf[..frame.len()].copy_from_slice(frame);
-    frame.len()
+/// [`Medium::receive_into`](crate::Medium::receive_into) by a copy: the
+/// next frame `dev` receives, copied to the start of `buf` (grown if need
+/// be).
+pub(crate) fn receive_copied<D: Device + ?Sized>(
+    dev: &mut D,
+    now: Instant,
+    buf: &mut Vec<u8>,
+) -> Option<(usize, PacketMeta)> {
+    let (rx, _) = dev.receive(now)?;
+    let meta = rx.meta();
+    let len = rx.consume(|frame| {
+        if buf.len() < frame.len() {
+            buf.resize(frame.len(), 0);
+        }
+        buf[..frame.len()].copy_from_slice(frame);
+        frame.len()
+    });
+    Some((len, meta))
+}
+
+/// [`Medium::transmit_from`](crate::Medium::transmit_from) by a copy into
+/// one of `dev`'s transmit tokens.
+pub(crate) fn transmit_copied<D: Device + ?Sized>(
+    dev: &mut D,
+    now: Instant,
+    frame: &[u8],
+    meta: PacketMeta,
+) -> bool {
+    let Some(mut tx) = dev.transmit(now) else { return false };
+    tx.set_meta(meta);
+    tx.consume(frame.len(), |buf| buf.copy_from_slice(frame));
+    true
 }
 
 /// Set socket option `opt` at `level` to `val`.
