@@ -6,7 +6,8 @@ use crate::flow::nvme_tcp::NvmeTcp;
 use crate::flow::{Env, Socket};
 use crate::place::{Mapping, Placed};
 use ulp_ddp::{
-    Access, Caps, IoBuf, IwarpConfig, NvmeTcpConfig, Role, SgEntry, Stag, StagIo, Stats,
+    Access, Caps, HintFlags, IoBuf, IwarpConfig, NvmeTcpConfig, Role, SgEntry, SkCtx, Stag, StagIo,
+    Stats,
 };
 
 /// Bytes around and between mapped ranges that must never change.
@@ -26,6 +27,88 @@ impl Cursor<'_> {
     fn u16(&mut self) -> u16 {
         u16::from_le_bytes([self.u8(), self.u8()])
     }
+}
+
+/// What a run did that a reader of the seam sees, written out when asked
+/// for ([`journal`]): per operation, the ranges placed, whether the stack
+/// got a copy the NIC changed, and a pending resync request; at the end,
+/// every hint, fragment and upcall the socket holds, the counters, and
+/// the bytes of the stream and of every buffer. Fuzzing asks for none.
+struct Journal(Option<String>);
+
+impl Journal {
+    fn note(&mut self, line: impl FnOnce() -> String) {
+        if let Some(j) = &mut self.0 {
+            j.push_str(&line());
+            j.push('\n');
+        }
+    }
+
+    /// After operation `i`.
+    fn op(&mut self, i: usize, placed: &Placed, ctx: &SkCtx) {
+        self.note(|| {
+            let ranges: Vec<_> = placed.ranges.iter().collect();
+            let frags = placed
+                .located
+                .as_ref()
+                .map(|v| v.iter().map(|f| (f.start, f.offset, f.len)).collect::<Vec<_>>());
+            format!(
+                "op {i}: placed {ranges:?} rewritten {} frags {frags:?} resync {:?}",
+                placed.rewritten,
+                ctx.resync_request()
+            )
+        });
+    }
+
+    /// At the end: what the socket holds, the counters and the bytes.
+    fn end(&mut self, ctx: &SkCtx, stats: &Stats, stream: &[u8], guarded: &[Guarded]) {
+        if self.0.is_none() {
+            return;
+        }
+        let mut lines = Vec::new();
+        ctx.with_hints(0, u64::MAX, |a, b, h| {
+            if h.flags != HintFlags::NONE || h.run.is_some() {
+                lines.push(format!("hint {a}..{b} {:?} {:?}", h.flags, h.run));
+            }
+        });
+        ctx.with_frags(0, u64::MAX, |f| {
+            lines.push(format!("frag {} {} {}", f.start, f.offset, f.len));
+        });
+        lines.push(format!("teardown done {:?}", ctx.take_teardown_done()));
+        while let Some(f) = ctx.take_freed(u64::MAX) {
+            lines.push(format!("freed {} {}", f.offset, f.tag));
+        }
+        lines.push(format!("{stats:?}"));
+        lines.push(format!("stream {:016x}", fnv(stream)));
+        for (i, g) in guarded.iter().enumerate() {
+            lines.push(format!("buffer {i} {:016x}", fnv(&g.buf.lock())));
+        }
+        for l in lines {
+            self.note(|| l);
+        }
+    }
+}
+
+/// FNV-1a: a stable fingerprint of bytes, the same on every machine.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// What [`rx`], [`mpa_rx`] or [`tls_rx`] (by `target`: `nic_rx`,
+/// `nic_mpa_rx`, `nic_tls_rx`) does with `data`, as text: two runs of
+/// the same input, at two commits, behave alike if their journals are
+/// equal.
+pub fn journal(target: &str, data: &[u8]) -> String {
+    let mut j = Journal(Some(String::new()));
+    match target {
+        "nic_rx" => rx_journal(data, &mut j),
+        "nic_mpa_rx" => mpa_rx_journal(data, &mut j),
+        "nic_tls_rx" => tls_rx_journal(data, &mut j),
+        _ => panic!("no NIC fuzz target {target:?}"),
+    };
+    j.0.unwrap_or_default()
 }
 
 /// One mapping's buffer, mapped where `ranges` say, canaries elsewhere.
@@ -62,6 +145,10 @@ impl Guarded {
 /// the ranges reported as placed lie inside the segment, in order.
 /// Returns the device's counters.
 pub fn rx(data: &[u8]) -> Stats {
+    rx_journal(data, &mut Journal(None))
+}
+
+fn rx_journal(data: &[u8], j: &mut Journal) -> Stats {
     let mut c = Cursor(data);
     let mode = c.u8();
     let role = if mode & 1 == 0 { Role::Host } else { Role::Controller };
@@ -82,7 +169,7 @@ pub fn rx(data: &[u8]) -> Stats {
     let ops: Vec<(u8, u16, u16)> = (0..c.u8()).map(|_| (c.u8(), c.u16(), c.u16())).collect();
     let mut stream = c.0.to_vec();
     let mut stats = Stats::default();
-    for (kind, a, b) in ops {
+    for (n, (kind, a, b)) in ops.into_iter().enumerate() {
         let start = usize::from(a).min(stream.len());
         let end = (start + usize::from(b)).min(stream.len());
         let mut placed = Placed { zero_copy: true, base: start as u64, ..Placed::default() };
@@ -97,7 +184,9 @@ pub fn rx(data: &[u8]) -> Stats {
             }
         }
         check(&placed, end - start, &guarded);
+        j.op(n, &placed, &flow.ctx);
     }
+    j.end(&flow.ctx, &stats, &stream, &guarded);
     stats
 }
 
@@ -118,6 +207,10 @@ pub fn rx(data: &[u8]) -> Stats {
 /// nor any byte of an STag that grants no write, and the ranges reported
 /// as placed lie inside the segment, in order. Returns the counters.
 pub fn mpa_rx(data: &[u8]) -> Stats {
+    mpa_rx_journal(data, &mut Journal(None))
+}
+
+fn mpa_rx_journal(data: &[u8], j: &mut Journal) -> Stats {
     let mut c = Cursor(data);
     let mode = c.u8();
     let active = Caps::from_bits(u32::from(mode >> 2) & 0xf);
@@ -178,7 +271,7 @@ pub fn mpa_rx(data: &[u8]) -> Stats {
     let ops: Vec<(u8, u16, u16)> = (0..c.u8()).map(|_| (c.u8(), c.u16(), c.u16())).collect();
     let mut stream = c.0.to_vec();
     let mut stats = Stats::default();
-    for (kind, a, b) in ops {
+    for (n, (kind, a, b)) in ops.into_iter().enumerate() {
         let start = usize::from(a).min(stream.len());
         let end = (start + usize::from(b)).min(stream.len());
         let mut placed = Placed { zero_copy: true, base: start as u64, ..Placed::default() };
@@ -205,7 +298,9 @@ pub fn mpa_rx(data: &[u8]) -> Stats {
         for g in &guarded {
             assert!(g.untouched_outside(), "a byte was written outside a writable STag");
         }
+        j.op(n, &placed, &flow.ctx);
     }
+    j.end(&flow.ctx, &stats, &stream, &guarded);
     stats
 }
 
@@ -231,10 +326,14 @@ pub fn mpa_rx(data: &[u8]) -> Stats {
 /// `TAG_OK`)
 /// authenticates, and the plaintext the stack got of it is the record's.
 pub fn tls_rx(data: &[u8]) -> Stats {
+    tls_rx_journal(data, &mut Journal(None))
+}
+
+fn tls_rx_journal(data: &[u8], j: &mut Journal) -> Stats {
     use crate::flow::tls::Tls;
     use openssl::symm::{Cipher, encrypt_aead};
     use ulp_ddp::tls::record::{HEADER, TAG};
-    use ulp_ddp::{HintFlags, TlsCipher, TlsCryptoInfo, TlsDirection, TlsStart};
+    use ulp_ddp::{TlsCipher, TlsCryptoInfo, TlsDirection, TlsStart};
 
     let mut c = Cursor(data);
     let mode = c.u8();
@@ -298,7 +397,7 @@ pub fn tls_rx(data: &[u8]) -> Stats {
     // What the stack holds: each byte as it first came, unless kept out.
     let mut view: Vec<Option<u8>> = vec![None; stream.len()];
     let mut kept_out = vec![false; stream.len()];
-    for (kind, a, b) in ops {
+    for (n, (kind, a, b)) in ops.into_iter().enumerate() {
         let start = usize::from(a).min(stream.len());
         let end = (start + usize::from(b)).min(stream.len());
         let mut placed =
@@ -328,7 +427,14 @@ pub fn tls_rx(data: &[u8]) -> Stats {
             _ => {}
         }
         check(&placed, end - start, &guarded);
+        j.op(n, &placed, &tls.ctx);
     }
+    let seen: Vec<u8> = view
+        .iter()
+        .zip(&kept_out)
+        .flat_map(|(v, &k)| [v.is_some() as u8, v.unwrap_or(0), k as u8])
+        .collect();
+    j.end(&tls.ctx, &stats, &seen, &guarded);
     // Whatever the NIC did, software gets every record back as it came:
     // headers and tags untouched, and each body byte either untouched or
     // hinted decrypted under the record's own number or the guess noted
@@ -350,7 +456,9 @@ pub fn tls_rx(data: &[u8]) -> Stats {
         records.iter().all(|(at, _, header, _, _)| stream[*at..*at + HEADER] == header[..]);
     for (at, seq, _, content, _) in records.iter().filter(|_| framed_as_built) {
         let (at, body, end) = (*at, at + HEADER, at + HEADER + content.len() + 1 + TAG);
-        let nic_seq = tls.ctx.take_guess(body as u64).unwrap_or(*seq);
+        let guess = tls.ctx.take_guess(body as u64);
+        j.note(|| format!("guess {body} {guess:?}"));
+        let nic_seq = guess.unwrap_or(*seq);
         // GCM's keystream: counter blocks from the nonce and 2 on.
         let iv = [&info.nonce(nic_seq)[..], &2u32.to_be_bytes()].concat();
         let zeros = vec![0u8; end - TAG - body];
