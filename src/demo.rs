@@ -6,9 +6,10 @@
 //! (savings are measured by [`crate::bench`]) or print (the CLI shows its report).
 
 use crate::app::{HostApp, IoApp, Stoppable, Watch};
+use crate::bench::error::BenchError;
+use crate::bench::matrix::run_point;
 use crate::bench::options::{BenchOptions, Meter, Setting};
 use crate::bench::point::{Point, RawTcp};
-use crate::bench::run::{BenchError, run_point};
 use crate::bench::stats::SPREAD_LIMIT;
 use crate::driver::clock::Clock;
 use crate::driver::smoltcp::{

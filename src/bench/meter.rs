@@ -20,9 +20,10 @@
 //! side ([`child`]) runs one point through [`run`],
 //! like any run, and never counts anything itself.
 
+use crate::bench::error::{BenchError, MeterError};
 use crate::bench::options::{BenchOptions, Impair, Meter, Setting};
 use crate::bench::point::{Counts, Measures, PartCounts, RawCounts, RawRun};
-use crate::bench::run::{self, BenchError};
+use crate::bench::run;
 use crate::driver::valgrind::{CLIENT_REQUESTS, Part};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -41,23 +42,6 @@ const CALLGRIND: [&str; 8] = [
     "--D1=32768,8,64",
     "--LL=8388608,16,64",
 ];
-
-/// Bytes raw TCP moves in a window counted by Valgrind.
-pub const RAW_WINDOW: u64 = 16 << 20;
-
-/// Why the instructions meter cannot run, or what went wrong in a child.
-#[derive(Debug, thiserror::Error)]
-pub enum MeterError {
-    /// What is missing, and the one line that installs it.
-    #[error("--meter instructions needs {0}")]
-    Missing(&'static str),
-    #[error("--meter instructions counts one job in lockstep on the in-process wire: drop {0}")]
-    Unsupported(&'static str),
-    #[error("counting the {part} under Valgrind: {why}")]
-    Child { part: Part, why: String },
-    #[error("the {part}'s run did other work than the host's ({what}): the runs differ")]
-    Diverged { part: Part, what: &'static str },
-}
 
 /// Check, before any work, that this build and machine can count
 /// instructions, and that `o` asks for what counts repeat on.

@@ -19,7 +19,11 @@
 //! - [`clocks`]: the CPU clocks a run reads, and counters at one moment.
 //! - [`meter`]: the instructions meter: each part of a run counted by
 //!   Valgrind, in a process of its own.
-//! - [`run`]: the run loop: one point, `reps` times, and raw TCP.
+//! - [`matrix`]: every point `reps` times, in rounds, raw TCP beside.
+//! - [`run`]: one run in this process: a point's stacks in lockstep or
+//!   on threads, and raw TCP's.
+//! - [`error`]: why a run fails, as users read it.
+//! - `job`: one job's host app: warm-up, the meeting of jobs, the window.
 //! - [`stats`]: medians and spreads, and the limit a spread must keep.
 //! - [`goals`]: comparing points against goals the user gives in a file.
 //! - [`report`]: the machine and everything a bench run found, as JSON.
@@ -28,7 +32,10 @@
 //! the user's file) nor judge a point that spread too much.
 
 pub mod clocks;
+pub mod error;
 pub mod goals;
+mod job;
+pub mod matrix;
 pub mod meter;
 pub mod options;
 pub mod point;

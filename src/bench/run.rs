@@ -1,14 +1,16 @@
-//! The bench's run loop: one point run `reps` times on fresh stacks and
-//! media, each run a warm-up and then a measured phase, and raw TCP on the
-//! same medium. It measures and returns samples; it must never judge them
-//! (that is [`goals`](crate::bench::goals)'s, against the user's file).
+//! One bench run in this process: a point's jobs on fresh stacks and
+//! media, each a warm-up and then a measured window, with the host, its
+//! NIC and the controller in lockstep on one thread or on threads of
+//! their own; and raw TCP on the same medium. It measures and returns
+//! samples; it must never judge them (that is
+//! [`goals`](crate::bench::goals)'s, against the user's file).
 
 use crate::app::{HostApp, Stoppable};
-use crate::bench::clocks::{Clocks, Mark, Tally, clock_read_cost, cpu_ns};
-use crate::bench::meter::{self, MeterError, RAW_WINDOW};
-use crate::bench::options::{BenchOptions, Impair, Meter, Setting, rep_seed};
-use crate::bench::point::{Measures, Point, RawRun, RawTcp};
-use crate::bench::stats::{raw_tcp, summarize};
+use crate::bench::clocks::{Clocks, Tally, clock_read_cost, cpu_ns};
+use crate::bench::error::BenchError;
+use crate::bench::job::{BenchApp, Gate, Phase, Sample};
+use crate::bench::options::{BenchOptions, Impair, Setting, rep_seed};
+use crate::bench::point::{Measures, RawRun};
 use crate::driver::clock::{Clock, TurnClock};
 use crate::driver::rawtcp::{self, RawTcpError, Window};
 use crate::driver::smoltcp::{
@@ -17,12 +19,12 @@ use crate::driver::smoltcp::{
 };
 use crate::driver::transport::TlsConfig;
 use crate::driver::valgrind::{Collector, Part, collect};
-use crate::workload::{Limit, Rw, Workload, WorkloadSpec, fill_pattern};
+use crate::workload::{Limit, Rw, WorkloadSpec, fill_pattern};
 use hdrhistogram::Histogram;
-use nic_backend::{NicEngine, NicHandle};
+use nic_backend::NicEngine;
 use nvme_of::Digests;
-use nvme_of::controller::{ConfigError, Target, TargetConfig};
-use nvme_of::host::{Host, HostConfig, HostEvent};
+use nvme_of::controller::{Target, TargetConfig};
+use nvme_of::host::HostConfig;
 use nvme_of::namespace::Namespace;
 use nvme_storage::RamNamespace;
 use smoltcp::wire::Ipv4Cidr;
@@ -31,7 +33,7 @@ use std::cell::Cell;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use ulp_ddp::{Caps, DdpDevice};
 
@@ -44,235 +46,8 @@ const PORT: u16 = 4420;
 /// how much of a burst is still in cache when its receiver takes it.
 const TCP_RING: usize = 8 << 20;
 
-/// Why a bench run failed. The texts are what users see.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    /// Making the namespace or a NIC, or starting the controller's thread.
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-    #[error(transparent)]
-    Target(#[from] ConfigError),
-    /// A stack could not listen, or the host's run failed.
-    #[error(transparent)]
-    Run(#[from] RunError),
-    #[error(transparent)]
-    RawTcp(#[from] RawTcpError),
-    #[error(transparent)]
-    Meter(#[from] MeterError),
-    /// An interface to run over could not be opened.
-    #[error("{name}: {source}")]
-    Link { name: String, source: std::io::Error },
-    /// The lockstep loop ran past its time limit.
-    #[error("gave up after {0:?}")]
-    GaveUp(Duration),
-    /// The host failed (as the host app reports it).
-    #[error("{0}")]
-    Host(String),
-    #[error("no measurement")]
-    NoMeasurement,
-    /// Stopped (Ctrl-C) before the run finished.
-    #[error("interrupted")]
-    Interrupted,
-    /// A job stopped because another job of its run failed.
-    #[error("another job of the run failed")]
-    OtherJob,
-    /// A run of this point failed.
-    #[error("{setting}: {source}")]
-    Point { setting: Setting, source: Box<BenchError> },
-}
-
-enum Phase {
-    Warmup(Workload),
-    /// Warmed up, waiting for the other jobs to be.
-    Waiting(Workload),
-    Measure(Workload, Box<Mark>),
-    Over,
-}
-
-/// Where the jobs of a run meet between warm-up and measurement, so that
-/// they measure at the same time; a job that fails opens it for good, and
-/// the others give up.
-struct Gate {
-    jobs: usize,
-    arrived: AtomicUsize,
-    /// The first job that failed (`usize::MAX`: none).
-    broken: AtomicUsize,
-}
-
-impl Gate {
-    fn new(jobs: usize) -> Self {
-        Self { jobs, arrived: AtomicUsize::new(0), broken: AtomicUsize::new(usize::MAX) }
-    }
-
-    fn arrive(&self) {
-        self.arrived.fetch_add(1, Ordering::AcqRel);
-    }
-
-    fn is_open(&self) -> bool {
-        self.arrived.load(Ordering::Acquire) >= self.jobs
-    }
-
-    fn is_broken(&self) -> bool {
-        self.first_broken().is_some()
-    }
-
-    fn first_broken(&self) -> Option<usize> {
-        Some(self.broken.load(Ordering::Acquire)).filter(|&j| j != usize::MAX)
-    }
-
-    /// Job `job` failed.
-    fn breaks(&self, job: usize) {
-        let _ = self.broken.compare_exchange(usize::MAX, job, Ordering::AcqRel, Ordering::Acquire);
-    }
-}
-
-/// What one job's measured phase did.
-struct Sample {
-    measures: Measures,
-    ios: u64,
-    latencies: Histogram<u64>,
-}
-
-/// Warm up, wait for the run's other jobs, then measure one workload,
-/// then shut down.
-struct BenchApp<'a> {
-    nic: NicHandle,
-    clocks: &'a Clocks,
-    gate: &'a Gate,
-    spec: WorkloadSpec,
-    warmup: Limit,
-    phase: Phase,
-    sample: Option<Sample>,
-    /// Bytes the warm-up verified.
-    verified: u64,
-    error: Option<String>,
-    done: bool,
-}
-
-impl BenchApp<'_> {
-    fn pump(&mut self, host: &mut Host, now: nvme_of::Instant) {
-        let w = match &mut self.phase {
-            Phase::Warmup(w) | Phase::Measure(w, _) => w,
-            Phase::Waiting(_) => return self.measure(host, now),
-            Phase::Over => return,
-        };
-        if let Err(e) = w.fill(host, now) {
-            self.error.get_or_insert(format!("submit failed: {e}"));
-            self.phase = Phase::Over;
-            return host.shutdown(now);
-        }
-        if !w.done(now) {
-            return;
-        }
-        match std::mem::replace(&mut self.phase, Phase::Over) {
-            Phase::Warmup(w) => {
-                if let Some(e) = w.first_error() {
-                    self.error.get_or_insert(e.to_string());
-                    return host.shutdown(now);
-                }
-                self.verified = w.stats().verified_bytes;
-                self.gate.arrive();
-                self.phase = Phase::Waiting(w);
-                self.measure(host, now);
-            }
-            Phase::Measure(w, start) => {
-                self.clocks.close();
-                let end = Mark::take(host, &self.nic, self.clocks);
-                if let Some(e) = w.first_error() {
-                    self.error.get_or_insert(e.to_string());
-                }
-                let verified_bytes = self.verified as f64;
-                let stats = w.stats();
-                self.sample = Some(Sample {
-                    measures: Measures {
-                        verified_bytes,
-                        ..Measures::between(&stats, &start, &end)
-                    },
-                    ios: stats.ios,
-                    latencies: w.latencies(),
-                });
-                host.shutdown(now);
-            }
-            Phase::Waiting(_) | Phase::Over => {}
-        }
-    }
-
-    /// Start measuring once every job of the run has warmed up.
-    fn measure(&mut self, host: &mut Host, now: nvme_of::Instant) {
-        if self.gate.is_broken() {
-            self.error.get_or_insert(BenchError::OtherJob.to_string());
-            self.phase = Phase::Over;
-            return host.shutdown(now);
-        }
-        if !self.gate.is_open() {
-            return;
-        }
-        let Phase::Waiting(warmup) = std::mem::replace(&mut self.phase, Phase::Over) else {
-            return;
-        };
-        // With the warm-up's buffers: the window allocates none.
-        match Workload::after(self.spec.clone(), host, warmup) {
-            Ok(m) => {
-                let mark = Mark::take(host, &self.nic, self.clocks);
-                self.clocks.open();
-                self.phase = Phase::Measure(m, Box::new(mark));
-                self.pump(host, now);
-            }
-            Err(e) => {
-                self.error.get_or_insert(e.to_string());
-                self.phase = Phase::Over;
-                host.shutdown(now);
-            }
-        }
-    }
-}
-
-impl HostApp for BenchApp<'_> {
-    fn on_event(&mut self, host: &mut Host, event: HostEvent, now: nvme_of::Instant) {
-        match event {
-            // The warm-up checks every block it reads against the pattern
-            // the namespace holds, under the same impairments and offloads
-            // as the measurement, which pays for no check.
-            HostEvent::Ready => match Workload::new(
-                WorkloadSpec { limit: self.warmup, verify: true, ..self.spec.clone() },
-                host,
-            ) {
-                Ok(w) => {
-                    self.phase = Phase::Warmup(w);
-                    self.pump(host, now);
-                }
-                Err(e) => {
-                    self.error = Some(e.to_string());
-                    host.shutdown(now);
-                }
-            },
-            HostEvent::Completion { tag, status, .. } => {
-                if let Phase::Warmup(w) | Phase::Measure(w, _) = &mut self.phase {
-                    w.complete(tag, status, now);
-                }
-                self.pump(host, now);
-            }
-            HostEvent::Closed => self.done = true,
-            HostEvent::Failed(e) => {
-                self.error.get_or_insert(e.to_string());
-                self.done = true;
-            }
-            _ => {}
-        }
-    }
-
-    fn on_poll(&mut self, host: &mut Host, now: nvme_of::Instant) {
-        self.pump(host, now);
-    }
-
-    fn is_done(&self) -> bool {
-        self.done
-    }
-
-    fn error(&self) -> Option<String> {
-        self.error.clone()
-    }
-}
+/// Bytes raw TCP moves in a window counted by Valgrind.
+pub const RAW_WINDOW: u64 = 16 << 20;
 
 /// The seed of the pattern the namespace holds for reads to be checked
 /// against.
@@ -711,21 +486,35 @@ enum Media {
     Link(Vec<(Link, Link)>),
 }
 
-/// Repetition `rep` of raw TCP on the bench's medium at `mtu` under
-/// `impair` (seeded per repetition as the NVMe runs are), through the same
-/// NIC (checksum offload, no ULP offload), between stacks with the same
-/// rings: bytes a second, or under the instructions meter, what its ends
-/// did per byte. Setting `stop` (Ctrl-C) ends it.
-pub fn raw_tcp_run(
+/// Repetition `rep` of point `p` in this process, on fresh stacks, its
+/// impairments seeded with [`rep_seed`]`(o.seed, rep)`.
+pub fn run_rep(
+    p: &Setting,
+    o: &BenchOptions,
+    rep: usize,
+    stop: &AtomicBool,
+) -> Result<Measures, BenchError> {
+    if stop.load(Ordering::Relaxed) {
+        return Err(BenchError::Interrupted);
+    }
+    let seed = rep_seed(o.seed, rep);
+    match media(o, p.mtu, p.jobs)? {
+        Media::Wire(pairs) => run_once(pairs, p, o, seed, stop),
+        Media::Link(pairs) => run_once(pairs, p, o, seed, stop),
+    }
+}
+
+/// Repetition `rep` of raw TCP in this process, on the bench's medium at
+/// `mtu` under `impair` (seeded per repetition as the NVMe runs are),
+/// through the same NIC (checksum offload, no ULP offload), between
+/// stacks with the same rings: bytes a second.
+pub fn raw_tcp(
     o: &BenchOptions,
     mtu: usize,
     impair: Impair,
     rep: usize,
     stop: &AtomicBool,
 ) -> Result<RawRun, BenchError> {
-    if o.meter == Meter::Instructions && o.collect.is_none() {
-        return meter::raw_run(o, mtu, impair, rep, stop);
-    }
     let (bytes_per_sec, _) = raw_tcp_window(o, mtu, impair, rep, stop)?;
     // Over interfaces, the in-process wire's raw TCP too, side by side: a
     // ceiling measured minutes apart on a machine whose speed drifts says
@@ -792,222 +581,4 @@ pub(crate) fn raw_tcp_window(
         BenchError::RawTcp(RawTcpError::Interrupted) => BenchError::Interrupted,
         e => e,
     })
-}
-
-/// What a matrix measured: a point per setting run at least once, over
-/// the runs it got; the rounds run whole; and what ended it early, if
-/// anything did.
-pub struct Matrix {
-    pub points: Vec<Point>,
-    pub rounds: usize,
-    pub failed: Option<BenchError>,
-}
-
-/// What [`rounds`] is about to do, or has done.
-pub enum Next<'a> {
-    Raw {
-        mtu: usize,
-        impair: Impair,
-    },
-    Point {
-        setting: &'a Setting,
-        rep: usize,
-    },
-    /// A point's run is done.
-    Done,
-}
-
-/// Run the matrix of `points` in `reps` rounds: each round runs every
-/// point once (`run(point, rep)`), and, when `raw`, raw TCP once on each
-/// MTU and impairment (`run_raw(mtu, impair, rep)`) before the first point
-/// that needs it. So the points a ratio compares are measured side by
-/// side, not minutes apart on a machine whose speed drifts. An
-/// interruption or a failure ends the matrix: every run made still
-/// counts, and a point with fewer runs than `reps` is not steady, so no
-/// verdict rests on it. `tell` hears of every step.
-pub fn rounds<'a>(
-    points: &'a [Setting],
-    reps: usize,
-    raw: bool,
-    mut run: impl FnMut(&Setting, usize) -> Result<Measures, BenchError>,
-    mut run_raw: impl FnMut(usize, Impair, usize) -> Result<RawRun, BenchError>,
-    mut tell: impl FnMut(Next<'a>),
-) -> Matrix {
-    let mut runs: Vec<Vec<Measures>> = points.iter().map(|_| Vec::new()).collect();
-    let mut ceilings: Vec<((usize, Impair), Vec<RawRun>)> = Vec::new();
-    let mut failed = None;
-    let mut whole = 0;
-    'rounds: for rep in 0..reps {
-        for (p, runs) in points.iter().zip(&mut runs) {
-            let at = (p.mtu, p.impair);
-            let i = match ceilings.iter().position(|(k, _)| *k == at) {
-                Some(i) => i,
-                None => {
-                    ceilings.push((at, Vec::new()));
-                    ceilings.len() - 1
-                }
-            };
-            if raw && ceilings[i].1.len() == rep {
-                tell(Next::Raw { mtu: p.mtu, impair: p.impair });
-                match run_raw(p.mtu, p.impair, rep) {
-                    Ok(v) => ceilings[i].1.push(v),
-                    Err(e) => {
-                        failed = Some(e);
-                        break 'rounds;
-                    }
-                }
-            }
-            tell(Next::Point { setting: p, rep });
-            match run(p, rep) {
-                Ok(m) => runs.push(m),
-                Err(e) => {
-                    failed = Some(e);
-                    break 'rounds;
-                }
-            }
-            tell(Next::Done);
-        }
-        whole += 1;
-    }
-    let ceiling = |p: &Setting| match ceilings.iter().find(|(k, _)| *k == (p.mtu, p.impair)) {
-        Some((_, v)) if !v.is_empty() => raw_tcp(v),
-        _ => RawTcp::default(),
-    };
-    let points = points
-        .iter()
-        .zip(&runs)
-        .filter(|(_, r)| !r.is_empty())
-        .map(|(p, r)| {
-            let mut point = summarize(*p, r, ceiling(p));
-            point.steady &= r.len() >= reps;
-            point
-        })
-        .collect();
-    let failed = failed.filter(|e| !matches!(e, BenchError::Interrupted));
-    Matrix { points, rounds: whole, failed }
-}
-
-/// Run one point `reps` times, repetition `r`'s impairments seeded with
-/// [`rep_seed`]`(o.seed, r)`; `tick` is called after each run. Setting
-/// `stop` (Ctrl-C) ends it with [`BenchError::Interrupted`].
-pub fn run_point(
-    p: &Setting,
-    o: &BenchOptions,
-    raw: RawTcp,
-    stop: &AtomicBool,
-    mut tick: impl FnMut(),
-) -> Result<Point, BenchError> {
-    let mut samples = Vec::new();
-    for rep in 0..o.reps.max(1) {
-        samples.push(run_rep(p, o, rep, stop)?);
-        tick();
-    }
-    Ok(summarize(*p, &samples, raw))
-}
-
-/// Repetition `rep` of point `p` on fresh stacks, its impairments seeded
-/// with [`rep_seed`]`(o.seed, rep)`.
-pub fn run_rep(
-    p: &Setting,
-    o: &BenchOptions,
-    rep: usize,
-    stop: &AtomicBool,
-) -> Result<Measures, BenchError> {
-    if stop.load(Ordering::Relaxed) {
-        return Err(BenchError::Interrupted);
-    }
-    let seed = rep_seed(o.seed, rep);
-    let here = || match media(o, p.mtu, p.jobs)? {
-        Media::Wire(pairs) => run_once(pairs, p, o, seed, stop),
-        Media::Link(pairs) => run_once(pairs, p, o, seed, stop),
-    };
-    // The instructions meter counts each part in a process of its own.
-    match o.meter == Meter::Instructions && o.collect.is_none() {
-        true => meter::run_rep(p, o, rep, stop),
-        false => here(),
-    }
-    .map_err(|e| match e {
-        BenchError::Interrupted => e,
-        e => BenchError::Point { setting: *p, source: Box::new(e) },
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::driver::transport::TransportType;
-
-    /// Two points at MTU 9000 and one at 1500.
-    fn matrix() -> Vec<Setting> {
-        let o = BenchOptions {
-            bs: vec![128 << 10],
-            rw: vec![Rw::Write],
-            qd: vec![32],
-            mtu: vec![9000, 1500],
-            transport: vec![TransportType::Tcp],
-            ..BenchOptions::default()
-        };
-        let mut v = o.settings().into_iter();
-        let mut at = |mtu| v.by_ref().find(|p| p.mtu == mtu).unwrap();
-        vec![at(9000), at(9000), at(1500)]
-    }
-
-    /// What ran, in order: `R<mtu>.<rep>` raw TCP, `P<point>.<rep>` a point.
-    fn record(points: &[Setting], reps: usize, fail: Option<&str>) -> (Vec<String>, Matrix) {
-        let log = std::cell::RefCell::new(Vec::new());
-        let step = |s: String| {
-            log.borrow_mut().push(s.clone());
-            match fail == Some(&s) {
-                true => Err(BenchError::Interrupted),
-                false => Ok(()),
-            }
-        };
-        let index = |p: &Setting| points.iter().position(|q| std::ptr::eq(q, p)).unwrap();
-        let m = rounds(
-            points,
-            reps,
-            true,
-            |p, rep| step(format!("P{}.{rep}", index(p))).map(|()| Measures::default()),
-            |mtu, _, rep| {
-                let bytes_per_sec = 1e9 * (rep + 1) as f64;
-                step(format!("R{mtu}.{rep}"))
-                    .map(|()| RawRun { bytes_per_sec, ..RawRun::default() })
-            },
-            |_| {},
-        );
-        (log.into_inner(), m)
-    }
-
-    #[test]
-    fn every_round_runs_every_point_and_raw_tcp_once_before_the_next_round() {
-        let points = matrix();
-        let (log, m) = record(&points, 3, None);
-        let round = |r| {
-            [format!("R9000.{r}"), format!("P0.{r}"), format!("P1.{r}")]
-                .into_iter()
-                .chain([format!("R1500.{r}"), format!("P2.{r}")])
-        };
-        assert_eq!(log, (0..3).flat_map(round).collect::<Vec<_>>());
-        assert_eq!((m.points.len(), m.rounds), (3, 3));
-        assert!(m.points.iter().all(|p| p.reps == 3 && p.steady));
-        // Raw TCP's median over the three rounds: 2e9.
-        assert_eq!(m.points[2].raw_tcp_bytes_per_sec, 2e9);
-    }
-
-    #[test]
-    fn a_matrix_cut_short_keeps_every_run_and_rests_no_verdict_on_them() {
-        let points = matrix();
-        let (log, m) = record(&points, 3, Some("P2.1"));
-        assert_eq!(log.last().map(String::as_str), Some("P2.1"));
-        assert_eq!(m.rounds, 1);
-        let reps: Vec<usize> = m.points.iter().map(|p| p.reps).collect();
-        assert_eq!(reps, [2, 2, 1]);
-        assert!(m.points.iter().all(|p| !p.steady), "fewer runs than asked");
-        // Raw TCP's median over the runs it got: 1e9 and 2e9.
-        assert_eq!(m.points[0].raw_tcp_bytes_per_sec, 1.5e9);
-        assert!(m.failed.is_none(), "an interruption is no failure");
-        // Cut in the first round: the points before still count.
-        let (_, m) = record(&points, 3, Some("R1500.0"));
-        assert_eq!((m.rounds, m.points.len()), (0, 2));
-    }
 }

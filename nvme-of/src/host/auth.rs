@@ -4,25 +4,13 @@
 //! Authentication Send or Receive on that queue. The queue counts as
 //! connected once it has authenticated.
 
-use super::bring_up::Step;
+use super::step::{AuthStep, Step};
 use super::{Dir, Host, HostError, Owner, QueueError};
 use crate::auth::{DhGroup, Explanation, Hash, HostAuth, RECEIVE_LEN, Refusal};
 use crate::nvme::FabricsCommand;
 use crate::time::Instant;
 use tracing::{debug, info};
 use ulp_ddp::IoBuf;
-
-/// The steps of one queue's transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthStep {
-    Negotiate,
-    Challenge,
-    Reply,
-    Success1,
-    Success2,
-    /// Failure2 sent: the transaction failed, whatever its completion says.
-    Failure2,
-}
 
 /// Connect response DW0 bit 17 (ATR): authenticate this queue. Bit 18
 /// (ASCR) asks for a secure channel too, which needs TLS.

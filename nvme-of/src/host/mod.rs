@@ -26,10 +26,9 @@ mod io;
 mod queue;
 mod recovery;
 mod sets;
+mod step;
 mod timer;
 
-pub use auth::AuthStep;
-pub use bring_up::Step;
 pub use config::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_CTRL_LOSS_TMO, DEFAULT_RECONNECT_DELAY, DhchapSecrets,
     HostConfig, MAX_RETRIES,
@@ -40,6 +39,7 @@ pub use queue::{
     Transport,
 };
 pub use recovery::Recovery;
+pub use step::{AuthStep, Step};
 
 use crate::nvme::identify::IdentifyController;
 use crate::nvme::log::DiscoveryEntry;

@@ -23,8 +23,9 @@
 //!   inside them. Bytes the NIC kept out of the stack's ring are put back
 //!   from where it placed them before a record is opened here.
 
+use super::error::TlsError;
 use super::record::{HEADER, RecordStats, TAG, record_len};
-use super::session::{TlsError, TlsSession};
+use super::session::TlsSession;
 use nvme_of::{TxStats, UlpStats};
 use std::sync::Arc;
 use ulp_ddp::{

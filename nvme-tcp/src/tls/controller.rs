@@ -5,9 +5,11 @@
 //! ClientHello from an ICReq).
 
 use super::channel::{Channel, Plaintext};
+use super::error::TlsError;
+use super::psk::PskLookup;
 use super::psk::{ConfiguredPsk, Derivation};
 use super::record::HANDSHAKE_RECORD;
-use super::session::{PskLookup, TlsError, TlsSession};
+use super::session::TlsSession;
 use crate::controller::Connection;
 use nvme_of::controller::{CloseReason, ControllerQueue, Target, Transport};
 use nvme_of::nvme::log;

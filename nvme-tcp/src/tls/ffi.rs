@@ -19,8 +19,8 @@ use std::ffi::{c_char, c_int, c_uchar, c_void};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use zeroize::Zeroizing;
 
+use super::psk::PskLookup;
 use super::record::Suite;
-use super::session::PskLookup;
 
 // In libssl 3 (and 1.1.1), not declared by openssl-sys.
 unsafe extern "C" {

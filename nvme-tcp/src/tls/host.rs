@@ -3,7 +3,8 @@
 //! everything else inside records.
 
 use super::channel::{Channel, Plaintext};
-use super::session::{TlsError, TlsSession};
+use super::error::TlsError;
+use super::session::TlsSession;
 use crate::host::Tcp;
 use nvme_of::host::{
     CmdData, Command, Commands, HostQueue, Owner, QueueError, QueueEvent, Transport,

@@ -15,11 +15,13 @@
 
 mod channel;
 pub mod controller;
+mod error;
 mod ffi;
 pub mod host;
 mod psk;
 pub(crate) mod record;
 mod session;
 
-pub use psk::{ConfiguredPsk, Derivation, PskError, PskHash};
-pub use session::{PskLookup, TlsError, TlsSession};
+pub use error::TlsError;
+pub use psk::{ConfiguredPsk, Derivation, PskError, PskHash, PskLookup};
+pub use session::TlsSession;

@@ -17,6 +17,7 @@ use hkdf::Hkdf;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Sha256, Sha384};
 use std::fmt;
+use std::sync::Arc;
 use zeroize::Zeroizing;
 
 /// The hash a PSK goes with: SHA-256 (TLS_AES_128_GCM_SHA256) or
@@ -217,6 +218,10 @@ fn hmac(hash: PskHash, key: &[u8], msg: &[u8]) -> Zeroizing<Vec<u8>> {
         PskHash::Sha384 => run::<Hmac<Sha384>>(key, msg),
     })
 }
+
+/// Looks up the PSK for an identity a client offered (the controller's
+/// side); `None` refuses it.
+pub type PskLookup = Arc<dyn Fn(&str) -> Option<Zeroizing<Vec<u8>>> + Send + Sync>;
 
 #[cfg(test)]
 mod tests {

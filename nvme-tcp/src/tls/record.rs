@@ -17,7 +17,7 @@ use openssl::error::ErrorStack;
 use sha2::{Sha256, Sha384};
 use zeroize::Zeroizing;
 
-use super::session::TlsError;
+use super::error::TlsError;
 use ulp_ddp::{TlsCipher, TlsCryptoInfo};
 
 /// A TLSCiphertext's header: opaque_type, legacy_record_version, length.

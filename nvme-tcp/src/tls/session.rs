@@ -18,26 +18,13 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 use zeroize::Zeroizing;
 
+use super::error::TlsError;
 use super::ffi;
+use super::psk::PskLookup;
 use super::record::{Direction, RecordStats, Records, Suite};
 
 /// The suites a server allows before a ClientHello names its PSK.
 const SUITES: &str = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
-
-/// Looks up the PSK for an identity a client offered (the controller's
-/// side); `None` refuses it.
-pub type PskLookup = Arc<dyn Fn(&str) -> Option<Zeroizing<Vec<u8>>> + Send + Sync>;
-
-/// Why a session failed. Closing the connection is the only answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TlsError {
-    #[error("TLS handshake failed: {0}")]
-    Handshake(String),
-    #[error("TLS record rejected: {0}")]
-    Record(String),
-    #[error("TLS setup failed: {0}")]
-    Setup(String),
-}
 
 /// The two directions of ciphertext, as OpenSSL's transport.
 #[derive(Default)]

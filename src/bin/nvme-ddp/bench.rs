@@ -5,11 +5,12 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use nvme_ddp::bench::error::MeterError;
 use nvme_ddp::bench::goals::{Goals, Verdict};
+use nvme_ddp::bench::matrix::{Matrix, Next, raw_tcp_run, rounds, run_rep};
 use nvme_ddp::bench::meter;
 use nvme_ddp::bench::options::{BenchOptions, Impair, Meter};
 use nvme_ddp::bench::report::Report;
-use nvme_ddp::bench::run::{Matrix, Next, raw_tcp_run, rounds, run_rep};
 use nvme_ddp::bench::stats::SPREAD_LIMIT;
 use nvme_ddp::driver::transport::TransportType;
 use nvme_ddp::driver::valgrind::Part;
@@ -187,7 +188,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     // The instructions meter counts on the in-process wire: say so before
     // opening any interface.
     if a.meter == Meter::Instructions && link.is_some() {
-        return Err(meter::MeterError::Unsupported("--tap/--iface").into());
+        return Err(MeterError::Unsupported("--tap/--iface").into());
     }
     // Fail on a path that cannot be written before the matrix runs, not after.
     if let Some(dir) = &a.plot {
