@@ -157,7 +157,7 @@ pub mod tls;
 mod tx;
 
 pub use fpdus::TxFpdus;
-pub use iobuf::IoBuf;
+pub use iobuf::{Bytes, IoBuf};
 pub use sk::{Frag, Freed, HintFlags, RxHint, SkCtx, TaggedRun};
 pub use smallvec::smallvec as sgl;
 pub use stag::{Access, Stag, StagIo};
