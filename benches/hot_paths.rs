@@ -25,7 +25,7 @@ use smoltcp_glue::{VirtualWire, WireEnd};
 use std::hint::black_box;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
-use ulp_ddp::{Config, DdpDevice, DdpIo, FlowId, IoBuf, NvmeTcpConfig, Role, SgEntry, sgl};
+use ulp_ddp::{DdpDevice, DdpIo, FlowId, IoBuf, NvmeTcpConfig, Role, SgEntry, sgl};
 use zeroize::Zeroizing;
 
 mod rig;
@@ -146,11 +146,11 @@ fn nic_mid_c2h_data() -> (OffloadNic<WireEnd>, WireEnd) {
         rx_start: 0,
         tx_start: 0,
     };
-    let sk = dev.sk_add(flow, &Config::NvmeTcp(config)).unwrap();
+    let sk = dev.sk_add(flow, &config).unwrap();
     let len = 128 << 10;
     let buf = IoBuf::new(len);
     let io = DdpIo { tag: 7, sgl: sgl![SgEntry { buf, offset: 0, len }], oneshot: false };
-    dev.setup(&sk, io).unwrap();
+    sk.setup(io).unwrap();
     let (repr, data, mut first) = c2h_data(len);
     first.resize(repr.header_len(), 0);
     repr.emit_header(&mut first);

@@ -26,7 +26,8 @@ use smoltcp_glue::{Profile, Stack, StackConfig, TcpConn, VirtualWire};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use ulp_ddp::{
-    Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, IoBuf, Limits, SgEntry, SkHandle, Stats,
+    Caps, DdpDevice, DdpError, DdpIo, DdpSk, FlowId, IoBuf, Limits, NvmeTcpConfig, NvmeTcpSk,
+    SgEntry, SkCtx, Stats,
 };
 
 const MB: u64 = 1 << 20;
@@ -492,9 +493,15 @@ fn offloads_toggle_at_run_time() {
 #[derive(Clone)]
 struct Spy {
     nic: NicHandle,
-    sockets: Arc<Mutex<Vec<SkHandle>>>,
+    sockets: Arc<Mutex<Vec<Arc<dyn NvmeTcpSk>>>>,
     /// A faulty NIC: mappings go to a buffer of its own, so the host's
     /// buffer never gets the bytes the NIC says it placed.
+    misplace: bool,
+}
+
+/// A socket of the host's NIC, as the [`Spy`] hands it on.
+struct SpiedSk {
+    sk: Arc<dyn NvmeTcpSk>,
     misplace: bool,
 }
 
@@ -508,31 +515,49 @@ impl DdpDevice for Spy {
     fn set_caps(&self, wanted: Caps) -> Result<Caps, DdpError> {
         self.nic.set_caps(wanted)
     }
-    fn sk_add(&self, flow: FlowId, config: &Config) -> Result<SkHandle, DdpError> {
+    fn stats(&self) -> Stats {
+        self.nic.stats()
+    }
+    fn sk_add(&self, flow: FlowId, config: &NvmeTcpConfig) -> Result<Arc<dyn NvmeTcpSk>, DdpError> {
         let sk = self.nic.sk_add(flow, config)?;
         self.sockets.lock().unwrap().push(sk.clone());
-        Ok(sk)
+        Ok(Arc::new(SpiedSk { sk, misplace: self.misplace }))
     }
-    fn sk_del(&self, sk: &SkHandle) {
-        self.nic.sk_del(sk)
+}
+
+impl DdpSk for SpiedSk {
+    fn ctx(&self) -> &SkCtx {
+        self.sk.ctx()
     }
-    fn setup(&self, sk: &SkHandle, mut io: DdpIo) -> Result<(), DdpError> {
+    fn offloads(&self) -> Caps {
+        self.sk.offloads()
+    }
+    fn resync(&self, seq: u64) {
+        self.sk.resync(seq)
+    }
+    fn tx_setup(&self, sg: SgEntry) -> Result<u64, DdpError> {
+        self.sk.tx_setup(sg)
+    }
+    fn tx_teardown(&self, token: u64) {
+        self.sk.tx_teardown(token)
+    }
+    fn sk_del(&self) {
+        self.sk.sk_del()
+    }
+}
+
+impl NvmeTcpSk for SpiedSk {
+    fn setup(&self, mut io: DdpIo) -> Result<(), DdpError> {
         if self.misplace {
             let elsewhere = IoBuf::new(io.sgl.iter().map(|e| e.offset + e.len).max().unwrap_or(0));
             for e in &mut io.sgl {
                 e.buf = elsewhere.clone();
             }
         }
-        self.nic.setup(sk, io)
+        self.sk.setup(io)
     }
-    fn teardown(&self, sk: &SkHandle, tag: u16) {
-        self.nic.teardown(sk, tag)
-    }
-    fn resync(&self, sk: &SkHandle, seq: u64) {
-        self.nic.resync(sk, seq)
-    }
-    fn stats(&self) -> Stats {
-        self.nic.stats()
+    fn teardown(&self, tag: u16) {
+        self.sk.teardown(tag)
     }
 }
 
@@ -674,7 +699,7 @@ fn a_one_shot_free_the_host_did_not_expect_is_fatal() {
     let sockets = spy.sockets.clone();
     app.after_submit = Some(Box::new(move || {
         let sk = sockets.lock().unwrap()[0].clone();
-        sk.ctx.freed(0, 7);
+        sk.ctx().freed(0, 7);
     }));
     run_simulated(&mut d.host, &mut d.ctrl, &mut app, LIMIT).unwrap();
     match app.failure {
@@ -696,37 +721,36 @@ fn the_nic_refuses_mappings_it_cannot_honour() {
     let o = DemoOptions { qd: 4, queues: 1, ..opts(Caps::ALL, true) };
     let (mut d, spy) = spied(&o);
     let mut app = Script::new(vec![]);
-    let nic = spy.nic.clone();
     let sockets = spy.sockets.clone();
     app.after_submit = Some(Box::new(move || {
         let sk = sockets.lock().unwrap()[0].clone();
         let buf = IoBuf::new(64 << 10);
         let io = |tag, sgl: Vec<SgEntry>| DdpIo { tag, sgl: sgl.into(), oneshot: false };
         let page = |off| SgEntry { buf: buf.clone(), offset: off, len: 4096 };
-        assert_eq!(nic.setup(&sk, io(1, vec![page(0)])), Ok(()));
+        assert_eq!(sk.setup(io(1, vec![page(0)])), Ok(()));
         assert_eq!(
-            nic.setup(&sk, io(1, vec![page(4096)])),
+            sk.setup(io(1, vec![page(4096)])),
             Err(DdpError::Busy(1)),
             "a CID reused while mapped"
         );
         assert_eq!(
-            nic.setup(&sk, io(99, vec![page(0)])),
+            sk.setup(io(99, vec![page(0)])),
             Err(DdpError::BadTag(99)),
             "tags stay below the queue size"
         );
         let far = SgEntry { buf: buf.clone(), offset: 62 << 10, len: 4096 };
         assert_eq!(
-            nic.setup(&sk, io(2, vec![far])),
+            sk.setup(io(2, vec![far])),
             Err(DdpError::BadEntry(0)),
             "an entry outside its buffer"
         );
         let many =
             (0..129).map(|i| SgEntry { buf: buf.clone(), offset: i * 16, len: 16 }).collect();
-        assert_eq!(nic.setup(&sk, io(2, many)), Err(DdpError::TooManyEntries(129)));
-        nic.teardown(&sk, 1);
-        assert_eq!(sk.ctx.take_teardown_done(), vec![1]);
-        assert_eq!(nic.setup(&sk, io(1, vec![page(0)])), Ok(()), "free again after teardown");
-        nic.teardown(&sk, 1);
+        assert_eq!(sk.setup(io(2, many)), Err(DdpError::TooManyEntries(129)));
+        sk.teardown(1);
+        assert_eq!(sk.ctx().take_teardown_done(), vec![1]);
+        assert_eq!(sk.setup(io(1, vec![page(0)])), Ok(()), "free again after teardown");
+        sk.teardown(1);
     }));
     run_simulated(&mut d.host, &mut d.ctrl, &mut app, LIMIT).unwrap();
     let s = spy.nic.stats();

@@ -15,8 +15,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use ulp_ddp::{
-    Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, HintFlags, IoBuf, Limits, SkCtx, SkHandle,
-    Stats,
+    Caps, DdpDevice, DdpError, DdpIo, DdpSk, FlowId, HintFlags, IoBuf, Limits, NvmeTcpConfig,
+    NvmeTcpSk, SgEntry, SkCtx, Stats,
 };
 
 const SUBNQN: &str = "nqn.2026-11.io.nvme-ddp:bench";
@@ -25,7 +25,13 @@ const SUBNQN: &str = "nqn.2026-11.io.nvme-ddp:bench";
 /// about has already been vouched for by the bench.
 #[derive(Default)]
 pub struct Vouching {
-    ctx: Mutex<Option<Arc<SkCtx>>>,
+    sk: Mutex<Option<Arc<Socket>>>,
+}
+
+/// Its one socket.
+#[derive(Default)]
+struct Socket {
+    ctx: SkCtx,
 }
 
 const CAPS: Caps = Caps::DDP.union(Caps::CRC_RX);
@@ -46,21 +52,37 @@ impl DdpDevice for Vouching {
     fn set_caps(&self, wanted: Caps) -> Result<Caps, DdpError> {
         Ok(wanted.intersection(CAPS))
     }
-    fn sk_add(&self, _flow: FlowId, _config: &Config) -> Result<SkHandle, DdpError> {
-        let ctx = Arc::new(SkCtx::new());
-        *self.ctx.lock().unwrap() = Some(ctx.clone());
-        Ok(SkHandle { id: 0, ctx, offloads: CAPS })
+    fn sk_add(&self, _flow: FlowId, _: &NvmeTcpConfig) -> Result<Arc<dyn NvmeTcpSk>, DdpError> {
+        let sk = Arc::new(Socket::default());
+        *self.sk.lock().unwrap() = Some(sk.clone());
+        Ok(sk)
     }
-    fn sk_del(&self, _sk: &SkHandle) {}
-    fn setup(&self, _sk: &SkHandle, _io: DdpIo) -> Result<(), DdpError> {
-        Ok(())
-    }
-    fn teardown(&self, sk: &SkHandle, tag: u16) {
-        sk.ctx.teardown_done(tag);
-    }
-    fn resync(&self, _sk: &SkHandle, _seq: u64) {}
     fn stats(&self) -> Stats {
         Stats::default()
+    }
+}
+
+impl DdpSk for Socket {
+    fn ctx(&self) -> &SkCtx {
+        &self.ctx
+    }
+    fn offloads(&self) -> Caps {
+        CAPS
+    }
+    fn resync(&self, _seq: u64) {}
+    fn tx_setup(&self, _sg: SgEntry) -> Result<u64, DdpError> {
+        Err(DdpError::NotActive(Caps::ZC_TX))
+    }
+    fn tx_teardown(&self, _token: u64) {}
+    fn sk_del(&self) {}
+}
+
+impl NvmeTcpSk for Socket {
+    fn setup(&self, _io: DdpIo) -> Result<(), DdpError> {
+        Ok(())
+    }
+    fn teardown(&self, tag: u16) {
+        self.ctx.teardown_done(tag);
     }
 }
 
@@ -164,7 +186,8 @@ impl Rig {
     /// their digests right.
     pub fn vouch(&mut self, n: usize) {
         if let Some(d) = &self.dev {
-            let ctx = d.ctx.lock().unwrap().clone().unwrap();
+            let sk = d.sk.lock().unwrap().clone().unwrap();
+            let ctx = sk.ctx();
             let flags = HintFlags::PLACED.union(HintFlags::CRC_OK);
             ctx.push_hint(self.rx_io, self.rx_io + n as u64, flags);
         }

@@ -298,7 +298,7 @@ mod tests {
         Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
     };
     use smoltcp_glue::VirtualWire;
-    use ulp_ddp::{DdpDevice as _, DdpError, TxFpdus};
+    use ulp_ddp::{DdpDevice as _, DdpError};
 
     const A: Ipv4Address = Ipv4Address::new(198, 18, 0, 2);
     const B: Ipv4Address = Ipv4Address::new(198, 18, 0, 3);
@@ -377,7 +377,7 @@ mod tests {
     #[test]
     fn gathered_payload_comes_from_the_mapping_and_nothing_goes_out_stale() {
         use smoltcp::phy::Gather;
-        use ulp_ddp::{Config, FlowId, IoBuf, NvmeTcpConfig, Role, SgEntry};
+        use ulp_ddp::{FlowId, IoBuf, NvmeTcpConfig, Role, SgEntry};
         let now = Instant::from_millis(0);
         let (mut peer, end) = VirtualWire::pair(1514, 8);
         let mut nic = OffloadNic::new(end, NicConfig::default());
@@ -404,15 +404,11 @@ mod tests {
             rx_start: 0,
             tx_start: 0,
         };
-        let sk = dev.sk_add(flow, &Config::NvmeTcp(config)).unwrap();
-        assert!(sk.offloads.contains(ulp_ddp::Caps::ZC_TX));
+        let sk = dev.sk_add(flow, &config).unwrap();
+        assert!(sk.offloads().contains(ulp_ddp::Caps::ZC_TX));
 
         let buf = IoBuf::from_vec(b"0123456789".to_vec());
-        // Only iWARP messages are cut into FPDUs.
-        let whole = ulp_ddp::sgl![SgEntry { buf: buf.clone(), offset: 0, len: 10 }];
-        let fpdus = TxFpdus::new([TxFpdus::TAGGED; TxFpdus::HEADER_LEN], 4, whole).unwrap();
-        assert_eq!(dev.tx_setup_fpdus(&sk, fpdus.into()), Err(DdpError::WrongUlp));
-        let token = dev.tx_setup(&sk, SgEntry { buf: buf.clone(), offset: 2, len: 6 }).unwrap();
+        let token = sk.tx_setup(SgEntry { buf: buf.clone(), offset: 2, len: 6 }).unwrap();
         assert!(buf.is_shared(), "the mapping holds the buffer");
         // The stack wrote the header bytes around six it left stale.
         let stale = frame(b"hello-......-end", false);
@@ -432,27 +428,27 @@ mod tests {
 
         // Torn down (acknowledged): a segment naming it is dropped, not
         // sent with what the frame held.
-        dev.tx_teardown(&sk, token);
+        sk.tx_teardown(token);
         assert!(!buf.is_shared());
         send(&mut nic, now, &stale, meta);
         assert_eq!(payload_at(&mut peer, now), None);
         // The socket gone, its mappings stay until torn down: the stack
         // may still be sending (a close after the last data).
-        let token = dev.tx_setup(&sk, SgEntry { buf: buf.clone(), offset: 0, len: 10 }).unwrap();
-        dev.sk_del(&sk);
+        let token = sk.tx_setup(SgEntry { buf: buf.clone(), offset: 0, len: 10 }).unwrap();
+        sk.sk_del();
         let mut meta = PacketMeta::default();
         assert!(meta.gather.push(Gather { token, ..g }));
         send(&mut nic, now, &stale, meta);
         let (payload, _) = payload_at(&mut peer, now).unwrap();
         assert_eq!(payload, b"hello-12345.-end");
-        dev.tx_teardown(&sk, token);
+        sk.tx_teardown(token);
         assert!(!buf.is_shared());
         send(&mut nic, now, &stale, meta);
         assert_eq!(payload_at(&mut peer, now), None);
         let st = dev.stats();
-        assert_eq!((st.tx_setup, st.tx_setup_fail), (2, 1));
+        assert_eq!((st.tx_setup, st.tx_setup_fail), (2, 0));
         assert_eq!((st.tx_teardown, st.tx_gather_refused), (2, 3));
-        assert_eq!(dev.tx_setup(&sk, SgEntry { buf, offset: 0, len: 1 }), Err(DdpError::NoSocket));
+        assert_eq!(sk.tx_setup(SgEntry { buf, offset: 0, len: 1 }), Err(DdpError::NoSocket));
     }
 
     fn tcp_checksum_ok(frame: &[u8]) -> bool {

@@ -1,6 +1,7 @@
 //! The NIC as its driver sees it, [`NicHandle`]: the ULP DDP device
-//! operations (`limits`, `caps`, `sk_add`, `setup`, `teardown`, `resync`,
-//! `stats`, the STag table and posted receives), and a few reports.
+//! operations (`limits`, `caps`, `stats`, `sk_add`), its iWARP and TLS
+//! ones, and the sockets added to it ([`NicSocket`]): `setup`, `teardown`,
+//! `resync`, the STag table, posted receives and transmit mappings.
 //!
 //! It must never place or parse frames; it only changes what the flows may
 //! do, under the same lock the data path takes.
@@ -14,9 +15,33 @@ use crate::place::Mapping;
 use std::any::Any;
 use std::sync::Arc;
 use ulp_ddp::{
-    Caps, Config, DdpDevice, DdpError, DdpIo, FlowId, Limits, NvmeTcpConfig, SgEntry, Sgl,
-    SkHandle, Stag, StagIo, Stats, TlsCryptoInfo, TlsDirection, TlsStart, TxFpdus,
+    Caps, DdpDevice, DdpError, DdpIo, DdpSk, FlowId, IwarpConfig, IwarpDevice, IwarpSk, Limits,
+    NvmeTcpConfig, NvmeTcpSk, SgEntry, Sgl, SkCtx, Stag, StagIo, Stats, TlsCryptoInfo, TlsDevice,
+    TlsDirection, TlsSk, TlsStart, TxFpdus,
 };
+
+/// A socket as the NIC's table knows it: its slot, its mailbox (which
+/// tells it from a later socket in the same slot), and what was granted.
+#[derive(Debug, Clone)]
+struct SkHandle {
+    id: u32,
+    ctx: Arc<SkCtx>,
+    offloads: Caps,
+}
+
+/// What a socket is added as.
+enum Config {
+    NvmeTcp(NvmeTcpConfig),
+    Iwarp(IwarpConfig),
+}
+
+/// A socket added to the NIC, as its ULP holds it: an NVMe/TCP socket
+/// ([`NvmeTcpSk`]), an iWARP one ([`IwarpSk`]) or a TLS connection
+/// ([`TlsSk`]), each offered to the ULP as that trait alone.
+pub struct NicSocket {
+    nic: NicHandle,
+    sk: SkHandle,
+}
 
 /// The NIC as its driver sees it: the ULP DDP device operations.
 #[derive(Clone)]
@@ -27,17 +52,6 @@ pub struct NicHandle {
 impl NicHandle {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         Self { shared }
-    }
-
-    /// Whether the receive context of a socket follows real PDU boundaries
-    /// (for tests and reports).
-    pub fn rx_synced(&self, sk: &SkHandle) -> Option<bool> {
-        self.shared.lock().flows.get(sk.id as usize).map(|f| f.rx_synced())
-    }
-
-    /// Offloaded sockets.
-    pub fn sockets(&self) -> usize {
-        self.shared.lock().flows.len()
     }
 
     /// Turn header/data split on or off ([`NicConfig::zero_copy`](crate::NicConfig::zero_copy)).
@@ -69,7 +83,120 @@ impl DdpDevice for NicHandle {
         Ok(wanted)
     }
 
-    fn sk_add(&self, id: FlowId, config: &Config) -> Result<SkHandle, DdpError> {
+    fn stats(&self) -> Stats {
+        self.shared.lock().stats
+    }
+
+    fn sk_add(&self, flow: FlowId, config: &NvmeTcpConfig) -> Result<Arc<dyn NvmeTcpSk>, DdpError> {
+        self.add(flow, &Config::NvmeTcp(*config)).map(|sk| self.socket(sk) as _)
+    }
+
+    /// Only a NIC that keeps STags follows iWARP streams.
+    fn iwarp(&self) -> Option<&dyn IwarpDevice> {
+        (self.shared.lock().cfg.limits.max_stags > 0).then_some(self)
+    }
+
+    fn tls(&self) -> Option<&dyn TlsDevice> {
+        self.shared.lock().cfg.hw.intersects(Caps::TLS).then_some(self)
+    }
+}
+
+impl TlsDevice for NicHandle {
+    fn tls_dev_add(
+        &self,
+        flow: FlowId,
+        dir: TlsDirection,
+        crypto: &TlsCryptoInfo,
+        start: TlsStart,
+    ) -> Result<Arc<dyn TlsSk>, DdpError> {
+        self.tls_add(flow, dir, crypto, start).map(|sk| self.socket(sk) as _)
+    }
+}
+
+impl DdpSk for NicSocket {
+    fn ctx(&self) -> &SkCtx {
+        &self.sk.ctx
+    }
+
+    fn offloads(&self) -> Caps {
+        self.sk.offloads
+    }
+
+    fn resync(&self, seq: u64) {
+        self.nic.resync(&self.sk, seq)
+    }
+
+    fn tx_setup(&self, sg: SgEntry) -> Result<u64, DdpError> {
+        self.nic.tx_setup(&self.sk, sg)
+    }
+
+    fn tx_teardown(&self, token: u64) {
+        self.nic.tx_teardown(&self.sk, token)
+    }
+
+    fn sk_del(&self) {
+        self.nic.sk_del(&self.sk)
+    }
+}
+
+impl NvmeTcpSk for NicSocket {
+    fn setup(&self, io: DdpIo) -> Result<(), DdpError> {
+        self.nic.setup(&self.sk, io)
+    }
+
+    fn teardown(&self, tag: u16) {
+        self.nic.teardown(&self.sk, tag)
+    }
+}
+
+impl IwarpSk for NicSocket {
+    fn stag_setup(&self, io: StagIo) -> Result<(), DdpError> {
+        self.nic.map_stag(&self.sk, io, None)
+    }
+
+    fn stag_advertise(&self, io: StagIo, send_at: u64) -> Result<(), DdpError> {
+        self.nic.map_stag(&self.sk, io, Some(send_at))
+    }
+
+    fn stag_invalidate(&self, stag: Stag) {
+        self.nic.stag_invalidate(&self.sk, stag)
+    }
+
+    fn recv_setup(&self, msn: u32, sgl: Sgl) -> Result<(), DdpError> {
+        self.nic.recv_setup(&self.sk, msn, sgl)
+    }
+
+    fn tx_setup_fpdus(&self, fpdus: Arc<TxFpdus>) -> Result<u64, DdpError> {
+        self.nic.tx_setup_fpdus(&self.sk, fpdus)
+    }
+}
+
+impl TlsSk for NicSocket {
+    fn ctx(&self) -> &SkCtx {
+        &self.sk.ctx
+    }
+
+    fn tls_dev_resync(&self, at: TlsStart, rec_seq: u64) {
+        self.nic.tls_dev_resync(&self.sk, at, rec_seq)
+    }
+
+    fn tls_dev_del(&self, dir: TlsDirection) {
+        self.nic.tls_dev_del(&self.sk, dir)
+    }
+}
+
+impl IwarpDevice for NicHandle {
+    fn sk_add(&self, flow: FlowId, config: &IwarpConfig) -> Result<Arc<dyn IwarpSk>, DdpError> {
+        self.add(flow, &Config::Iwarp(*config)).map(|sk| self.socket(sk) as _)
+    }
+}
+
+impl NicHandle {
+    fn socket(&self, sk: SkHandle) -> Arc<NicSocket> {
+        Arc::new(NicSocket { nic: self.clone(), sk })
+    }
+
+    fn add(&self, id: FlowId, config: &Config) -> Result<SkHandle, DdpError> {
         let mut st = self.shared.lock();
         let key = (id.local, id.remote);
         let result = (|| {
@@ -212,18 +339,6 @@ impl DdpDevice for NicHandle {
         }
     }
 
-    fn stats(&self) -> Stats {
-        self.shared.lock().stats
-    }
-
-    fn stag_setup(&self, sk: &SkHandle, io: StagIo) -> Result<(), DdpError> {
-        self.map_stag(sk, io, None)
-    }
-
-    fn stag_advertise(&self, sk: &SkHandle, io: StagIo, send_at: u64) -> Result<(), DdpError> {
-        self.map_stag(sk, io, Some(send_at))
-    }
-
     fn stag_invalidate(&self, sk: &SkHandle, stag: Stag) {
         let mut st = self.shared.lock();
         if let Ok(f) = proto::<Iwarp>(&mut st, sk)
@@ -270,7 +385,7 @@ impl DdpDevice for NicHandle {
         }
     }
 
-    fn tls_dev_add(
+    fn tls_add(
         &self,
         id: FlowId,
         dir: TlsDirection,

@@ -56,4 +56,4 @@ pub use config::NicConfig;
 pub use copy::{copy_and_crc, copy_then_crc};
 pub use device::{OffloadNic, RxToken, TxToken};
 pub use engine::NicEngine;
-pub use handle::NicHandle;
+pub use handle::{NicHandle, NicSocket};

@@ -18,8 +18,8 @@ use crate::wire::crc32c_append;
 use nvme_of::UlpStats;
 use std::sync::Arc;
 use ulp_ddp::{
-    Caps, Config, DdpDevice, DdpIo, FlowId, HintFlags, IoBuf, Limits, NvmeTcpConfig, SgEntry,
-    SkHandle, ZeroCopyTx,
+    Caps, DdpDevice, DdpIo, FlowId, HintFlags, IoBuf, Limits, NvmeTcpConfig, NvmeTcpSk, SgEntry,
+    ZeroCopyTx,
 };
 
 /// Scatter-gather entries are pages, as a block layer would hand them over.
@@ -52,7 +52,7 @@ impl GapMeter {
 /// A socket the device offloads, from the upper layer's side.
 pub(crate) struct DdpSocket {
     pub dev: Arc<dyn DdpDevice>,
-    pub sk: SkHandle,
+    pub sk: Arc<dyn NvmeTcpSk>,
     pub limits: Limits,
 }
 
@@ -61,7 +61,7 @@ impl DdpSocket {
     /// will not.
     pub fn add(dev: Arc<dyn DdpDevice>, flow: FlowId, config: &NvmeTcpConfig) -> Option<Self> {
         let limits = dev.limits();
-        match dev.sk_add(flow, &Config::NvmeTcp(*config)) {
+        match dev.sk_add(flow, config) {
             Ok(sk) => Some(Self { dev, sk, limits }),
             Err(e) => {
                 tracing::debug!(error = %e, "offload refused; software only");
@@ -79,12 +79,12 @@ impl DdpSocket {
     /// Zero-copy transmit on this socket, if the device granted it. Kept
     /// by the connection, past `remove`, until it is done sending.
     pub fn zero_copy_tx(&self) -> Option<ZeroCopyTx> {
-        ZeroCopyTx::new(self.dev.clone(), &self.sk)
+        ZeroCopyTx::new(self.sk.clone())
     }
 
     /// The device writes this socket's data digests.
     pub fn tx_offload(&self) -> bool {
-        self.sk.offloads.contains(Caps::CRC_TX)
+        self.sk.offloads().contains(Caps::CRC_TX)
     }
 
     /// Map `len` bytes of `buf` for `tag` if the transfer is worth it and
@@ -115,7 +115,7 @@ impl DdpSocket {
             .collect();
         let oneshot = oneshot_ok && active.contains(Caps::ONESHOT);
         stats.control_calls += 1;
-        match self.dev.setup(&self.sk, DdpIo { tag, sgl, oneshot }) {
+        match self.sk.setup(DdpIo { tag, sgl, oneshot }) {
             Ok(()) => {
                 stats.ddp_ios += 1;
                 Some(oneshot)
@@ -129,12 +129,12 @@ impl DdpSocket {
 
     pub fn teardown(&self, tag: u16, stats: &mut UlpStats) {
         stats.control_calls += 1;
-        self.dev.teardown(&self.sk, tag);
+        self.sk.teardown(tag);
     }
 
     /// Tags whose mappings the device has released.
     pub fn teardown_done(&self, stats: &mut UlpStats) -> Vec<u16> {
-        let done = self.sk.ctx.take_teardown_done();
+        let done = self.sk.ctx().take_teardown_done();
         stats.control_calls += done.len() as u64;
         done
     }
@@ -142,16 +142,16 @@ impl DdpSocket {
     /// A PDU header starts at stream offset `at`: confirm it if the device
     /// asked about exactly that offset.
     pub fn confirm_resync(&self, at: u64, stats: &mut UlpStats) {
-        if self.sk.ctx.resync_request() == Some(at) {
-            self.sk.ctx.take_resync_request();
-            self.dev.resync(&self.sk, at);
+        if self.sk.ctx().resync_request() == Some(at) {
+            self.sk.ctx().take_resync_request();
+            self.sk.resync(at);
             stats.resyncs += 1;
             stats.control_calls += 1;
         }
     }
 
     pub fn remove(&self) {
-        self.dev.sk_del(&self.sk);
+        self.sk.sk_del();
     }
 }
 
@@ -230,7 +230,7 @@ impl DataRx {
         let mut g = dest.map(|(buf, base)| (buf.lock(), base + offset as usize));
         let (hw_crc, fallback, hinted, lost) =
             (&mut self.hw_crc, &mut self.fallback, &mut self.hinted, &mut self.lost);
-        ddp.sk.ctx.with_hints(at, at + n as u64, |a, b, h| {
+        ddp.sk.ctx().with_hints(at, at + n as u64, |a, b, h| {
             let flags = h.flags;
             *hinted |= flags != HintFlags::NONE;
             let r = (a - at) as usize..(b - at) as usize;
@@ -300,7 +300,7 @@ impl DataRx {
         if ddgst {
             let mut vouched = self.hw_crc && ddp.is_some();
             if let Some(d) = ddp.filter(|_| vouched) {
-                d.sk.ctx.with_hints(end.saturating_sub(4), end, |_, _, h| {
+                d.sk.ctx().with_hints(end.saturating_sub(4), end, |_, _, h| {
                     vouched &= h.flags.contains(HintFlags::CRC_OK)
                 });
             }

@@ -21,28 +21,30 @@
 //! - Besides Linux's receive capabilities there are two more: transmit data
 //!   digest offload (from the v4/v5 series) and one-shot mappings.
 //! - Transmit by reference ([`Caps::ZC_TX`]): the ULP maps a buffer with
-//!   [`DdpDevice::tx_setup`], queues its bytes in the stack by the token
-//!   it got, and the device gathers them into each segment that carries
+//!   [`DdpSk::tx_setup`], queues its bytes in the stack by the token it
+//!   got, and the device gathers them into each segment that carries
 //!   them, first transmission and retransmissions alike, until the ULP
-//!   calls [`DdpDevice::tx_teardown`] once the peer acknowledged them.
-//!   Linux needs no such call: an skb's fragments are the pages, which
-//!   the driver maps as it posts them. On an iWARP socket the device may
-//!   also take a whole tagged message and cut it into FPDUs itself
-//!   ([`DdpDevice::tx_setup_fpdus`], [`TxFpdus`]), as an RNIC does.
+//!   calls [`DdpSk::tx_teardown`] once the peer acknowledged them. Linux
+//!   needs no such call: an skb's fragments are the pages, which the
+//!   driver maps as it posts them. On an iWARP socket the device may also
+//!   take a whole tagged message and cut it into FPDUs itself
+//!   ([`IwarpSk::tx_setup_fpdus`], [`TxFpdus`]), as an RNIC does.
 //! - Beside Linux's one ULP type there is a second, iWARP
-//!   ([`Config::Iwarp`]), whose mappings are tagged buffers ([`StagIo`]).
+//!   ([`IwarpDevice`]), whose mappings are tagged buffers ([`StagIo`]).
 //!   The capabilities keep their meanings on it: placement of tagged
 //!   segments, MPA CRC verify and compute, and one-shot STags (armed by
 //!   the Send that advertises them, freed by the Send that closes them).
-//! - TLS record offload ([`Caps::TLS_RX`], [`Caps::TLS_TX`]), which Linux
-//!   keeps apart in `tls_device`, is here too, so that one device can do
-//!   both: [`DdpDevice::tls_dev_add`] hands it a direction's crypto state
-//!   (see [`tls`]).
+//! - TLS record offload ([`Caps::TLS_RX`], [`Caps::TLS_TX`]) is a device
+//!   trait of its own ([`TlsDevice`]), as Linux keeps `tls_device` apart,
+//!   so that one device may do both: [`TlsDevice::tls_dev_add`] hands it
+//!   a direction's crypto state (see [`tls`]).
 //!
 //! # The contract in one page
 //!
-//! A NIC vendor implements [`DdpDevice`]; a protocol adds its sockets to
-//! it, maps each I/O's buffer by tag, and reads back from the socket's
+//! A NIC vendor implements [`DdpDevice`] (and [`IwarpDevice`] and
+//! [`TlsDevice`] if it has them); a protocol adds its sockets to it, gets
+//! a handle typed by protocol ([`NvmeTcpSk`], [`IwarpSk`]), maps each
+//! I/O's buffer by tag through it, and reads back from the socket's
 //! [`SkCtx`] mailbox what the device did with the bytes it received. Here
 //! a device that places NVMe/TCP C2HData by CID, and nothing else, and a
 //! host that maps a read's buffer, learns that the data were placed, and
@@ -56,18 +58,24 @@
 //! /// Places data by CID; verifies and computes no digest.
 //! #[derive(Default)]
 //! struct PlacingNic {
+//!     sk: Mutex<Option<Arc<Socket>>>,
+//!     stats: Arc<Mutex<Stats>>,
+//! }
+//!
+//! /// The one socket it offloads.
+//! #[derive(Default)]
+//! struct Socket {
+//!     ctx: SkCtx,
 //!     maps: Mutex<HashMap<u16, DdpIo>>,
-//!     sk: Mutex<Option<SkHandle>>,
-//!     stats: Mutex<Stats>,
+//!     stats: Arc<Mutex<Stats>>,
 //! }
 //!
 //! impl PlacingNic {
 //!     /// The wire: a C2HData PDU's `data` for `cid`, at stream offsets
 //!     /// from `start`. A real device parses the PDU out of the segments.
 //!     fn receive(&self, cid: u16, start: u64, data: &[u8]) {
-//!         let sk = self.sk.lock().unwrap();
-//!         let (Some(sk), Some(io)) = (sk.as_ref(), self.maps.lock().unwrap().remove(&cid))
-//!         else { return };
+//!         let Some(sk) = self.sk.lock().unwrap().clone() else { return };
+//!         let Some(io) = sk.maps.lock().unwrap().remove(&cid) else { return };
 //!         let e = &io.sgl[0];
 //!         e.buf.lock()[e.offset..e.offset + data.len()].copy_from_slice(data);
 //!         sk.ctx.push_hint(start, start + data.len() as u64, HintFlags::PLACED);
@@ -89,30 +97,47 @@
 //!             extra => Err(DdpError::Unsupported(extra)),
 //!         }
 //!     }
-//!     fn sk_add(&self, _flow: FlowId, config: &Config) -> Result<SkHandle, DdpError> {
-//!         let Config::NvmeTcp(_) = config else { return Err(DdpError::WrongUlp) };
-//!         let sk = SkHandle { id: 1, ctx: Arc::new(SkCtx::new()), offloads: Caps::DDP };
+//!     fn stats(&self) -> Stats {
+//!         *self.stats.lock().unwrap()
+//!     }
+//!     fn sk_add(&self, _flow: FlowId, _config: &NvmeTcpConfig)
+//!         -> Result<Arc<dyn NvmeTcpSk>, DdpError> {
+//!         let sk = Arc::new(Socket { stats: self.stats.clone(), ..Socket::default() });
 //!         *self.sk.lock().unwrap() = Some(sk.clone());
 //!         self.stats.lock().unwrap().sk_add += 1;
 //!         Ok(sk)
 //!     }
-//!     fn sk_del(&self, _sk: &SkHandle) {
-//!         self.maps.lock().unwrap().clear();
+//! }
+//!
+//! impl DdpSk for Socket {
+//!     fn ctx(&self) -> &SkCtx {
+//!         &self.ctx
 //!     }
-//!     fn setup(&self, _sk: &SkHandle, io: DdpIo) -> Result<(), DdpError> {
+//!     fn offloads(&self) -> Caps {
+//!         Caps::DDP
+//!     }
+//!     fn resync(&self, _seq: u64) {}
+//!     fn tx_setup(&self, _sg: SgEntry) -> Result<u64, DdpError> {
+//!         Err(DdpError::NotActive(Caps::ZC_TX))
+//!     }
+//!     fn tx_teardown(&self, _token: u64) {}
+//!     fn sk_del(&self) {
+//!         self.maps.lock().unwrap().clear();
+//!         self.stats.lock().unwrap().sk_del += 1;
+//!     }
+//! }
+//!
+//! impl NvmeTcpSk for Socket {
+//!     fn setup(&self, io: DdpIo) -> Result<(), DdpError> {
 //!         if io.sgl.len() > 1 {
 //!             return Err(DdpError::TooManyEntries(io.sgl.len()));
 //!         }
 //!         self.maps.lock().unwrap().insert(io.tag, io);
 //!         Ok(())
 //!     }
-//!     fn teardown(&self, sk: &SkHandle, tag: u16) {
+//!     fn teardown(&self, tag: u16) {
 //!         self.maps.lock().unwrap().remove(&tag);
-//!         sk.ctx.teardown_done(tag);
-//!     }
-//!     fn resync(&self, _sk: &SkHandle, _seq: u64) {}
-//!     fn stats(&self) -> Stats {
-//!         *self.stats.lock().unwrap()
+//!         self.ctx.teardown_done(tag);
 //!     }
 //! }
 //!
@@ -120,21 +145,21 @@
 //! let nic = PlacingNic::default();
 //! let addr = |port| std::net::SocketAddrV4::new([198, 18, 0, 3].into(), port);
 //! let flow = FlowId { local: addr(40000), remote: addr(4420) };
-//! let config = Config::NvmeTcp(NvmeTcpConfig {
+//! let config = NvmeTcpConfig {
 //!     role: Role::Host, pfv: 0, cpda: 0, hpda: 0, dgst: NvmeTcpConfig::DGST_DATA,
 //!     queue_size: 128, rx_start: 0, tx_start: 0,
-//! });
+//! };
 //! let sk = nic.sk_add(flow, &config).unwrap();
 //! let buf = IoBuf::new(4096);
 //! let sgl = sgl![SgEntry { buf: buf.clone(), offset: 0, len: 4096 }];
-//! nic.setup(&sk, DdpIo { tag: 7, sgl, oneshot: false }).unwrap();
+//! sk.setup(DdpIo { tag: 7, sgl, oneshot: false }).unwrap();
 //!
 //! // The C2HData's payload crosses the wire at stream offsets 24..4120.
 //! nic.receive(7, 24, &[0xab; 4096]);
 //!
 //! // Reading those offsets, the host finds them placed: no copy.
 //! let mut to_copy = 0;
-//! sk.ctx.with_hints(24, 4120, |start, end, hint| {
+//! sk.ctx().with_hints(24, 4120, |start, end, hint| {
 //!     if !hint.flags.contains(HintFlags::PLACED) {
 //!         to_copy += end - start;
 //!     }
@@ -144,11 +169,12 @@
 //! assert_eq!(nic.stats().nic_placed_bytes, 4096);
 //!
 //! // Done with CID 7: unmap it; the device confirms through the mailbox.
-//! nic.teardown(&sk, 7);
-//! assert_eq!(sk.ctx.take_teardown_done(), [7]);
-//! nic.sk_del(&sk);
+//! sk.teardown(7);
+//! assert_eq!(sk.ctx().take_teardown_done(), [7]);
+//! sk.sk_del();
 //! ```
 
+mod device;
 mod fpdus;
 mod iobuf;
 mod sk;
@@ -156,6 +182,7 @@ mod stag;
 pub mod tls;
 mod tx;
 
+pub use device::{DdpDevice, DdpSk, IwarpDevice, IwarpSk, NvmeTcpSk, TlsDevice, TlsSk};
 pub use fpdus::TxFpdus;
 pub use iobuf::{Bytes, IoBuf};
 pub use sk::{Frag, Freed, HintFlags, RxHint, SkCtx, TaggedRun};
@@ -167,7 +194,6 @@ pub use tx::{SliceSink, TxMode, TxSink, ZeroCopyTx};
 use smallvec::SmallVec;
 use std::fmt;
 use std::net::SocketAddrV4;
-use std::sync::Arc;
 
 /// Offload capabilities, as a bit set (`ULP_DDP_CAP_*`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -337,14 +363,6 @@ pub enum Role {
     Controller,
 }
 
-/// Per-socket configuration (`ulp_ddp_config`): which protocol the socket
-/// carries, and how.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Config {
-    NvmeTcp(NvmeTcpConfig),
-    Iwarp(IwarpConfig),
-}
-
 /// An iWARP socket, from the first FPDU on (after MPA setup).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IwarpConfig {
@@ -438,17 +456,6 @@ impl DdpIo {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-/// A socket added to a device: what the ULP passes back on every call.
-#[derive(Debug, Clone)]
-pub struct SkHandle {
-    pub id: u32,
-    pub ctx: Arc<SkCtx>,
-    /// What the device does for this socket. Receive offloads also follow
-    /// the device's active capabilities from PDU to PDU; transmit digest
-    /// offload is fixed here, since the ULP leaves digests to the device.
-    pub offloads: Caps,
 }
 
 /// Why a device refused.
@@ -694,118 +701,6 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.tx_tls_encrypted_packets += tx_tls_encrypted_packets;
         self.tx_tls_encrypted_bytes += tx_tls_encrypted_bytes;
         self.tx_tls_ooo += tx_tls_ooo;
-    }
-}
-
-/// The device operations (`ulp_ddp_dev_ops`).
-pub trait DdpDevice: Send + Sync {
-    /// What the device supports.
-    fn limits(&self) -> Limits;
-    /// (supported, active) capabilities (`get_caps`).
-    fn caps(&self) -> (Caps, Caps);
-    /// Turn capabilities on or off (`set_caps`); returns the active set.
-    fn set_caps(&self, wanted: Caps) -> Result<Caps, DdpError>;
-    /// Start offloading a socket (`sk_add`).
-    fn sk_add(&self, flow: FlowId, config: &Config) -> Result<SkHandle, DdpError>;
-    /// Stop offloading a socket (`sk_del`); its mappings are dropped.
-    fn sk_del(&self, sk: &SkHandle);
-    /// Map a tag's data to buffers (`setup`).
-    fn setup(&self, sk: &SkHandle, io: DdpIo) -> Result<(), DdpError>;
-    /// Unmap a tag (`teardown`); `teardown_done` follows in the mailbox.
-    fn teardown(&self, sk: &SkHandle, tag: u16);
-    /// Confirm a resync request: a PDU header starts at stream offset `seq`.
-    fn resync(&self, sk: &SkHandle, seq: u64);
-    fn stats(&self) -> Stats;
-
-    /// Map a tagged buffer on an iWARP socket: tagged segments addressed
-    /// to it may be placed from now on (a registration).
-    fn stag_setup(&self, sk: &SkHandle, io: StagIo) -> Result<(), DdpError> {
-        let _ = (sk, io);
-        Err(DdpError::WrongUlp)
-    }
-
-    /// One-shot initiation: map a tagged buffer that goes live when the
-    /// Send advertising it, the FPDU at stream offset `send_at`, leaves,
-    /// and that the peer's close frees (reported through the mailbox).
-    fn stag_advertise(&self, sk: &SkHandle, io: StagIo, send_at: u64) -> Result<(), DdpError> {
-        let _ = (sk, io, send_at);
-        Err(DdpError::WrongUlp)
-    }
-
-    /// Unmap a tagged buffer (a local invalidate). Unknown STags are
-    /// ignored: the peer may have closed it first.
-    fn stag_invalidate(&self, sk: &SkHandle, stag: Stag) {
-        let _ = (sk, stag);
-    }
-
-    /// Map a posted receive buffer: the payload of the untagged Send with
-    /// message sequence number `msn` (queue 0) lands in `sgl` at its MO,
-    /// never past its end. The device forgets the mapping once that
-    /// message, or a later one, has gone by.
-    fn recv_setup(&self, sk: &SkHandle, msn: u32, sgl: Sgl) -> Result<(), DdpError> {
-        let _ = (sk, msn, sgl);
-        Err(DdpError::WrongUlp)
-    }
-
-    /// Map `sg` for transmit by reference: returns the token under which
-    /// the stack names its bytes (`PacketMeta::gather`), with offsets
-    /// into `sg` as the token offsets. The device gathers from it every
-    /// segment that carries them until `tx_teardown`, `sk_del` or not
-    /// (the stack may still be sending when the ULP lets the socket go);
-    /// the buffer must stay as it is until then.
-    fn tx_setup(&self, sk: &SkHandle, sg: SgEntry) -> Result<u64, DdpError> {
-        let _ = (sk, sg);
-        Err(DdpError::Unsupported(Caps::ZC_TX))
-    }
-
-    /// Map a tagged iWARP message that the device cuts into FPDUs itself
-    /// (see [`TxFpdus`]): the token offsets are offsets into the framed
-    /// message, and the device writes every octet of it, each FPDU's
-    /// length, header, payload, pad and CRC field, into the segments that
-    /// carry them, as [`tx_setup`](Self::tx_setup)'s mappings are
-    /// gathered and torn down.
-    fn tx_setup_fpdus(&self, sk: &SkHandle, fpdus: Arc<TxFpdus>) -> Result<u64, DdpError> {
-        let _ = (sk, fpdus);
-        Err(DdpError::Unsupported(Caps::ZC_TX))
-    }
-
-    /// Unmap the transmit mapping `token`: the peer acknowledged its
-    /// bytes, and no segment will carry them again.
-    fn tx_teardown(&self, sk: &SkHandle, token: u64) {
-        let _ = (sk, token);
-    }
-
-    /// Hand the device one direction of a TLS connection (`tls_dev_add`):
-    /// records from `start` on, the first of them numbered
-    /// `crypto.rec_seq`. Both directions of one connection share a
-    /// handle, whose mailbox carries the receive hints, record resync
-    /// requests and the fragments of records kept out of the stack's
-    /// ring, by stream offsets of the TCP connection. A ULP DDP socket
-    /// added to the same connection afterwards runs inside the records.
-    fn tls_dev_add(
-        &self,
-        flow: FlowId,
-        dir: TlsDirection,
-        crypto: &TlsCryptoInfo,
-        start: TlsStart,
-    ) -> Result<SkHandle, DdpError> {
-        let _ = (flow, crypto, start);
-        Err(DdpError::Unsupported(match dir {
-            TlsDirection::Rx => Caps::TLS_RX,
-            TlsDirection::Tx => Caps::TLS_TX,
-        }))
-    }
-
-    /// Take one direction back (`tls_dev_del`); the handle goes with the
-    /// last. Transmit records already queued are still encrypted.
-    fn tls_dev_del(&self, sk: &SkHandle, dir: TlsDirection) {
-        let _ = (sk, dir);
-    }
-
-    /// Answer a record resync request (`tls_dev_resync`): the record
-    /// numbered `rec_seq` starts at `at`.
-    fn tls_dev_resync(&self, sk: &SkHandle, at: TlsStart, rec_seq: u64) {
-        let _ = (sk, at, rec_seq);
     }
 }
 

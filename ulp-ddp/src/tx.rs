@@ -9,7 +9,7 @@
 //! buffer the caller's again (the device's mapping holds a handle to it
 //! until then, so a pool that reuses only unshared buffers waits).
 
-use crate::{Caps, DdpDevice, IoBuf, SgEntry, SkHandle, TxFpdus};
+use crate::{Caps, DdpSk, IoBuf, IwarpSk, SgEntry, TxFpdus};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -116,8 +116,7 @@ pub enum TxMode {
 /// then the buffer's: as with a DMA mapping of a page, the offsets within
 /// it are the ULP's to get right.)
 pub struct ZeroCopyTx {
-    dev: Arc<dyn DdpDevice>,
-    sk: SkHandle,
+    sk: Arc<dyn DdpSk>,
     /// Mappings not yet acknowledged, in stream order.
     maps: VecDeque<TxMap>,
 }
@@ -135,12 +134,8 @@ struct TxMap {
 
 impl ZeroCopyTx {
     /// Zero-copy transmit on `sk`, if the device granted it.
-    pub fn new(dev: Arc<dyn DdpDevice>, sk: &SkHandle) -> Option<Self> {
-        sk.offloads.contains(Caps::ZC_TX).then(|| Self {
-            dev,
-            sk: sk.clone(),
-            maps: VecDeque::new(),
-        })
+    pub fn new(sk: Arc<dyn DdpSk>) -> Option<Self> {
+        sk.offloads().contains(Caps::ZC_TX).then(|| Self { sk, maps: VecDeque::new() })
     }
 
     /// Queue bytes `done..len` of the `len` at `offset` in `buf` by
@@ -180,7 +175,7 @@ impl ZeroCopyTx {
                     mapped_now = true;
                     let sg = SgEntry { buf: buf.clone(), offset: 0, len: buf.len() };
                     // A refusal is counted by the device (`tx_setup_fail`).
-                    let Ok(token) = self.dev.tx_setup(&self.sk, sg) else {
+                    let Ok(token) = self.sk.tx_setup(sg) else {
                         *mode = TxMode::Copy;
                         return None;
                     };
@@ -195,7 +190,7 @@ impl ZeroCopyTx {
             // shared mapping keeps its extended end: it is released a
             // little later, nothing worse.
             if mapped_now && let Some(m) = self.maps.pop_back() {
-                self.dev.tx_teardown(&self.sk, m.token);
+                self.sk.tx_teardown(m.token);
             }
             *mode = TxMode::Copy;
             return None;
@@ -204,11 +199,12 @@ impl ZeroCopyTx {
         Some(n)
     }
 
-    /// Map a message the device cuts into FPDUs; the token to queue its
-    /// framed octets under with [`send_mapped`](Self::send_mapped), or
-    /// None if the device refused it (send the FPDUs by other means).
-    pub fn map_fpdus(&mut self, fpdus: Arc<TxFpdus>) -> Option<u64> {
-        let token = self.dev.tx_setup_fpdus(&self.sk, fpdus).ok()?;
+    /// Map a message the device cuts into FPDUs on `sk`, the iWARP socket
+    /// this is for; the token to queue its framed octets under with
+    /// [`send_mapped`](Self::send_mapped), or None if the device refused
+    /// it (send the FPDUs by other means).
+    pub fn map_fpdus(&mut self, sk: &dyn IwarpSk, fpdus: Arc<TxFpdus>) -> Option<u64> {
+        let token = sk.tx_setup_fpdus(fpdus).ok()?;
         self.maps.push_back(TxMap { end: u64::MAX, token, buf: None });
         Some(token)
     }
@@ -231,7 +227,7 @@ impl ZeroCopyTx {
         let n = out.write_by_reference(len, token, token_offset);
         if n == 0 && out.room() > 0 {
             if unsent && let Some(m) = self.maps.remove(i) {
-                self.dev.tx_teardown(&self.sk, m.token);
+                self.sk.tx_teardown(m.token);
             }
             return None;
         }
@@ -247,7 +243,7 @@ impl ZeroCopyTx {
         {
             let token = m.token;
             self.maps.pop_front();
-            self.dev.tx_teardown(&self.sk, token);
+            self.sk.tx_teardown(token);
         }
     }
 
@@ -260,7 +256,7 @@ impl ZeroCopyTx {
 impl Drop for ZeroCopyTx {
     fn drop(&mut self) {
         for m in self.maps.drain(..) {
-            self.dev.tx_teardown(&self.sk, m.token);
+            self.sk.tx_teardown(m.token);
         }
     }
 }
@@ -268,47 +264,28 @@ impl Drop for ZeroCopyTx {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Config, DdpError, DdpIo, FlowId, Limits, SkCtx, Stats};
+    use crate::{DdpError, SkCtx};
     use std::sync::Mutex;
 
-    /// A device that maps until `refuse` is set, and says which tokens
-    /// it holds.
+    /// A socket that maps until `refuse` is set, and says which tokens it
+    /// holds.
     #[derive(Default)]
-    struct Dev {
+    struct Sk {
+        ctx: SkCtx,
         maps: Mutex<Vec<u64>>,
         next: Mutex<u64>,
         refuse: Mutex<bool>,
     }
 
-    impl DdpDevice for Dev {
-        fn limits(&self) -> Limits {
-            Limits {
-                max_ddp_sgl_len: 0,
-                io_threshold: 0,
-                tls: false,
-                full_ccid_range: true,
-                max_stags: 0,
-            }
+    impl DdpSk for Sk {
+        fn ctx(&self) -> &SkCtx {
+            &self.ctx
         }
-        fn caps(&self) -> (Caps, Caps) {
-            (Caps::ALL, Caps::ALL)
+        fn offloads(&self) -> Caps {
+            Caps::ALL
         }
-        fn set_caps(&self, wanted: Caps) -> Result<Caps, DdpError> {
-            Ok(wanted)
-        }
-        fn sk_add(&self, _: FlowId, _: &Config) -> Result<SkHandle, DdpError> {
-            Err(DdpError::Exists)
-        }
-        fn sk_del(&self, _: &SkHandle) {}
-        fn setup(&self, _: &SkHandle, _: DdpIo) -> Result<(), DdpError> {
-            Err(DdpError::NotActive(Caps::DDP))
-        }
-        fn teardown(&self, _: &SkHandle, _: u16) {}
-        fn resync(&self, _: &SkHandle, _: u64) {}
-        fn stats(&self) -> Stats {
-            Stats::default()
-        }
-        fn tx_setup(&self, _: &SkHandle, _: SgEntry) -> Result<u64, DdpError> {
+        fn resync(&self, _: u64) {}
+        fn tx_setup(&self, _: SgEntry) -> Result<u64, DdpError> {
             if *self.refuse.lock().unwrap() {
                 return Err(DdpError::NotActive(Caps::ZC_TX));
             }
@@ -317,9 +294,10 @@ mod tests {
             self.maps.lock().unwrap().push(*next);
             Ok(*next)
         }
-        fn tx_teardown(&self, _: &SkHandle, token: u64) {
+        fn tx_teardown(&self, token: u64) {
             self.maps.lock().unwrap().retain(|&t| t != token);
         }
+        fn sk_del(&self) {}
     }
 
     /// A transport with `room` bytes free that records what it was given.
@@ -358,9 +336,8 @@ mod tests {
 
     #[test]
     fn a_run_keeps_its_way_out_and_mappings_last_until_acknowledged() {
-        let dev = Arc::new(Dev::default());
-        let sk = SkHandle { id: 0, ctx: Arc::new(SkCtx::new()), offloads: Caps::ALL };
-        let mut zc = ZeroCopyTx::new(dev.clone(), &sk).unwrap();
+        let dev = Arc::new(Sk::default());
+        let mut zc = ZeroCopyTx::new(dev.clone()).unwrap();
         let buf = IoBuf::new(100);
         let mut out = Sink { room: 0, offset: 0, acked: 0, got: Vec::new() };
 
@@ -400,9 +377,8 @@ mod tests {
 
     #[test]
     fn runs_of_the_buffer_mapped_last_share_its_mapping_until_the_last_is_acknowledged() {
-        let dev = Arc::new(Dev::default());
-        let sk = SkHandle { id: 0, ctx: Arc::new(SkCtx::new()), offloads: Caps::ALL };
-        let mut zc = ZeroCopyTx::new(dev.clone(), &sk).unwrap();
+        let dev = Arc::new(Sk::default());
+        let mut zc = ZeroCopyTx::new(dev.clone()).unwrap();
         let (buf, next) = (IoBuf::new(300), IoBuf::new(100));
         let mut out = Sink { room: 1000, offset: 0, acked: 0, got: Vec::new() };
 

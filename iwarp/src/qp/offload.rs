@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use ulp_ddp::{
-    Access, Caps, Config, DdpDevice, FlowId, HintFlags, IwarpConfig, RxHint, SgEntry, Sgl,
-    SkHandle, Stag, ZeroCopyTx,
+    Access, Caps, DdpDevice, FlowId, HintFlags, IwarpConfig, IwarpSk, RxHint, SgEntry, Sgl, Stag,
+    ZeroCopyTx,
 };
 
 use super::Qp;
@@ -58,8 +58,7 @@ pub(super) enum Offload {
 }
 
 pub(super) struct Active {
-    pub dev: Arc<dyn DdpDevice>,
-    pub sk: SkHandle,
+    pub sk: Arc<dyn IwarpSk>,
     /// The NIC writes our MPA CRCs.
     pub tx_crc: bool,
     /// The NIC gathers our payload.
@@ -70,7 +69,7 @@ pub(super) struct Active {
 
 impl Active {
     pub fn oneshot(&self) -> bool {
-        self.sk.offloads.contains(Caps::ONESHOT)
+        self.sk.offloads().contains(Caps::ONESHOT)
     }
 }
 
@@ -105,25 +104,28 @@ impl Qp {
         let Offload::Pending(dev, flow) = std::mem::replace(&mut self.offload, Offload::Off) else {
             return;
         };
-        let config = Config::Iwarp(IwarpConfig {
+        let config = IwarpConfig {
             crc: self.crc,
             oneshot_opcodes: self.oneshot,
             rx_start: self.rx_off,
             tx_start,
             rx_markers: self.framer.markers().is_some(),
             tx_markers: self.tx.markers().is_some(),
-        });
-        match dev.sk_add(flow, &config) {
+        };
+        let Some(iwarp) = dev.iwarp() else {
+            return tracing::debug!("the NIC does not follow iWARP streams; software only");
+        };
+        match iwarp.sk_add(flow, &config) {
             Ok(sk) => {
-                let tx_crc = self.crc && sk.offloads.contains(Caps::CRC_TX);
+                let tx_crc = self.crc && sk.offloads().contains(Caps::CRC_TX);
                 // Markers interleave with payload every 512 octets: such
                 // FPDUs are copied whole.
                 let zc = match self.tx.markers() {
                     Some(_) => None,
-                    None => ZeroCopyTx::new(dev.clone(), &sk),
+                    None => ZeroCopyTx::new(sk.clone()),
                 };
                 self.tx.by_reference = zc.is_some();
-                self.offload = Offload::On(Active { dev, sk, tx_crc, zc, resync: None });
+                self.offload = Offload::On(Active { sk, tx_crc, zc, resync: None });
             }
             Err(e) => return tracing::debug!(error = %e, "offload refused; software only"),
         }
@@ -139,7 +141,7 @@ impl Qp {
     /// Map the posted receive the Send with `msn` lands in.
     pub(super) fn nic_recv(&mut self, msn: u32, sgl: &[SgEntry]) {
         let Some(a) = self.active() else { return };
-        match a.dev.recv_setup(&a.sk, msn, Sgl::from(sgl)) {
+        match a.sk.recv_setup(msn, Sgl::from(sgl)) {
             Ok(()) => self.stats.control_calls += 1,
             Err(e) => tracing::debug!(error = %e, msn, "receive not offloaded"),
         }
@@ -152,10 +154,10 @@ impl Qp {
         hints.clear();
         match &mut self.offload {
             Offload::On(a) => {
-                if let Some(r) = a.sk.ctx.take_resync_request() {
+                if let Some(r) = a.sk.ctx().take_resync_request() {
                     a.resync = Some(r);
                 }
-                a.sk.ctx.with_hints(start, end, |s, e, h| hints.push((s, e, *h)));
+                a.sk.ctx().with_hints(start, end, |s, e, h| hints.push((s, e, *h)));
             }
             _ => hints.push((start, end, RxHint { start, end, flags: HintFlags::NONE, run: None })),
         }
@@ -168,7 +170,7 @@ impl Qp {
         let Offload::On(a) = &mut self.offload else { return };
         match a.resync {
             Some(r) if r == at => {
-                a.dev.resync(&a.sk, r);
+                a.sk.resync(r);
                 a.resync = None;
                 self.stats.resyncs += 1;
             }
@@ -182,7 +184,7 @@ impl Qp {
     pub(super) fn nic_register(&mut self, stag: Stag, access: Access) {
         let Some(a) = self.active().filter(|_| nic_places(access)) else { return };
         if let Some(io) = self.dev.stag_io(stag)
-            && let Err(e) = a.dev.stag_setup(&a.sk, io)
+            && let Err(e) = a.sk.stag_setup(io)
         {
             tracing::debug!(error = %e, %stag, "STag not offloaded");
         }
@@ -194,7 +196,7 @@ impl Qp {
         if let Some(a) = self.active()
             && access.is_none_or(nic_places)
         {
-            a.dev.stag_invalidate(&a.sk, stag);
+            a.sk.stag_invalidate(stag);
         }
     }
 
@@ -205,11 +207,7 @@ impl Qp {
     pub(super) fn nic_advertise(&mut self, stag: Stag, access: Access, send_at: u64) {
         let Some(a) = self.active().filter(|_| nic_places(access)) else { return };
         let Some(io) = self.dev.stag_io(stag) else { return };
-        let r = if a.oneshot() {
-            a.dev.stag_advertise(&a.sk, io, send_at)
-        } else {
-            a.dev.stag_setup(&a.sk, io)
-        };
+        let r = if a.oneshot() { a.sk.stag_advertise(io, send_at) } else { a.sk.stag_setup(io) };
         if let Err(e) = r {
             tracing::debug!(error = %e, %stag, "STag not offloaded");
         }
@@ -220,7 +218,7 @@ impl Qp {
     /// `Err` with what it freed instead (a protocol violation).
     pub(super) fn nic_freed(&self, at: u64, stag: Stag) -> Result<bool, u32> {
         let Some(a) = self.active() else { return Ok(false) };
-        match a.sk.ctx.take_freed(at) {
+        match a.sk.ctx().take_freed(at) {
             None => Ok(false),
             Some(f) if f.offset == at && f.tag == stag.0 => Ok(true),
             Some(f) => Err(f.tag),
@@ -231,7 +229,7 @@ impl Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         if let Offload::On(a) = &self.offload {
-            a.dev.sk_del(&a.sk);
+            a.sk.sk_del();
         }
     }
 }

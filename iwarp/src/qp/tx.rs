@@ -683,12 +683,12 @@ impl Qp {
     /// [`nic_may_frame`](Self::nic_may_frame).
     fn nic_frames(&mut self, first: &DdpHeader, sgl: Sgl, wc: Option<Wc>) -> bool {
         let per_fpdu = self.tx.mulpdu - DdpHeader::TAGGED_LEN;
-        let Offload::On(Active { zc: Some(zc), .. }) = &mut self.offload else { return false };
+        let Offload::On(Active { zc: Some(zc), sk, .. }) = &mut self.offload else { return false };
         let mut header = [0u8; TxFpdus::HEADER_LEN];
         first.emit(&mut header);
         let Some(fpdus) = TxFpdus::new(header, per_fpdu, sgl) else { return false };
         let fpdus = Arc::new(fpdus);
-        let Some(token) = zc.map_fpdus(fpdus.clone()) else { return false };
+        let Some(token) = zc.map_fpdus(&**sk, fpdus.clone()) else { return false };
         self.count_tx(fpdus.payload_len() as u32);
         self.tx.put_fpdus(fpdus, token, wc);
         true

@@ -199,6 +199,7 @@ pub(crate) trait Socket: Any + Send {
         self.rx_segment(off, payload, env)
     }
     /// Whether the receive context is following real unit boundaries.
+    #[cfg(test)]
     fn rx_synced(&self) -> bool;
     /// The ULP confirmed that a unit starts at `seq`.
     fn resync(&mut self, seq: u64, stats: &mut Stats) -> bool;
@@ -542,6 +543,7 @@ where
         self.feed(at, data, env);
     }
 
+    #[cfg(test)]
     fn rx_synced(&self) -> bool {
         matches!(self.sync, Sync::Synced)
     }

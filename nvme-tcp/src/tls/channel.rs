@@ -29,7 +29,7 @@ use super::session::TlsSession;
 use nvme_of::{TxStats, UlpStats};
 use std::sync::Arc;
 use ulp_ddp::{
-    Caps, DdpDevice, FlowId, HintFlags, SkHandle, SliceSink, TlsDirection, TlsStart, TxSink,
+    Caps, DdpDevice, FlowId, HintFlags, SliceSink, TlsDirection, TlsSk, TlsStart, TxSink,
 };
 
 /// Plaintext received and not yet taken by the queue, at most: past it,
@@ -58,7 +58,7 @@ struct Nic {
     dev: Arc<dyn DdpDevice>,
     flow: FlowId,
     /// Once a direction is handed over.
-    sk: Option<SkHandle>,
+    sk: Option<Arc<dyn TlsSk>>,
     rx: bool,
     tx: bool,
     /// Each direction is offered once.
@@ -173,10 +173,10 @@ impl Channel {
         let Ok(Some(records)) = session.records() else { return };
         let active = nic.dev.caps().1;
         let mut offer = |dir, info, start, wanted: Caps| {
-            if !active.contains(wanted) {
+            let Some(tls) = nic.dev.tls().filter(|_| active.contains(wanted)) else {
                 return false;
-            }
-            match nic.dev.tls_dev_add(nic.flow, dir, &info, start) {
+            };
+            match tls.tls_dev_add(nic.flow, dir, &info, start) {
                 Ok(sk) => {
                     nic.sk.get_or_insert(sk);
                     true
@@ -258,7 +258,7 @@ impl Channel {
                 nic.decrypted.clear();
                 let mut tag_ok = false;
                 if let Some(sk) = &nic.sk {
-                    sk.ctx.with_hints(body, here + len as u64, |a, b, h| {
+                    sk.ctx().with_hints(body, here + len as u64, |a, b, h| {
                         let (a, b) = ((a - body) as usize, (b - body) as usize);
                         if h.flags.contains(HintFlags::DECRYPTED) {
                             nic.decrypted.push((a, b));
@@ -271,8 +271,8 @@ impl Channel {
                     // Where the NIC placed this record's data, and the
                     // number it guessed for it, are not needed.
                     if let Some(sk) = &nic.sk {
-                        sk.ctx.forget_frags(here + len as u64);
-                        sk.ctx.take_guess(body);
+                        sk.ctx().forget_frags(here + len as u64);
+                        sk.ctx().take_guess(body);
                     }
                     match records.take_opened(&record[HEADER..len - TAG])? {
                         Some(n) => {
@@ -293,7 +293,7 @@ impl Channel {
                 tracing::trace!(at = here, len, decrypted = ?nic.decrypted, "record opened in software");
                 let restore = |copy: &mut [u8]| {
                     if let Some(sk) = &nic.sk {
-                        sk.ctx.with_frags(here, here + len as u64, |f| {
+                        sk.ctx().with_frags(here, here + len as u64, |f| {
                             let at = (f.start - here) as usize;
                             let g = f.buf.lock();
                             if let (Some(dst), Some(src)) =
@@ -304,7 +304,7 @@ impl Channel {
                         });
                     }
                 };
-                let guess = nic.sk.as_ref().and_then(|sk| sk.ctx.take_guess(body));
+                let guess = nic.sk.as_ref().and_then(|sk| sk.ctx().take_guess(body));
                 records.take_mixed(record, &nic.decrypted, guess, restore, plain_in)?;
                 pos += len;
                 deliver(plain_in, take);
@@ -422,7 +422,7 @@ impl Channel {
         {
             for (on, dir) in [(nic.rx, TlsDirection::Rx), (nic.tx, TlsDirection::Tx)] {
                 if on {
-                    nic.dev.tls_dev_del(&sk, dir);
+                    sk.tls_dev_del(dir);
                 }
             }
             (nic.rx, nic.tx) = (false, false);
@@ -495,13 +495,13 @@ fn deliver(plain: &mut Vec<u8>, take: &mut impl FnMut(&[u8]) -> usize) {
 /// boundary `here`, record `seq`; forget one the records went past.
 fn answer_resync(nic: &Nic, here: TlsStart, seq: u64) {
     let Some(sk) = &nic.sk else { return };
-    match sk.ctx.resync_request() {
+    match sk.ctx().resync_request() {
         Some(asked) if asked == here.tcp => {
-            sk.ctx.take_resync_request();
-            nic.dev.tls_dev_resync(sk, here, seq);
+            sk.ctx().take_resync_request();
+            sk.tls_dev_resync(here, seq);
         }
         Some(asked) if asked < here.tcp => {
-            sk.ctx.take_resync_request();
+            sk.ctx().take_resync_request();
         }
         _ => {}
     }

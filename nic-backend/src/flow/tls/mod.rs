@@ -154,6 +154,7 @@ impl Socket for Tls {
         }
     }
 
+    #[cfg(test)]
     fn rx_synced(&self) -> bool {
         self.rx.as_ref().is_some_and(|r| r.synced())
     }

@@ -194,6 +194,7 @@ impl RxRecords {
         self.lose();
     }
 
+    #[cfg(test)]
     pub fn synced(&self) -> bool {
         self.seq.is_some() && !matches!(self.state, State::Lost { .. })
     }
