@@ -1,7 +1,8 @@
 //! The NIC as its driver sees it, [`NicHandle`]: the ULP DDP device
 //! operations (`limits`, `caps`, `stats`, `sk_add`), its iWARP and TLS
-//! ones, and the sockets added to it ([`NicSocket`]): `setup`, `teardown`,
-//! `resync`, the STag table, posted receives and transmit mappings.
+//! ones, and the sockets added to it (`NicSocket`, handed out as the
+//! socket trait of its protocol): `setup`, `teardown`, `resync`, the STag
+//! table, posted receives and transmit mappings.
 //!
 //! It must never place or parse frames; it only changes what the flows may
 //! do, under the same lock the data path takes.
@@ -37,8 +38,8 @@ enum Config {
 
 /// A socket added to the NIC, as its ULP holds it: an NVMe/TCP socket
 /// ([`NvmeTcpSk`]), an iWARP one ([`IwarpSk`]) or a TLS connection
-/// ([`TlsSk`]), each offered to the ULP as that trait alone.
-pub struct NicSocket {
+/// ([`TlsSk`]), each handed out as that trait alone.
+struct NicSocket {
     nic: NicHandle,
     sk: SkHandle,
 }

@@ -21,7 +21,8 @@
 //! up in the medium's own buffer.
 //!
 //! [`OffloadNic`] is the device; [`NicHandle`] is the same NIC as the
-//! driver sees it, implementing [`ulp_ddp::DdpDevice`]; [`NicEngine`] is
+//! driver sees it, implementing [`ulp_ddp::DdpDevice`] (and
+//! [`ulp_ddp::IwarpDevice`] and [`ulp_ddp::TlsDevice`]); [`NicEngine`] is
 //! the NIC behind a descriptor ring to its host, which a caller's loop
 //! steps, so that its work is CPU time apart from the host's: read from the
 //! thread's clock around each step.
@@ -56,4 +57,4 @@ pub use config::NicConfig;
 pub use copy::{copy_and_crc, copy_then_crc};
 pub use device::{OffloadNic, RxToken, TxToken};
 pub use engine::NicEngine;
-pub use handle::{NicHandle, NicSocket};
+pub use handle::NicHandle;

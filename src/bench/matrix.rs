@@ -121,8 +121,9 @@ pub fn rounds<'a>(
 }
 
 /// Run one point `reps` times, repetition `r`'s impairments seeded with
-/// [`rep_seed`]`(o.seed, r)`; `tick` is called after each run. Setting
-/// `stop` (Ctrl-C) ends it with [`BenchError::Interrupted`].
+/// [`rep_seed`](crate::bench::options::rep_seed)`(o.seed, r)`; `tick` is
+/// called after each run. Setting `stop` (Ctrl-C) ends it with
+/// [`BenchError::Interrupted`].
 pub fn run_point(
     p: &Setting,
     o: &BenchOptions,

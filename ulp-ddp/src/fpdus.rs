@@ -2,7 +2,7 @@
 //! segmentation (RFC 5041 §5) and MPA framing (RFC 5044 §4) done by the
 //! device, as an RNIC's transmit engine does, so that the ULP neither
 //! builds nor queues a byte of any FPDU but names the whole framed message
-//! by reference ([`DdpDevice::tx_setup_fpdus`](crate::DdpDevice)).
+//! by reference ([`IwarpSk::tx_setup_fpdus`](crate::IwarpSk::tx_setup_fpdus)).
 //!
 //! This type says what the framed octets are, and writes them where they
 //! are asked for: the device into each segment, or the ULP by copy when

@@ -565,7 +565,7 @@ pub struct Stats {
     /// it): sending whatever the frame held would corrupt the stream.
     pub tx_gather_refused: u64,
     /// FPDUs the device framed itself, of messages mapped with
-    /// [`DdpDevice::tx_setup_fpdus`], retransmissions included.
+    /// [`IwarpSk::tx_setup_fpdus`], retransmissions included.
     pub tx_fpdus_framed: u64,
     /// TLS contexts handed to the device and taken back
     /// (`tls_dev_add`, `tls_dev_del`), either direction.

@@ -15,7 +15,7 @@
 //! so that software can undo what it decrypted under a wrong number;
 //! otherwise it asks the ULP to confirm a header (`resync_request` in the
 //! socket's mailbox), and the ULP answers with the record's sequence
-//! number ([`DdpDevice::tls_dev_resync`](crate::DdpDevice::tls_dev_resync),
+//! number ([`TlsSk::tls_dev_resync`](crate::TlsSk::tls_dev_resync),
 //! `tls_dev_resync`).
 //!
 //! Transmit: software frames each record in plaintext (header, content,
