@@ -526,7 +526,7 @@ impl DdpDevice for Spy {
 }
 
 impl DdpSk for SpiedSk {
-    fn ctx(&self) -> &SkCtx {
+    fn ctx(&self) -> &Arc<SkCtx> {
         self.sk.ctx()
     }
     fn offloads(&self) -> Caps {

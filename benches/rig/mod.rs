@@ -31,7 +31,7 @@ pub struct Vouching {
 /// Its one socket.
 #[derive(Default)]
 struct Socket {
-    ctx: SkCtx,
+    ctx: Arc<SkCtx>,
 }
 
 const CAPS: Caps = Caps::DDP.union(Caps::CRC_RX);
@@ -63,7 +63,7 @@ impl DdpDevice for Vouching {
 }
 
 impl DdpSk for Socket {
-    fn ctx(&self) -> &SkCtx {
+    fn ctx(&self) -> &Arc<SkCtx> {
         &self.ctx
     }
     fn offloads(&self) -> Caps {

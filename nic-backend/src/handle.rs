@@ -115,7 +115,7 @@ impl TlsDevice for NicHandle {
 }
 
 impl DdpSk for NicSocket {
-    fn ctx(&self) -> &SkCtx {
+    fn ctx(&self) -> &Arc<SkCtx> {
         &self.sk.ctx
     }
 
@@ -173,7 +173,7 @@ impl IwarpSk for NicSocket {
 }
 
 impl TlsSk for NicSocket {
-    fn ctx(&self) -> &SkCtx {
+    fn ctx(&self) -> &Arc<SkCtx> {
         &self.sk.ctx
     }
 

@@ -19,7 +19,7 @@ use nvme_of::UlpStats;
 use std::sync::Arc;
 use ulp_ddp::{
     Caps, DdpDevice, DdpIo, FlowId, HintFlags, IoBuf, Limits, NvmeTcpConfig, NvmeTcpSk, SgEntry,
-    ZeroCopyTx,
+    SkCtx, ZeroCopyTx,
 };
 
 /// Scatter-gather entries are pages, as a block layer would hand them over.
@@ -53,6 +53,9 @@ impl GapMeter {
 pub(crate) struct DdpSocket {
     pub dev: Arc<dyn DdpDevice>,
     pub sk: Arc<dyn NvmeTcpSk>,
+    /// The socket's mailbox, read on the data path without a call
+    /// through the socket.
+    pub ctx: Arc<SkCtx>,
     pub limits: Limits,
 }
 
@@ -62,7 +65,7 @@ impl DdpSocket {
     pub fn add(dev: Arc<dyn DdpDevice>, flow: FlowId, config: &NvmeTcpConfig) -> Option<Self> {
         let limits = dev.limits();
         match dev.sk_add(flow, config) {
-            Ok(sk) => Some(Self { dev, sk, limits }),
+            Ok(sk) => Some(Self { dev, ctx: sk.ctx().clone(), sk, limits }),
             Err(e) => {
                 tracing::debug!(error = %e, "offload refused; software only");
                 None
@@ -134,7 +137,7 @@ impl DdpSocket {
 
     /// Tags whose mappings the device has released.
     pub fn teardown_done(&self, stats: &mut UlpStats) -> Vec<u16> {
-        let done = self.sk.ctx().take_teardown_done();
+        let done = self.ctx.take_teardown_done();
         stats.control_calls += done.len() as u64;
         done
     }
@@ -142,8 +145,8 @@ impl DdpSocket {
     /// A PDU header starts at stream offset `at`: confirm it if the device
     /// asked about exactly that offset.
     pub fn confirm_resync(&self, at: u64, stats: &mut UlpStats) {
-        if self.sk.ctx().resync_request() == Some(at) {
-            self.sk.ctx().take_resync_request();
+        if self.ctx.resync_request() == Some(at) {
+            self.ctx.take_resync_request();
             self.sk.resync(at);
             stats.resyncs += 1;
             stats.control_calls += 1;
@@ -230,7 +233,7 @@ impl DataRx {
         let mut g = dest.map(|(buf, base)| (buf.lock(), base + offset as usize));
         let (hw_crc, fallback, hinted, lost) =
             (&mut self.hw_crc, &mut self.fallback, &mut self.hinted, &mut self.lost);
-        ddp.sk.ctx().with_hints(at, at + n as u64, |a, b, h| {
+        ddp.ctx.with_hints(at, at + n as u64, |a, b, h| {
             let flags = h.flags;
             *hinted |= flags != HintFlags::NONE;
             let r = (a - at) as usize..(b - at) as usize;
@@ -300,7 +303,7 @@ impl DataRx {
         if ddgst {
             let mut vouched = self.hw_crc && ddp.is_some();
             if let Some(d) = ddp.filter(|_| vouched) {
-                d.sk.ctx().with_hints(end.saturating_sub(4), end, |_, _, h| {
+                d.ctx.with_hints(end.saturating_sub(4), end, |_, _, h| {
                     vouched &= h.flags.contains(HintFlags::CRC_OK)
                 });
             }

@@ -356,7 +356,7 @@ impl Queue {
     /// mapping is torn down and the command completes on `teardown_done`.
     fn finish(&mut self, cid: u16, status: Status, cqe: Cqe, resp: u64) {
         let Some(cmd) = self.cmds.get_mut(cid) else { return };
-        let freed = self.ddp.as_ref().and_then(|d| d.sk.ctx().take_freed(resp));
+        let freed = self.ddp.as_ref().and_then(|d| d.ctx.take_freed(resp));
         match (cmd.x.mapped, freed) {
             (Mapped::OneShot, Some(f)) if f.offset == resp && f.tag == u32::from(cid) => {
                 cmd.x.mapped = Mapped::No;

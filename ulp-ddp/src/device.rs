@@ -61,8 +61,10 @@ pub trait TlsDevice: Send + Sync {
 
 /// What every offloaded socket has, whatever its protocol.
 pub trait DdpSk: Send + Sync {
-    /// The socket's mailbox: what the device did with received bytes.
-    fn ctx(&self) -> &SkCtx;
+    /// The socket's mailbox: what the device did with received bytes. A
+    /// ULP may keep a handle to it, to read it without a call through
+    /// the socket.
+    fn ctx(&self) -> &Arc<SkCtx>;
     /// What the device does for this socket. Receive offloads also follow
     /// the device's active capabilities from unit to unit; transmit
     /// digest offload is fixed here, since the ULP leaves digests to the
@@ -125,7 +127,7 @@ pub trait IwarpSk: DdpSk {
 pub trait TlsSk: Send + Sync {
     /// The connection's mailbox: decrypted ranges, record resync
     /// requests, guesses and the fragments kept out of the ring.
-    fn ctx(&self) -> &SkCtx;
+    fn ctx(&self) -> &Arc<SkCtx>;
     /// Answer a record resync request (`tls_dev_resync`): the record
     /// numbered `rec_seq` starts at `at`.
     fn tls_dev_resync(&self, at: TlsStart, rec_seq: u64);

@@ -23,12 +23,14 @@ pub struct Bytes<'a>(MutexGuard<'a, Box<[u8]>>);
 impl Deref for Bytes<'_> {
     type Target = [u8];
 
+    #[inline]
     fn deref(&self) -> &[u8] {
         &self.0
     }
 }
 
 impl DerefMut for Bytes<'_> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.0
     }
@@ -44,6 +46,7 @@ impl IoBuf {
         Self(Arc::new(Shared { len: v.len(), bytes: Mutex::new(v.into_boxed_slice()) }))
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         self.0.len
     }
@@ -54,6 +57,7 @@ impl IoBuf {
 
     /// Exclusive access to the bytes. A panic elsewhere never poisons the
     /// data for good: bytes are bytes.
+    #[inline]
     pub fn lock(&self) -> Bytes<'_> {
         Bytes(self.0.bytes.lock().unwrap_or_else(PoisonError::into_inner))
     }

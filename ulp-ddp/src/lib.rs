@@ -65,7 +65,7 @@
 //! /// The one socket it offloads.
 //! #[derive(Default)]
 //! struct Socket {
-//!     ctx: SkCtx,
+//!     ctx: Arc<SkCtx>,
 //!     maps: Mutex<HashMap<u16, DdpIo>>,
 //!     stats: Arc<Mutex<Stats>>,
 //! }
@@ -110,7 +110,7 @@
 //! }
 //!
 //! impl DdpSk for Socket {
-//!     fn ctx(&self) -> &SkCtx {
+//!     fn ctx(&self) -> &Arc<SkCtx> {
 //!         &self.ctx
 //!     }
 //!     fn offloads(&self) -> Caps {

@@ -271,14 +271,14 @@ mod tests {
     /// holds.
     #[derive(Default)]
     struct Sk {
-        ctx: SkCtx,
+        ctx: Arc<SkCtx>,
         maps: Mutex<Vec<u64>>,
         next: Mutex<u64>,
         refuse: Mutex<bool>,
     }
 
     impl DdpSk for Sk {
-        fn ctx(&self) -> &SkCtx {
+        fn ctx(&self) -> &Arc<SkCtx> {
             &self.ctx
         }
         fn offloads(&self) -> Caps {
